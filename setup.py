@@ -1,0 +1,30 @@
+"""tinybert_tf: TinyBERT and DistilBERT distillation for Keras 3 / TensorFlow."""
+from setuptools import find_packages, setup
+
+setup(
+    name="tinybert_tf",
+    version="0.1.0",
+    description="Distil BERT into small students (TinyBERT, DistilBERT) with Keras 3 / TF, "
+    "and export them to TF Serving and TFLite.",
+    packages=find_packages(include=["tinybert_tf", "tinybert_tf.*"]),
+    python_requires=">=3.10,<3.13",
+    install_requires=[
+        "tensorflow>=2.20,<2.22",
+        # tensorflow-text must match TensorFlow's minor version; pip resolves the pair.
+        "tensorflow-text>=2.20,<2.22",
+        "keras>=3.12,<4",
+        "keras-hub>=0.22",
+        "tensorflow-datasets>=4.9",
+        "gensim>=4.3",
+        "absl-py>=1.4",
+        "safetensors>=0.4",
+        "numpy>=1.26,<3",
+        "tqdm>=4.60",
+        "matplotlib>=3.7",
+    ],
+    extras_require={
+        "test": ["pytest>=7", "scikit-learn>=1.3", "scipy>=1.10", "ai-edge-litert>=1.2"],
+        "tflite": ["ai-edge-litert>=1.2"],
+    },
+    scripts=["bin/distill", "bin/augment", "bin/export", "bin/benchmark", "bin/pretokenize"],
+)

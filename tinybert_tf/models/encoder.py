@@ -1,0 +1,181 @@
+"""`BertModel`: the encoder that exposes every distillation signal, plus an optional head.
+
+Inputs (DESIGN.md contract): a dict of int32 [B, L] tensors `input_word_ids`,
+`input_mask` (1 = real token, 0 = padding) and `input_type_ids`; for an MLM head
+optionally `masked_lm_positions` [B, P] to score only those positions.
+
+Outputs, a dict:
+  embeddings        [B, L, H]  embedding-layer output (= hidden_states[0])
+  hidden_states     list of num_layers + 1 tensors [B, L, H]
+  attention_scores  list of num_layers tensors [B, heads, L, L]: QK^T/sqrt(d_k),
+                    no mask added (losses apply their own masking convention)
+  sequence_output   [B, L, H]  last hidden state
+  pooled_output     [B, H]     tanh(dense([CLS])) or the [CLS] state without pooler
+  logits            [B, num_labels] (classifier/regressor) or [B, P or L, V] (MLM)
+"""
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+import keras
+from keras import ops
+
+from tinybert_tf.config import BertConfig
+from tinybert_tf.models.heads import HEAD_TYPES, ClassifierHead, MaskedLMHead
+from tinybert_tf.models.layers import PositionEmbedding, TransformerLayer, initializer
+
+INPUT_NAMES = ("input_word_ids", "input_mask", "input_type_ids")
+
+
+class BertModel(keras.Model):
+    """Post-LayerNorm BERT encoder with an optional `head`.
+
+    Args:
+      config: the encoder's `BertConfig`.
+      head: None, "classifier", "regressor" or "mlm".
+      num_labels: outputs of a classifier head (1 for a regressor).
+      label_names: optional class names, saved with the model.
+      vocab: optional WordPiece vocabulary (list of tokens), saved with the model.
+
+    Example:
+      >>> model = BertModel(get_config("tiny_4l_192d"), head="classifier", num_labels=2)
+      >>> out = model(dummy_inputs(2, 16))
+      >>> out["logits"].shape, len(out["hidden_states"])
+      (TensorShape([2, 2]), 5)
+    """
+
+    def __init__(self, config: BertConfig, head: Optional[str] = None,
+                 num_labels: Optional[int] = None,
+                 label_names: Optional[Sequence[str]] = None,
+                 vocab: Optional[Sequence[str]] = None, **kwargs):
+        kwargs.setdefault("name", "bert")
+        super().__init__(**kwargs)
+        if head is not None and head not in HEAD_TYPES:
+            raise ValueError(f"unknown head {head!r}; use one of {HEAD_TYPES} or None.")
+        if head == "regressor":
+            num_labels = 1
+        if head == "classifier" and (num_labels is None or num_labels < 2):
+            if label_names:
+                num_labels = len(label_names)
+            else:
+                raise ValueError("a classifier head needs num_labels >= 2 (or label_names).")
+        self.bert_config = config
+        self.head_type = head
+        self.num_labels = num_labels if head in ("classifier", "regressor") else None
+        self.label_names = list(label_names) if label_names else None
+        self.vocab = list(vocab) if vocab is not None else None
+        c, p = config, self.dtype_policy
+        self.token_embedding = keras.layers.Embedding(
+            c.vocab_size, c.hidden_size, embeddings_initializer=initializer(c.initializer_range),
+            dtype=p, name="token_embedding")
+        self.position_embedding = PositionEmbedding(
+            c.max_position_embeddings, c.initializer_range, dtype=p, name="position_embedding")
+        self.segment_embedding = (keras.layers.Embedding(
+            c.type_vocab_size, c.hidden_size,
+            embeddings_initializer=initializer(c.initializer_range), dtype=p,
+            name="segment_embedding") if c.type_vocab_size > 0 else None)
+        self.embeddings_layer_norm = keras.layers.LayerNormalization(
+            epsilon=c.layer_norm_epsilon, dtype=p, name="embeddings_layer_norm")
+        self.embeddings_dropout = keras.layers.Dropout(c.hidden_dropout, dtype=p,
+                                                       name="embeddings_dropout")
+        self.transformer_layers = [
+            TransformerLayer(c.num_heads, c.head_size, c.intermediate_size, c.hidden_act,
+                             c.hidden_dropout, c.attention_dropout, c.layer_norm_epsilon,
+                             c.initializer_range, dtype=p, name=f"transformer_layer_{i}")
+            for i in range(c.num_layers)]
+        self.pooled_dense = (keras.layers.Dense(
+            c.hidden_size, activation="tanh", kernel_initializer=initializer(c.initializer_range),
+            dtype=p, name="pooled_dense") if c.use_pooler else None)
+        if head in ("classifier", "regressor"):
+            self.head = ClassifierHead(self.num_labels, c.hidden_dropout, c.initializer_range,
+                                       dtype=p, name="classifier_head")
+        elif head == "mlm":
+            self.head = MaskedLMHead(self.token_embedding, c.hidden_act, c.layer_norm_epsilon,
+                                     c.initializer_range, dtype=p, name="mlm_head")
+        else:
+            self.head = None
+        # Create every variable now, so weights can be loaded right after construction.
+        self(dummy_inputs(1, 2, mlm_positions=1 if head == "mlm" else 0))
+
+    def call(self, inputs: dict[str, Any], training=None) -> dict[str, Any]:
+        word_ids = inputs["input_word_ids"]
+        mask = inputs.get("input_mask")
+        if mask is None:
+            mask = ops.ones_like(word_ids)
+        x = self.token_embedding(word_ids)
+        x = x + self.position_embedding(x)
+        if self.segment_embedding is not None:
+            type_ids = inputs.get("input_type_ids")
+            if type_ids is None:
+                type_ids = ops.zeros_like(word_ids)
+            x = x + self.segment_embedding(type_ids)
+        x = self.embeddings_dropout(self.embeddings_layer_norm(x), training=training)
+        hidden_states, scores = [x], []
+        for layer in self.transformer_layers:
+            x, s = layer(x, mask, training=training)
+            hidden_states.append(x)
+            scores.append(s)
+        cls = x[:, 0, :]
+        pooled = self.pooled_dense(cls) if self.pooled_dense is not None else cls
+        out = {"embeddings": hidden_states[0], "hidden_states": hidden_states,
+               "attention_scores": scores, "sequence_output": x, "pooled_output": pooled}
+        if self.head_type in ("classifier", "regressor"):
+            out["logits"] = self.head(pooled, training=training)
+        elif self.head_type == "mlm":
+            positions = inputs.get("masked_lm_positions")
+            h = x if positions is None else ops.take_along_axis(
+                x, ops.expand_dims(ops.cast(positions, "int32"), -1), axis=1)
+            out["logits"] = self.head(h)
+        return out
+
+    # Keras serialisation is not our storage format (see checkpoint.py), but a
+    # config keeps `keras.Model.summary()`/cloning informative.
+    def get_config(self) -> dict[str, Any]:
+        return {"config": self.bert_config.to_dict(), "head": self.head_type,
+                "num_labels": self.num_labels, "label_names": self.label_names}
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(BertConfig.from_dict(config["config"]), head=config["head"],
+                   num_labels=config["num_labels"], label_names=config["label_names"])
+
+    def weight_dict(self) -> dict[str, keras.Variable]:
+        """Variables by their path ("transformer_layer_0/.../kernel"), model prefix removed."""
+        prefix = self.name + "/"
+        out = {}
+        for v in self.weights:
+            path = v.path[len(prefix):] if v.path.startswith(prefix) else v.path
+            out[path] = v
+        return out
+
+
+def dummy_inputs(batch: int, length: int, mlm_positions: int = 0) -> dict[str, Any]:
+    """All-ones inputs of shape [batch, length], for building and shape checks."""
+    inputs = {
+        "input_word_ids": ops.ones((batch, length), "int32"),
+        "input_mask": ops.ones((batch, length), "int32"),
+        "input_type_ids": ops.zeros((batch, length), "int32"),
+    }
+    if mlm_positions:
+        inputs["masked_lm_positions"] = ops.zeros((batch, mlm_positions), "int32")
+    return inputs
+
+
+def count_params(model: keras.Model, exclude_embeddings: bool = False) -> int:
+    """Parameter count, optionally without the token-embedding table."""
+    total = 0
+    for path, v in model.weight_dict().items():
+        if exclude_embeddings and path.startswith("token_embedding"):
+            continue
+        total += int(v.numpy().size)
+    return total
+
+
+def flops_per_example(config: BertConfig, seq_len: int, num_labels: int = 0) -> int:
+    """Forward FLOPs (2 x multiply-adds) of the encoder (+classifier) for one
+    sequence of `seq_len` tokens: projections, attention matmuls and FFN.
+    Embedding lookups, LayerNorm and softmax are ignored (< 1%)."""
+    h, l, i, n = config.hidden_size, seq_len, config.intermediate_size, config.num_layers
+    per_layer = 2 * l * h * h * 4 + 2 * l * l * h * 2 + 2 * l * h * i * 2
+    pool = 2 * h * h if config.use_pooler else 0
+    return n * per_layer + pool + 2 * h * num_labels

@@ -1,0 +1,147 @@
+"""WordPiece tokenisation and BERT input packing, in graph.
+
+Built on tensorflow-text's `FastBertTokenizer` (lower-casing + NFD accent
+stripping when the vocab is uncased) and its trimmer / `combine_segments` /
+`pad_model_inputs` ops, so the same object runs eagerly, inside `tf.data`
+and inside an exported SavedModel (it is a `tf.Module`; the vocab becomes an
+asset-free constant model buffer).
+
+Packing: `[CLS] a [SEP]` or `[CLS] a [SEP] b [SEP]`, segment ids 0 for the
+first part (including [CLS] and its [SEP]) and 1 for the second, longest-first
+truncation (BERT's `_truncate_seq_pair`) to `max_seq_len`, zero padding.
+"""
+from __future__ import annotations
+
+import os
+from typing import Optional, Sequence, Union
+
+import tensorflow as tf
+import tensorflow_text as tf_text
+
+SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+
+
+class VocabError(ValueError):
+    """The vocab file is missing or lacks BERT's special tokens."""
+
+
+def read_vocab(path: str) -> list[str]:
+    """One token per line, line number = id (BERT's vocab.txt)."""
+    if not os.path.isfile(path):
+        raise VocabError(f"{path}: vocab file not found; a model directory needs vocab.txt.")
+    try:
+        with open(path, encoding="utf-8") as f:
+            tokens = [line.rstrip("\n").rstrip("\r") for line in f]
+    except UnicodeDecodeError as e:
+        raise VocabError(f"{path}: not UTF-8 ({e.reason}).") from e
+    while tokens and tokens[-1] == "":
+        tokens.pop()
+    if not tokens:
+        raise VocabError(f"{path}: the vocab file is empty.")
+    check_vocab(tokens, path)
+    return tokens
+
+
+def check_vocab(tokens: Sequence[str], source: str = "vocab") -> None:
+    missing = [t for t in SPECIAL_TOKENS if t not in tokens]
+    if missing:
+        raise VocabError(f"{source}: vocab lacks the special tokens {missing}; "
+                         f"a BERT WordPiece vocab needs {list(SPECIAL_TOKENS)}.")
+
+
+def write_vocab(tokens: Sequence[str], path: str) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        for t in tokens:
+            f.write(t + "\n")
+
+
+def _keep_first(ids: tf.RaggedTensor, keep: tf.Tensor) -> tf.RaggedTensor:
+    positions = tf.ragged.range(tf.zeros_like(ids.row_lengths()), ids.row_lengths())
+    return tf.ragged.boolean_mask(ids, positions < tf.expand_dims(keep, -1))
+
+
+def truncate_longest_first(segments: list[tf.RaggedTensor], budget: int
+                           ) -> list[tf.RaggedTensor]:
+    """Truncate 1 or 2 ragged [B, (n)] segments to `budget` tokens in total.
+
+    Two segments follow BERT's `_truncate_seq_pair` exactly: pop a token from
+    the longer one until they fit, popping from the second on ties; in closed
+    form the second keeps min(len_b, max(budget - len_a, budget // 2)).
+    We do not use tensorflow-text's ShrinkLongestTrimmer: it fails to trace
+    inside tf.data in TF 2.20 and breaks ties the other way.
+    """
+    if len(segments) == 1:
+        a = segments[0]
+        return [_keep_first(a, tf.minimum(a.row_lengths(), budget))]
+    a, b = segments
+    la, lb = a.row_lengths(), b.row_lengths()
+    budget_t = tf.cast(budget, la.dtype)
+    fits = la + lb <= budget_t
+    keep_b = tf.where(fits, lb, tf.minimum(lb, tf.maximum(budget_t - la, budget_t // 2)))
+    keep_a = tf.where(fits, la, budget_t - keep_b)
+    return [_keep_first(a, keep_a), _keep_first(b, keep_b)]
+
+
+class Tokenizer(tf.Module):
+    """Text -> packed BERT inputs.
+
+    Args:
+      vocab: a vocab.txt path or a list of tokens.
+      lower_case: lower-case and strip accents (uncased vocabularies).
+      max_seq_len: default packed length.
+
+    Example:
+      >>> tok = Tokenizer("vocab.txt", max_seq_len=16)
+      >>> tok(["hello world"])["input_word_ids"].shape
+      TensorShape([1, 16])
+    """
+
+    def __init__(self, vocab: Union[str, Sequence[str]], lower_case: bool = True,
+                 max_seq_len: int = 128, name: Optional[str] = None):
+        super().__init__(name=name)
+        self.vocab = read_vocab(vocab) if isinstance(vocab, str) else list(vocab)
+        check_vocab(self.vocab)
+        self.lower_case = lower_case
+        self.max_seq_len = int(max_seq_len)
+        index = {t: i for i, t in enumerate(self.vocab)}
+        self.pad_id, self.unk_id = index["[PAD]"], index["[UNK]"]
+        self.cls_id, self.sep_id, self.mask_id = index["[CLS]"], index["[SEP]"], index["[MASK]"]
+        self._wordpiece = tf_text.FastBertTokenizer(
+            vocab=self.vocab, token_out_type=tf.int32, unknown_token="[UNK]",
+            lower_case_nfd_strip_accents=lower_case)
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.vocab)
+
+    def tokenize(self, texts) -> tf.RaggedTensor:
+        """texts: string [B] -> int32 ragged [B, (pieces)] WordPiece ids."""
+        texts = tf.convert_to_tensor(texts, tf.string)
+        return self._wordpiece.tokenize(texts)
+
+    def pack(self, segments: Sequence[tf.RaggedTensor],
+             max_seq_len: Optional[int] = None) -> dict[str, tf.Tensor]:
+        """Ragged id segments (1 or 2 of [B, (n)]) -> dict of int32 [B, max_seq_len]."""
+        length = int(max_seq_len or self.max_seq_len)
+        budget = length - 1 - len(segments)  # [CLS] + one [SEP] per segment
+        if budget < len(segments):
+            raise ValueError(f"max_seq_len={length} leaves no room for text; use >= "
+                             f"{2 * len(segments) + 1}.")
+        trimmed = truncate_longest_first(list(segments), budget)
+        ids, type_ids = tf_text.combine_segments(trimmed, self.cls_id, self.sep_id)
+        word_ids, mask = tf_text.pad_model_inputs(ids, length, pad_value=self.pad_id)
+        type_ids, _ = tf_text.pad_model_inputs(type_ids, length, pad_value=0)
+        return {"input_word_ids": tf.cast(word_ids, tf.int32),
+                "input_mask": tf.cast(mask, tf.int32),
+                "input_type_ids": tf.cast(type_ids, tf.int32)}
+
+    def __call__(self, text_a, text_b=None, max_seq_len: Optional[int] = None
+                 ) -> dict[str, tf.Tensor]:
+        """string [B] (and [B]) -> packed inputs, each int32 [B, max_seq_len]."""
+        segments = [self.tokenize(text_a)]
+        if text_b is not None:
+            segments.append(self.tokenize(text_b))
+        return self.pack(segments, max_seq_len)
+
+    def ids_to_tokens(self, ids: Sequence[int]) -> list[str]:
+        return [self.vocab[int(i)] for i in ids]
