@@ -1,0 +1,88 @@
+"""`bin/distill`: parse flags, check everything, run the stages in order.
+
+Re-running the same command resumes: finished stages are skipped, an
+interrupted one continues from its latest checkpoint.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+
+from absl import app, flags
+
+from tinybert_tf import flags as tb_flags
+
+tb_flags.define_distill_flags()
+flags.mark_flag_as_required("output_dir")
+FLAGS = flags.FLAGS
+log = logging.getLogger("tinybert_tf")
+
+
+def _configure(f) -> None:
+    import keras
+    keras.utils.set_random_seed(f.seed)
+    if f.mixed_precision != "none":
+        keras.mixed_precision.set_global_policy(f.mixed_precision)
+
+
+def run(f=None) -> dict:
+    """Run the pipeline for flag values `f` (absl FLAGS by default)."""
+    from tinybert_tf.pipeline.preflight import resolve_stages, run_preflight
+    from tinybert_tf.pipeline.stages import STAGE_FUNCTIONS, Context
+    from tinybert_tf.pipeline.state import RunState, result_config
+    from tinybert_tf.pipeline.strategy import make_strategy
+
+    f = f or FLAGS
+    stages = resolve_stages(f.stages, f)
+    _configure(f)
+    strategy = make_strategy(f.strategy, f.tpu)
+    state = RunState(f.output_dir)
+    if isinstance(f, flags.FlagValues):
+        names = _pipeline_flag_names()
+        values = {k: v for k, v in f.flag_values_dict().items() if k in names}
+    else:  # a plain namespace (tests)
+        values = dict(vars(f))
+    state.check_config(result_config(values), f.overwrite, stages)
+    ctx = Context(f, state, strategy)
+    run_preflight(ctx, stages)
+    results = {}
+    for stage in stages:
+        if state.is_done(stage):
+            print(f"== {stage}: done already, skipped ({state.path(stage)})", flush=True)
+            results[stage] = state.done_info(stage)
+            continue
+        print(f"== {stage}", flush=True)
+        start = time.time()
+        info = STAGE_FUNCTIONS[stage](ctx) or {}
+        info["seconds"] = round(time.time() - start, 1)
+        if ctx.chief:
+            state.mark_done(stage, info)
+        results[stage] = info
+        print(f"== {stage}: finished in {info['seconds']:.0f}s", flush=True)
+    return results
+
+
+def _pipeline_flag_names() -> set[str]:
+    """Names of the flags the pipeline defines (not absl's own logging flags)."""
+    return {fl.name for module, fls in FLAGS.flags_by_module_dict().items()
+            if module.startswith("tinybert_tf") for fl in fls}
+
+
+def main(argv) -> None:
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    from tinybert_tf.config import ConfigError
+    try:
+        run(FLAGS)
+    except (ValueError, FileNotFoundError, ConfigError) as e:
+        # Our errors are ValueErrors that name the file/flag and the fix.
+        print(f"distill: error: {e}", file=sys.stderr, flush=True)
+        sys.exit(2)
+
+
+def entry_point() -> None:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    app.run(main)

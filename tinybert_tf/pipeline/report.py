@@ -1,0 +1,98 @@
+"""report.json, the printed summary table and the loss-curve PNG."""
+from __future__ import annotations
+
+import glob
+import json
+import os
+from typing import Any
+
+
+def build_report(task: str, teacher: dict[str, Any], student: dict[str, Any],
+                 primary_metric: str, max_seq_len: int) -> dict[str, Any]:
+    """The DESIGN.md report: both models' facts and the student/teacher ratios.
+
+    ratios.params / ratios.flops: how many times smaller the student is;
+    ratios.speedup: teacher latency / student latency (batch 1, this machine);
+    ratios.retained: student metric / teacher metric on `primary_metric`.
+    """
+    t_metric = teacher["dev"].get(primary_metric)
+    s_metric = student["dev"].get(primary_metric)
+    retained = (s_metric / t_metric) if t_metric else None
+    return {
+        "task": task,
+        "max_seq_len": max_seq_len,
+        "primary_metric": primary_metric,
+        "teacher": teacher,
+        "student": student,
+        "ratios": {
+            "params": teacher["params"] / student["params"],
+            "flops": teacher["flops"] / student["flops"],
+            "speedup": teacher["latency_ms"] / student["latency_ms"],
+            "retained": retained,
+        },
+    }
+
+
+def summary_table(report: dict[str, Any]) -> str:
+    """A fixed-width table of the report for the terminal."""
+    t, s, r = report["teacher"], report["student"], report["ratios"]
+    metric = report["primary_metric"]
+    rows = [
+        ("", "teacher", "student", "ratio"),
+        ("params (M)", f"{t['params'] / 1e6:.2f}", f"{s['params'] / 1e6:.2f}",
+         f"{r['params']:.1f}x smaller"),
+        (f"GFLOPs @ seq {report['max_seq_len']}", f"{t['flops'] / 1e9:.3f}",
+         f"{s['flops'] / 1e9:.3f}", f"{r['flops']:.1f}x fewer"),
+        ("latency b=1 (ms)", f"{t['latency_ms']:.2f}", f"{s['latency_ms']:.2f}",
+         f"{r['speedup']:.1f}x faster"),
+    ]
+    for name in t["dev"]:
+        tv, sv = t["dev"][name], s["dev"].get(name, float("nan"))
+        ratio = f"{100 * sv / tv:.1f}% retained" if name == metric and tv else ""
+        rows.append((f"dev {name}", f"{tv:.4f}", f"{sv:.4f}", ratio))
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    lines = [f"== {report['task']}: student vs teacher =="]
+    for row in rows:
+        lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+    return "\n".join(lines)
+
+
+def load_histories(output_dir: str) -> dict[str, list[dict[str, float]]]:
+    """Every phase's history.jsonl under output_dir, keyed "stage/phase"."""
+    out = {}
+    for path in sorted(glob.glob(os.path.join(output_dir, "*", "*", "history.jsonl"))):
+        stage = os.path.basename(os.path.dirname(os.path.dirname(path)))
+        phase = os.path.basename(os.path.dirname(path))
+        with open(path, encoding="utf-8") as f:
+            rows = [json.loads(line) for line in f if line.strip()]
+        if rows:
+            out[f"{stage}/{phase}"] = rows
+    return out
+
+
+def plot_loss_curves(output_dir: str, path: str) -> str | None:
+    """One panel per phase with every `*loss` series against the step; PNG."""
+    histories = load_histories(output_dir)
+    if not histories:
+        return None
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(histories), figsize=(4.5 * len(histories), 3.6),
+                             squeeze=False)
+    for ax, (name, rows) in zip(axes[0], histories.items()):
+        keys = sorted({k for row in rows for k in row if k.endswith("loss")})
+        for key in keys:
+            pts = [(row["step"], row[key]) for row in rows if key in row]
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], label=key)
+        ax.set_title(name)
+        ax.set_xlabel("step")
+        ax.set_yscale("log")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    tmp = path + ".tmp.png"
+    fig.savefig(tmp, dpi=90)
+    plt.close(fig)
+    os.replace(tmp, path)
+    return path

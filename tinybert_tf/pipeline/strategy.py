@@ -1,0 +1,65 @@
+"""`--strategy` -> a `tf.distribute.Strategy`, plus chief/worker facts for I/O."""
+from __future__ import annotations
+
+import json
+import os
+
+import tensorflow as tf
+
+STRATEGIES = ("default", "one_device", "mirrored", "multi_worker", "tpu")
+
+
+class StrategyError(ValueError):
+    """A strategy cannot be built here; the message names the flag and the fix."""
+
+
+def make_strategy(name: str, tpu: str = "") -> tf.distribute.Strategy:
+    """Build the strategy named by `--strategy`.
+
+    `mirrored` uses every GPU, or every logical CPU device when there is no
+    GPU (tests split one CPU into two). `multi_worker` reads TF_CONFIG.
+    """
+    if name == "default":
+        return tf.distribute.get_strategy()
+    if name == "one_device":
+        gpus = tf.config.list_logical_devices("GPU")
+        return tf.distribute.OneDeviceStrategy(gpus[0].name if gpus else "/cpu:0")
+    if name == "mirrored":
+        gpus = tf.config.list_logical_devices("GPU")
+        devices = [d.name for d in (gpus or tf.config.list_logical_devices("CPU"))]
+        return tf.distribute.MirroredStrategy(devices=devices)
+    if name == "multi_worker":
+        if "TF_CONFIG" not in os.environ:
+            raise StrategyError("--strategy=multi_worker needs the TF_CONFIG environment "
+                                "variable (cluster and task); see BUILD.md.")
+        return tf.distribute.MultiWorkerMirroredStrategy()
+    if name == "tpu":
+        try:
+            resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu or None)
+            tf.config.experimental_connect_to_cluster(resolver)
+            tf.tpu.experimental.initialize_tpu_system(resolver)
+        except (ValueError, tf.errors.OpError) as e:
+            raise StrategyError(f"--strategy=tpu: no TPU reachable at --tpu={tpu!r} ({e}).") from e
+        return tf.distribute.TPUStrategy(resolver)
+    raise StrategyError(f"--strategy={name!r} is unknown; use one of {', '.join(STRATEGIES)}.")
+
+
+def is_chief(strategy: tf.distribute.Strategy) -> bool:
+    """True on the one process that writes checkpoints, models and reports."""
+    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return True
+    task = json.loads(os.environ.get("TF_CONFIG", "{}")).get("task", {})
+    task_type, task_id = task.get("type"), task.get("index", 0)
+    return task_type in (None, "chief") or (task_type == "worker" and task_id == 0)
+
+
+def worker_dir(directory: str, strategy: tf.distribute.Strategy) -> str:
+    """Where this process writes: `directory` on the chief, a scratch folder elsewhere.
+
+    Every MultiWorkerMirroredStrategy worker must take part in saving (the
+    save is collective), but only the chief's copy is kept.
+    """
+    if is_chief(strategy):
+        return directory
+    task = json.loads(os.environ["TF_CONFIG"])["task"]
+    return os.path.join(directory, ".workers", f"{task['type']}_{task['index']}")
