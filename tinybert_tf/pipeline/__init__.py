@@ -1,0 +1,1 @@
+"""The two-stage pipeline behind `bin/distill`."""
