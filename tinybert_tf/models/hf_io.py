@@ -1,0 +1,309 @@
+"""Hugging Face BERT directories: read (teachers) and write (exported students).
+
+A directory holds `config.json` (HF `BertConfig`), `vocab.txt` and
+`model.safetensors` or sharded `model.safetensors.index.json`. Keys may carry
+the `bert.` prefix (`BertFor*` models) or not (`BertModel`, e.g. the embedded
+all-MiniLM-L6-v2). Layout differences to our Keras weights:
+  * `nn.Linear.weight` is [out, in]; Keras kernels are [in, out] -> transpose;
+  * query/key/value kernels become [H, heads, d_k] and biases [heads, d_k];
+  * the attention output kernel becomes [heads, d_k, H];
+  * LayerNorm weight/bias (or old gamma/beta) -> gamma/beta.
+`classifier.*` is a classifier (or regressor, 1 output) head and
+`cls.predictions.*` the MLM head (transform.dense, transform.LayerNorm, bias;
+the decoder is tied to the word embeddings). PyTorch `.bin` files are not
+read: PyTorch is not a dependency.
+"""
+from __future__ import annotations
+
+import os
+import re
+from typing import Any, Optional
+
+import numpy as np
+
+from tinybert_tf.config import BertConfig, ConfigError
+from tinybert_tf.models.checkpoint import (CONFIG_FILE, VOCAB_FILE, CheckpointError,
+                                           CheckpointSpec, _model_vocab, _read_json,
+                                           _read_vocab, atomic_directory, read_safetensors,
+                                           write_json)
+from tinybert_tf.tokenizer import write_vocab
+
+SAFETENSORS = "model.safetensors"
+SAFETENSORS_INDEX = "model.safetensors.index.json"
+_UNREADABLE = ("pytorch_model.bin", "pytorch_model.bin.index.json", "tf_model.h5",
+               "flax_model.msgpack")
+# Keys that carry no weights of ours: buffers, the NSP head, tied decoder copies.
+_IGNORED = re.compile(r"^(embeddings\.position_ids|embeddings\.token_type_ids|"
+                      r"cls\.seq_relationship\..*|cls\.predictions\.decoder\.(weight|bias))$")
+
+
+def _name_map(config: BertConfig, head: Optional[str], num_labels: Optional[int]
+              ) -> dict[str, tuple[str, str, tuple[int, ...]]]:
+    """our weight path -> (HF key without `bert.`, kind, HF shape)."""
+    H, I, h, d = config.hidden_size, config.intermediate_size, config.num_heads, config.head_size
+    m: dict[str, tuple[str, str, tuple[int, ...]]] = {
+        "token_embedding/embeddings": ("embeddings.word_embeddings.weight", "copy",
+                                       (config.vocab_size, H)),
+        "position_embedding/embeddings": ("embeddings.position_embeddings.weight", "copy",
+                                          (config.max_position_embeddings, H)),
+        "embeddings_layer_norm/gamma": ("embeddings.LayerNorm.weight", "copy", (H,)),
+        "embeddings_layer_norm/beta": ("embeddings.LayerNorm.bias", "copy", (H,)),
+    }
+    if config.type_vocab_size > 0:
+        m["segment_embedding/embeddings"] = ("embeddings.token_type_embeddings.weight", "copy",
+                                             (config.type_vocab_size, H))
+    for i in range(config.num_layers):
+        ours, hf = f"transformer_layer_{i}/", f"encoder.layer.{i}."
+        for name in ("query", "key", "value"):
+            m[f"{ours}self_attention_layer/{name}/kernel"] = (
+                f"{hf}attention.self.{name}.weight", "qkv", (H, H))
+            m[f"{ours}self_attention_layer/{name}/bias"] = (
+                f"{hf}attention.self.{name}.bias", "qkv_bias", (H,))
+        m[f"{ours}self_attention_layer/attention_output/kernel"] = (
+            f"{hf}attention.output.dense.weight", "attn_out", (H, H))
+        m[f"{ours}self_attention_layer/attention_output/bias"] = (
+            f"{hf}attention.output.dense.bias", "copy", (H,))
+        m[f"{ours}self_attention_layer_norm/gamma"] = (
+            f"{hf}attention.output.LayerNorm.weight", "copy", (H,))
+        m[f"{ours}self_attention_layer_norm/beta"] = (
+            f"{hf}attention.output.LayerNorm.bias", "copy", (H,))
+        m[f"{ours}feedforward_intermediate_dense/kernel"] = (
+            f"{hf}intermediate.dense.weight", "dense", (I, H))
+        m[f"{ours}feedforward_intermediate_dense/bias"] = (
+            f"{hf}intermediate.dense.bias", "copy", (I,))
+        m[f"{ours}feedforward_output_dense/kernel"] = (f"{hf}output.dense.weight", "dense", (H, I))
+        m[f"{ours}feedforward_output_dense/bias"] = (f"{hf}output.dense.bias", "copy", (H,))
+        m[f"{ours}feedforward_layer_norm/gamma"] = (f"{hf}output.LayerNorm.weight", "copy", (H,))
+        m[f"{ours}feedforward_layer_norm/beta"] = (f"{hf}output.LayerNorm.bias", "copy", (H,))
+    if config.use_pooler:
+        m["pooled_dense/kernel"] = ("pooler.dense.weight", "dense", (H, H))
+        m["pooled_dense/bias"] = ("pooler.dense.bias", "copy", (H,))
+    if head in ("classifier", "regressor"):
+        n = int(num_labels or 1)
+        m["classifier_head/classifier/kernel"] = ("classifier.weight", "dense", (n, H))
+        m["classifier_head/classifier/bias"] = ("classifier.bias", "copy", (n,))
+    elif head == "mlm":
+        m["mlm_head/mlm_dense/kernel"] = ("cls.predictions.transform.dense.weight", "dense", (H, H))
+        m["mlm_head/mlm_dense/bias"] = ("cls.predictions.transform.dense.bias", "copy", (H,))
+        m["mlm_head/mlm_layer_norm/gamma"] = ("cls.predictions.transform.LayerNorm.weight",
+                                              "copy", (H,))
+        m["mlm_head/mlm_layer_norm/beta"] = ("cls.predictions.transform.LayerNorm.bias",
+                                             "copy", (H,))
+        m["mlm_head/output_bias"] = ("cls.predictions.bias", "copy", (config.vocab_size,))
+    return m
+
+
+def _to_ours(kind: str, w: np.ndarray, config: BertConfig) -> np.ndarray:
+    H, h, d = config.hidden_size, config.num_heads, config.head_size
+    if kind == "dense":
+        return w.T
+    if kind == "qkv":  # [h*d, H] -> [H, h, d]
+        return w.T.reshape(H, h, d)
+    if kind == "qkv_bias":
+        return w.reshape(h, d)
+    if kind == "attn_out":  # [H_out, h*d] -> [h, d, H_out]
+        return w.T.reshape(h, d, H)
+    return w
+
+
+def _to_hf(kind: str, w: np.ndarray) -> np.ndarray:
+    if kind == "dense":
+        return w.T
+    if kind == "qkv":  # [H, h, d] -> [h*d, H]
+        return w.reshape(w.shape[0], -1).T
+    if kind == "qkv_bias":
+        return w.reshape(-1)
+    if kind == "attn_out":  # [h, d, H] -> [H, h*d]
+        return w.reshape(-1, w.shape[-1]).T
+    return w
+
+
+def _normalise_key(key: str) -> str:
+    if key.startswith("bert."):
+        key = key[len("bert."):]
+    if key.endswith(".gamma"):
+        key = key[: -len(".gamma")] + ".weight"
+    elif key.endswith(".beta"):
+        key = key[: -len(".beta")] + ".bias"
+    return key
+
+
+def read_lower_case(path: str) -> bool:
+    """Lower-casing of an HF tokenizer: tokenizer_config.json's do_lower_case,
+    else whether the model name says "cased" (default: uncased, like BERT)."""
+    tok_cfg = os.path.join(path, "tokenizer_config.json")
+    if os.path.isfile(tok_cfg):
+        data = _read_json(tok_cfg)
+        if "do_lower_case" in data:
+            return bool(data["do_lower_case"])
+    name = str(_read_json(os.path.join(path, CONFIG_FILE)).get("_name_or_path", "")).lower()
+    return not ("cased" in name and "uncased" not in name)
+
+
+def _read_weights(path: str) -> tuple[dict[str, np.ndarray], str, dict[str, str]]:
+    """Raw tensors of an HF directory, the file to name in errors, and key -> file."""
+    single = os.path.join(path, SAFETENSORS)
+    index = os.path.join(path, SAFETENSORS_INDEX)
+    if os.path.isfile(single):
+        arrays = read_safetensors(single)
+        return arrays, single, {k: single for k in arrays}
+    if os.path.isfile(index):
+        data = _read_json(index)
+        weight_map = data.get("weight_map")
+        if not isinstance(weight_map, dict) or not weight_map:
+            raise CheckpointError(f"{index}: key 'weight_map' is missing or empty.")
+        arrays, files = {}, {}
+        by_file: dict[str, list[str]] = {}
+        for key, fname in weight_map.items():
+            by_file.setdefault(os.path.join(path, str(fname)), []).append(key)
+        for fname, keys in sorted(by_file.items()):
+            try:
+                part = read_safetensors(fname, keys)
+            except CheckpointError as e:
+                raise CheckpointError(f"{e} (shard listed in {index})") from e
+            arrays.update(part)
+            files.update({k: fname for k in keys})
+        return arrays, index, files
+    present = [f for f in _UNREADABLE if os.path.isfile(os.path.join(path, f))]
+    if present:
+        raise CheckpointError(
+            f"{os.path.join(path, present[0])}: only safetensors weights are read (PyTorch and "
+            "TF-h5 are not dependencies). Convert once, on a machine with transformers: "
+            "`AutoModel.from_pretrained(dir).save_pretrained(dir, safe_serialization=True)`.")
+    raise CheckpointError(f"{path}: no weights found; expected {SAFETENSORS} or "
+                          f"{SAFETENSORS_INDEX}.")
+
+
+def read_hf(path: str) -> CheckpointSpec:
+    """Read a Hugging Face BERT directory into a `CheckpointSpec` (our layout)."""
+    config_path = os.path.join(path, CONFIG_FILE)
+    data = _read_json(config_path)
+    if data.get("model_type", "bert") != "bert":
+        raise CheckpointError(f"{config_path}: model_type {data.get('model_type')!r} is not "
+                              "supported; load_model reads BERT checkpoints (model_type 'bert').")
+    try:
+        config = BertConfig.from_hf_dict(data, source=config_path)
+    except ConfigError as e:
+        raise CheckpointError(str(e)) from e
+    raw, weights_file, files = _read_weights(path)
+    tensors: dict[str, np.ndarray] = {}
+    original: dict[str, str] = {}
+    decoder = None
+    for key, value in raw.items():
+        norm = _normalise_key(key)
+        if norm == "cls.predictions.decoder.weight":
+            decoder = (key, value)
+        if _IGNORED.match(norm):
+            continue
+        if norm in tensors:
+            raise CheckpointError(f"{files[key]}: key {key!r} duplicates {original[norm]!r}.")
+        tensors[norm], original[norm] = value, key
+
+    emb = tensors.get("embeddings.word_embeddings.weight")
+    if decoder is not None and emb is not None and not (
+            decoder[1].shape == emb.shape and np.array_equal(decoder[1], emb)):
+        raise CheckpointError(
+            f"{files[decoder[0]]}: key {decoder[0]!r} differs from the word embeddings; our MLM "
+            "head ties its decoder to the token embeddings, so an untied decoder cannot load.")
+    config.use_pooler = "pooler.dense.weight" in tensors
+    config.lower_case = read_lower_case(path)
+    head, num_labels = None, None
+    if "classifier.weight" in tensors:
+        num_labels = int(tensors["classifier.weight"].shape[0])
+        regression = data.get("problem_type") == "regression" or num_labels == 1
+        head = "regressor" if regression else "classifier"
+        if regression and num_labels != 1:
+            raise CheckpointError(f"{config_path}: problem_type 'regression' but the classifier "
+                                  f"has {num_labels} outputs.")
+    elif any(k.startswith("cls.predictions.") for k in tensors):
+        head = "mlm"
+    if head != "mlm":
+        # A classifier checkpoint may still ship MLM weights; they are not ours to keep.
+        tensors = {k: v for k, v in tensors.items() if not k.startswith("cls.predictions.")}
+    label_names = None
+    id2label = data.get("id2label")
+    if head == "classifier" and isinstance(id2label, dict) and len(id2label) == num_labels:
+        names = [str(id2label.get(str(i), id2label.get(i, ""))) for i in range(num_labels)]
+        if names != [f"LABEL_{i}" for i in range(num_labels)] and all(names):
+            label_names = names
+
+    name_map = _name_map(config, head, num_labels)
+    by_hf = {hf: (ours, kind, shape) for ours, (hf, kind, shape) in name_map.items()}
+    weights: dict[str, np.ndarray] = {}
+    source_keys: dict[str, str] = {}
+    for norm, value in tensors.items():
+        key = original[norm]
+        if norm not in by_hf:
+            raise CheckpointError(
+                f"{files[key]}: unknown weight key {key!r}; it is not part of a BERT encoder "
+                f"with {config.num_layers} layers (config {config_path}) or its heads.")
+        ours, kind, shape = by_hf[norm]
+        if tuple(value.shape) != shape:
+            raise CheckpointError(
+                f"{files[key]}: key {key!r} has shape {tuple(value.shape)}, expected {shape} "
+                f"from {config_path}; config and weights do not match.")
+        if not np.issubdtype(value.dtype, np.floating):
+            raise CheckpointError(f"{files[key]}: key {key!r} has dtype {value.dtype}; "
+                                  "expected floating-point weights.")
+        weights[ours] = np.asarray(_to_ours(kind, value.astype(np.float32), config))
+        source_keys[ours] = key
+    for ours, (hf, _, _) in name_map.items():
+        source_keys.setdefault(ours, hf)
+    vocab = _read_vocab(os.path.join(path, VOCAB_FILE))
+    return CheckpointSpec(config, vocab, weights, weights_file, head=head,
+                          num_labels=num_labels, label_names=label_names,
+                          metadata={"source": os.path.abspath(path), "source_format": "hf"},
+                          source_keys=source_keys)
+
+
+def export_hf(model: Any, directory: str) -> str:
+    """Write `model` as a Hugging Face BERT directory; returns its path.
+
+    Keys carry the `bert.` prefix (what `BertForSequenceClassification`,
+    `BertForMaskedLM` and `BertModel.from_pretrained` accept); the architecture
+    in config.json follows the head. A model without token types gets one
+    all-zero token-type row (HF BERT always adds one). A classifier without a
+    pooler cannot be expressed (HF classifies the pooled output): refused.
+    Written atomically (temporary sibling, then rename).
+    """
+    from safetensors.numpy import save_file
+
+    config: BertConfig = model.bert_config
+    head = model.head_type
+    vocab = _model_vocab(model, "export_hf")
+    if head in ("classifier", "regressor") and not config.use_pooler:
+        raise CheckpointError(
+            f"export_hf({directory}): Hugging Face BertForSequenceClassification classifies the "
+            "pooled output, but this model has no pooler (use_pooler=false); export it without "
+            "the head or train it with a pooler.")
+    name_map = _name_map(config, head, model.num_labels)
+    arrays: dict[str, np.ndarray] = {}
+    for path, var in model.weight_dict().items():
+        hf_key, kind, shape = name_map[path]
+        value = np.ascontiguousarray(_to_hf(kind, np.asarray(var.numpy(), np.float32)))
+        assert value.shape == shape, (path, value.shape, shape)
+        is_head = path.startswith(("classifier_head/", "mlm_head/"))
+        arrays[hf_key if is_head else "bert." + hf_key] = value
+    if config.type_vocab_size == 0:
+        arrays["bert.embeddings.token_type_embeddings.weight"] = np.zeros(
+            (1, config.hidden_size), np.float32)
+    hf_config = config.to_hf_dict()
+    if head in ("classifier", "regressor"):
+        hf_config["architectures"] = ["BertForSequenceClassification"]
+        n = model.num_labels
+        names = model.label_names or [f"LABEL_{i}" for i in range(n)]
+        hf_config["num_labels"] = n
+        hf_config["id2label"] = {str(i): str(names[i]) for i in range(n)}
+        hf_config["label2id"] = {str(names[i]): i for i in range(n)}
+        if head == "regressor":
+            hf_config["problem_type"] = "regression"
+    elif head == "mlm":
+        hf_config["architectures"] = ["BertForMaskedLM"]
+    with atomic_directory(directory) as tmp:
+        save_file(arrays, os.path.join(tmp, SAFETENSORS), metadata={"format": "pt"})
+        write_json(os.path.join(tmp, CONFIG_FILE), hf_config)
+        write_vocab(vocab, os.path.join(tmp, VOCAB_FILE))
+        write_json(os.path.join(tmp, "tokenizer_config.json"),
+                   {"tokenizer_class": "BertTokenizer", "do_lower_case": config.lower_case,
+                    "model_max_length": config.max_position_embeddings})
+    return os.path.abspath(directory)
