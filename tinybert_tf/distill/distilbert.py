@@ -1,0 +1,82 @@
+"""DistilBERT's student initialisation: copy the teacher's embeddings and every
+other transformer layer (Sanh et al. 2019, Sec. 3) when the widths match."""
+from __future__ import annotations
+
+from typing import Sequence, Union
+
+import keras
+
+_EMBEDDING_PREFIXES = ("token_embedding/", "position_embedding/", "segment_embedding/",
+                       "embeddings_layer_norm/")
+
+
+def teacher_layers_for(layers: Union[str, Sequence[int]], num_student_layers: int,
+                       num_teacher_layers: int) -> list[int]:
+    """0-based teacher layer copied into each student layer.
+
+    "every_other": teacher layers 0, 2, 4, ... (needs N >= 2M - 1); or an
+    explicit list of M 0-based teacher layers.
+    """
+    m, n = num_student_layers, num_teacher_layers
+    if isinstance(layers, str):
+        if layers != "every_other":
+            raise ValueError(f"layers must be 'every_other' or a list of {m} 0-based teacher "
+                             f"layers, got {layers!r}.")
+        if 2 * (m - 1) > n - 1:
+            raise ValueError(f"'every_other' needs a teacher with >= {2 * m - 1} layers for "
+                             f"a {m}-layer student; the teacher has {n}. Pass an explicit list.")
+        return [2 * i for i in range(m)]
+    chosen = [int(i) for i in layers]
+    if len(chosen) != m or any(not 0 <= i < n for i in chosen):
+        raise ValueError(f"layers={chosen}: need {m} 0-based teacher layers in 0..{n - 1}.")
+    return chosen
+
+
+def init_student_from_teacher(student: keras.Model, teacher: keras.Model,
+                              layers: Union[str, Sequence[int]] = "every_other") -> list[str]:
+    """Copy embeddings, the chosen teacher layers, and (when both have them) the
+    pooler and MLM head into `student`. Returns the copied student layer names.
+
+    Raises ValueError (before copying anything) when the shapes differ, e.g.
+    different widths, FFN sizes, head counts or vocabularies.
+    """
+    s_cfg, t_cfg = student.bert_config, teacher.bert_config
+    for field in ("hidden_size", "intermediate_size", "num_heads", "vocab_size"):
+        if getattr(s_cfg, field) != getattr(t_cfg, field):
+            raise ValueError(
+                f"cannot initialise the student from the teacher: {field} differs (student "
+                f"{getattr(s_cfg, field)}, teacher {getattr(t_cfg, field)}). DistilBERT's "
+                "initialisation needs equal widths; use --general_model=none (random init) "
+                "or a student config with the teacher's width.")
+    chosen = teacher_layers_for(layers, s_cfg.num_layers, t_cfg.num_layers)
+    rename = {f"transformer_layer_{i}/": f"transformer_layer_{j}/"
+              for i, j in enumerate(chosen)}
+    s_weights, t_weights = student.weight_dict(), teacher.weight_dict()
+    pairs, copied = [], []
+    for path, var in s_weights.items():
+        source = None
+        if path.startswith(_EMBEDDING_PREFIXES):
+            if path.startswith("position_embedding/"):
+                source = path  # slice below if the student's table is shorter
+            elif path in t_weights:
+                source = path
+        elif path.startswith("transformer_layer_"):
+            prefix = path.split("/", 1)[0] + "/"
+            source = rename[prefix] + path[len(prefix):]
+        elif path.startswith(("pooled_dense/", "mlm_head/")) and path in t_weights:
+            source = path
+        if source is None or source not in t_weights:
+            continue
+        value = t_weights[source].numpy()
+        if source.startswith("position_embedding/") and value.shape[0] > var.shape[0]:
+            value = value[: var.shape[0]]
+        if tuple(value.shape) != tuple(var.shape):
+            raise ValueError(f"cannot copy teacher {source} {value.shape} into student "
+                             f"{path} {tuple(var.shape)}.")
+        pairs.append((var, value))
+        layer = path.split("/", 1)[0]
+        if layer not in copied:
+            copied.append(layer)
+    for var, value in pairs:
+        var.assign(value)
+    return copied
