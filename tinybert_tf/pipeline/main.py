@@ -33,6 +33,8 @@ def run(f=None) -> dict:
     from tinybert_tf.pipeline.stages import STAGE_FUNCTIONS, Context
     from tinybert_tf.pipeline.state import RunState, result_config
     from tinybert_tf.pipeline.strategy import make_strategy
+    import keras
+    from tinybert_tf.flags import STAGES
 
     f = f or FLAGS
     stages = resolve_stages(f.stages, f)
@@ -54,6 +56,9 @@ def run(f=None) -> dict:
             results[stage] = state.done_info(stage)
             continue
         print(f"== {stage}", flush=True)
+        # Seed per stage: a stage's initialisation and dropout do not depend on
+        # what ran before it in this process (resume and stage-by-stage runs match).
+        keras.utils.set_random_seed(f.seed + STAGES.index(stage))
         start = time.time()
         info = STAGE_FUNCTIONS[stage](ctx) or {}
         info["seconds"] = round(time.time() - start, 1)

@@ -32,7 +32,7 @@ from tinybert_tf.models.checkpoint import load_model, save_model
 from tinybert_tf.pipeline import evaluation
 from tinybert_tf.pipeline.state import RunState, read_json, write_json_atomic
 from tinybert_tf.pipeline.strategy import is_chief
-from tinybert_tf.pipeline.training import Phase, run_phase
+from tinybert_tf.pipeline.training import Phase, run_phase, trackable
 from tinybert_tf.tokenizer import Tokenizer
 
 log = logging.getLogger("tinybert_tf")
@@ -178,7 +178,8 @@ def general(ctx: Context) -> dict[str, Any]:
             batch_size=f.general_batch_size, seed=f.seed + epoch, masking=distilbert)
 
     phase = Phase("general", os.path.join(stage_dir, "distill"), distiller,
-                  {"student": student, "projections": distiller.projection_variables,
+                  {"student": trackable(student.variables),
+                   "projections": trackable(distiller.projection_variables),
                    "optimizer": optimizer}, make_dataset, steps_per_epoch,
                   f.general_epochs, max_steps=f.general_max_steps)
     result = _run(ctx, phase)
@@ -218,7 +219,7 @@ def finetune_teacher(ctx: Context) -> dict[str, Any]:
                                                      "dev": metrics})
 
     phase = Phase("finetune_teacher", os.path.join(stage_dir, "train"), trainer,
-                  {"teacher": teacher, "optimizer": optimizer}, make_dataset, steps_per_epoch,
+                  {"teacher": trackable(teacher.variables), "optimizer": optimizer}, make_dataset, steps_per_epoch,
                   f.teacher_epochs,
                   evaluate=lambda: evaluation.task_metrics(
                       f.task, teacher, dev, tokenizer, ctx.max_seq_len, f.eval_batch_size),
@@ -287,7 +288,8 @@ def task(ctx: Context) -> dict[str, Any]:
                                          schedule="constant")
             distiller.compile(optimizer=optimizer, jit_compile=f.jit_compile)
         phase = Phase("intermediate", os.path.join(stage_dir, "intermediate"), distiller,
-                      {"student": student, "projections": distiller.projection_variables,
+                      {"student": trackable(student.variables),
+                       "projections": trackable(distiller.projection_variables),
                        "optimizer": optimizer}, dataset_fn(train), steps,
                       f.intermediate_epochs, max_steps=f.task_max_steps)
         out["intermediate_steps"] = _run(ctx, phase)["steps"]
@@ -310,7 +312,7 @@ def task(ctx: Context) -> dict[str, Any]:
             save_model(student, model_dir, metadata={"stage": "task", "dev": metrics})
 
     phase = Phase("prediction", os.path.join(stage_dir, "prediction"), distiller,
-                  {"student": student, "optimizer": optimizer}, dataset_fn(pred_train), steps,
+                  {"student": trackable(student.variables), "optimizer": optimizer}, dataset_fn(pred_train), steps,
                   f.pred_epochs, max_steps=f.task_max_steps,
                   evaluate=lambda: evaluation.task_metrics(
                       f.task, student, dev, tokenizer, ctx.max_seq_len, f.eval_batch_size),

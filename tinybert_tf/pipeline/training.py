@@ -21,7 +21,7 @@ import keras
 import tensorflow as tf
 
 from tinybert_tf.pipeline.state import read_json, write_json_atomic
-from tinybert_tf.pipeline.strategy import worker_dir
+from tinybert_tf.pipeline.strategy import is_chief, worker_dir
 
 log = logging.getLogger("tinybert_tf")
 
@@ -55,6 +55,18 @@ class Phase:
         return min(total, self.max_steps) if self.max_steps > 0 else total
 
 
+def trackable(variables) -> dict[str, Any]:
+    """Variables keyed by position, for `tf.train.Checkpoint`.
+
+    A Keras 3 model's Python list of layers is not followed by TF's object
+    graph (only direct layer attributes are), so checkpointing the model
+    object would silently skip the transformer layers. Listing the variables
+    (weights and dropout seed states, in their fixed creation order) saves
+    everything and restores by position, whatever Keras names them.
+    """
+    return {f"v{i:05d}": v for i, v in enumerate(variables)}
+
+
 class _PhaseCallback(keras.callbacks.Callback):
     """Counts steps, saves checkpoints, logs scalars and history, evaluates."""
 
@@ -84,6 +96,7 @@ class _Runner:
         self.checkpoint_every = max(1, checkpoint_every)
         self.log_every = max(1, log_every)
         self.verbose = verbose
+        self.chief = is_chief(strategy)
         os.makedirs(phase.directory, exist_ok=True)
         self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
         self.checkpoint = tf.train.Checkpoint(step=self.step, **phase.checkpoint_objects)
@@ -100,21 +113,27 @@ class _Runner:
 
     # --- persistence ----------------------------------------------------------
     def restore(self) -> int:
+        optimizer = getattr(self.phase.model, "optimizer", None)
+        if optimizer is not None and not optimizer.built:
+            # Create the slots now so a checkpoint restores them (not lazily later).
+            with self.strategy.scope():
+                optimizer.build(self.phase.model.trainable_variables)
         latest = self.manager.latest_checkpoint
         if latest:
             self.checkpoint.restore(latest).assert_existing_objects_matched()
-            log.info("%s: resumed from %s (step %d)", self.phase.name, latest,
-                     int(self.step.numpy()))
+            print(f"[{self.phase.name}] resumed from {latest} (step {int(self.step.numpy())})",
+                  flush=True)
         self._truncate_history(int(self.step.numpy()))
         return int(self.step.numpy())
 
     def save(self, step: int) -> None:
-        self.manager.save(checkpoint_number=step)
-        write_json_atomic(self.state_path, self.state)
+        self.manager.save(checkpoint_number=step)  # collective: every worker saves
+        if self.chief:
+            write_json_atomic(self.state_path, self.state)
 
     def _truncate_history(self, step: int) -> None:
         """Drop history lines written after the checkpoint we resume from."""
-        if not os.path.isfile(self.history_path):
+        if not self.chief or not os.path.isfile(self.history_path):
             return
         with open(self.history_path, encoding="utf-8") as f:
             lines = [ln for ln in f if ln.strip() and json.loads(ln)["step"] <= step]
@@ -146,8 +165,9 @@ class _Runner:
             for k, v in row.items():
                 if k != "step":
                     tf.summary.scalar(k, v)
-        with open(self.history_path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(row) + "\n")
+        if self.chief:
+            with open(self.history_path, "a", encoding="utf-8") as f:
+                f.write(json.dumps(row) + "\n")
 
     def run_eval(self, step: int) -> Optional[dict[str, float]]:
         if self.phase.evaluate is None:
@@ -166,7 +186,8 @@ class _Runner:
             self.state["best"] = {"step": step, **metrics}
             if self.phase.on_best is not None:
                 self.phase.on_best(metrics)
-        write_json_atomic(self.state_path, self.state)
+        if self.chief:
+            write_json_atomic(self.state_path, self.state)
         return metrics
 
     # --- the loop ---------------------------------------------------------------
@@ -204,7 +225,8 @@ class _Runner:
             self.save(step)
         result = {"steps": step, "best": self.state.get("best"),
                   "evals": self.state.get("evals", [])}
-        write_json_atomic(done_path, result)
+        if self.chief:
+            write_json_atomic(done_path, result)
         return result
 
 

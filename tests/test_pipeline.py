@@ -1,0 +1,126 @@
+"""End to end: every stage in order on tiny models, skipping, the config guard, preflight."""
+from __future__ import annotations
+
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+from pipeline_helpers import load_weights, read_json, tiny_flags
+from tinybert_tf.pipeline.main import run
+from tinybert_tf.pipeline.preflight import PreflightError
+from tinybert_tf.pipeline.state import OutputDirError
+
+STAGES = ("general", "finetune_teacher", "augment", "task", "evaluate", "export")
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory, tiny_vocab):
+    tmp = tmp_path_factory.mktemp("pipe")
+    ns = tiny_flags(tmp, tiny_vocab)
+    results = run(ns)
+    return tmp, ns, results
+
+
+def test_all_stages_run_in_order_and_write_their_outputs(finished):
+    tmp, ns, results = finished
+    out = ns.output_dir
+    assert list(results) == list(STAGES)
+    for stage in STAGES:
+        assert os.path.isfile(os.path.join(out, stage, "stage_done.json")), stage
+    for model_dir in ("general/model", "finetune_teacher/model", "task/model"):
+        assert os.path.isfile(os.path.join(out, model_dir, "model.safetensors")), model_dir
+    assert os.path.isfile(os.path.join(out, "augment", "train_aug.tsv"))
+    report = read_json(os.path.join(out, "report.json"))
+    assert report["task"] == "sst-2"
+    for who in ("teacher", "student"):
+        for key in ("params", "flops", "latency_ms"):
+            assert report[who][key] > 0
+        assert 0.0 <= report[who]["dev"]["accuracy"] <= 1.0
+    r = report["ratios"]
+    assert r["params"] > 1 and r["flops"] > 1
+    assert r["retained"] == pytest.approx(report["student"]["dev"]["accuracy"]
+                                          / report["teacher"]["dev"]["accuracy"])
+    assert os.path.getsize(os.path.join(out, "loss_curves.png")) > 1000
+    assert os.path.isdir(os.path.join(out, "export", "saved_model"))
+    assert os.path.isfile(os.path.join(out, "export", "model_float32.tflite"))
+    # The general stage's loss is logged per step and falls.
+    hist = [line for line in open(os.path.join(out, "general", "distill", "history.jsonl"))]
+    assert len(hist) >= 2
+
+
+def test_rerun_skips_finished_stages(finished, capsys):
+    tmp, ns, _ = finished
+    before = {s: os.path.getmtime(os.path.join(ns.output_dir, s, "stage_done.json"))
+              for s in STAGES}
+    weights = load_weights(os.path.join(ns.output_dir, "task", "model"))
+    run(ns)
+    printed = capsys.readouterr().out
+    for stage in STAGES:
+        assert f"== {stage}: done already, skipped" in printed
+        assert os.path.getmtime(os.path.join(ns.output_dir, stage, "stage_done.json")) \
+            == before[stage]
+    after = load_weights(os.path.join(ns.output_dir, "task", "model"))
+    for k in weights:
+        np.testing.assert_array_equal(weights[k], after[k])
+
+
+def test_other_config_in_same_output_dir_is_refused(finished):
+    tmp, ns, _ = finished
+    changed = type(ns)(**{**vars(ns), "seed": ns.seed + 1})
+    with pytest.raises(OutputDirError, match="--seed"):
+        run(changed)
+
+
+def test_stage_can_start_from_explicit_models(finished, tmp_path):
+    """Task distillation from an explicit general model and fine-tuned teacher."""
+    tmp, ns, _ = finished
+    out = tmp_path / "td_only"
+    ns2 = type(ns)(**{**vars(ns), "output_dir": str(out), "stages": ["task"],
+                      "general_model": os.path.join(ns.output_dir, "general", "model"),
+                      "task_teacher": os.path.join(ns.output_dir, "finetune_teacher", "model"),
+                      "use_augmented": False})
+    results = run(ns2)
+    assert list(results) == ["task"]
+    assert os.path.isfile(out / "task" / "model" / "model.safetensors")
+
+
+def test_preflight_rejects_vocab_mismatch(finished, tmp_path, tiny_vocab):
+    from pipeline_helpers import write_teacher
+    tmp, ns, _ = finished
+    other_vocab = list(tiny_vocab[:-1]) + ["zebra"]
+    other = write_teacher(str(tmp_path / "other"), other_vocab)
+    ns2 = type(ns)(**{**vars(ns), "output_dir": str(tmp_path / "o"), "stages": ["task"],
+                      "general_model": other,
+                      "task_teacher": os.path.join(ns.output_dir, "finetune_teacher", "model")})
+    with pytest.raises(PreflightError, match="different vocabularies"):
+        run(ns2)
+    assert not os.path.exists(tmp_path / "o" / "task")
+
+
+def test_preflight_rejects_label_count_and_bad_stage(finished, tmp_path):
+    tmp, ns, _ = finished
+    ns2 = type(ns)(**{**vars(ns), "output_dir": str(tmp_path / "o2"), "stages": ["task"],
+                      "task": "mnli", "general_model": "none",
+                      "task_teacher": os.path.join(ns.output_dir, "finetune_teacher", "model")})
+    with pytest.raises(PreflightError, match="3 labels"):
+        run(ns2)
+    ns3 = type(ns)(**{**vars(ns), "output_dir": str(tmp_path / "o3"), "stages": ["genral"]})
+    with pytest.raises(PreflightError, match="--stages"):
+        run(ns3)
+    ns4 = type(ns)(**{**vars(ns), "output_dir": str(tmp_path / "o4"), "stages": ["general"],
+                      "layer_mapping": "1,2,9"})
+    with pytest.raises(PreflightError, match="--layer_mapping"):
+        run(ns4)
+
+
+def test_overwrite_starts_over(finished, tmp_path):
+    tmp, ns, _ = finished
+    copy = tmp_path / "copy"
+    shutil.copytree(ns.output_dir, copy)
+    ns2 = type(ns)(**{**vars(ns), "output_dir": str(copy), "stages": ["evaluate"],
+                      "overwrite": True, "seed": ns.seed + 5})
+    run(ns2)
+    assert read_json(str(copy / "run_config.json"))["seed"] == ns.seed + 5
+    assert os.path.isfile(copy / "evaluate" / "stage_done.json")
