@@ -47,6 +47,13 @@ def check_vocab(tokens: Sequence[str], source: str = "vocab") -> None:
     if missing:
         raise VocabError(f"{source}: vocab lacks the special tokens {missing}; "
                          f"a BERT WordPiece vocab needs {list(SPECIAL_TOKENS)}.")
+    first: dict[str, int] = {}
+    for i, t in enumerate(tokens):
+        if t in first:
+            # WordPiece ids must be unambiguous; tensorflow-text refuses repeats too.
+            raise VocabError(f"{source}: token {t!r} appears twice (lines {first[t] + 1} and "
+                             f"{i + 1}); every vocab line must be a distinct token.")
+        first[t] = i
 
 
 def write_vocab(tokens: Sequence[str], path: str) -> None:

@@ -1,0 +1,127 @@
+"""WordPiece tokenisation and packing: known ids, pairs, BERT's truncation,
+accents, empty strings, tf.data."""
+import itertools
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tinybert_tf.tokenizer import Tokenizer, VocabError, read_vocab
+
+
+@pytest.fixture(scope="module")
+def vocab(tiny_vocab):
+    """conftest's tiny vocab lists "a" twice; a WordPiece vocab must not."""
+    return list(dict.fromkeys(tiny_vocab))
+
+
+def _ids(vocab, tokens):
+    return [vocab.index(t) for t in tokens]
+
+
+@pytest.fixture(scope="module")
+def tok(vocab):
+    return Tokenizer(vocab, lower_case=True, max_seq_len=12)
+
+
+@pytest.fixture(scope="module")
+def bert_tok(minilm_dir):
+    return Tokenizer(f"{minilm_dir}/vocab.txt", lower_case=True, max_seq_len=8)
+
+
+def test_real_bert_vocab_known_ids(bert_tok):
+    out = bert_tok(["Hello world"])
+    assert out["input_word_ids"].numpy().tolist() == [[101, 7592, 2088, 102, 0, 0, 0, 0]]
+    assert out["input_mask"].numpy().tolist() == [[1, 1, 1, 1, 0, 0, 0, 0]]
+    pair = bert_tok(["hello"], ["WORLD"])
+    assert pair["input_word_ids"].numpy().tolist() == [[101, 7592, 102, 2088, 102, 0, 0, 0]]
+    assert pair["input_type_ids"].numpy().tolist() == [[0, 0, 0, 1, 1, 0, 0, 0]]
+    assert pair["input_mask"].numpy().tolist() == [[1, 1, 1, 1, 1, 0, 0, 0]]
+    for name in ("input_word_ids", "input_mask", "input_type_ids"):
+        assert pair[name].dtype == tf.int32
+
+
+def test_vocab_single_and_pair(tok, vocab):
+    single = tok(["The movie was great!"])
+    expect = _ids(vocab, ["[CLS]", "the", "movie", "was", "great", "!", "[SEP]"])
+    assert single["input_word_ids"].numpy()[0].tolist() == expect + [0] * 5
+    assert single["input_type_ids"].numpy()[0].tolist() == [0] * 12
+    pair = tok(["cats played"], ["the dog ran"])
+    expect = _ids(vocab, ["[CLS]", "cat", "##s", "play", "##ed", "[SEP]",
+                               "the", "dog", "ran", "[SEP]"])
+    assert pair["input_word_ids"].numpy()[0].tolist() == expect + [0, 0]
+    assert pair["input_type_ids"].numpy()[0].tolist() == [0] * 6 + [1] * 4 + [0, 0]
+    unknown = tok(["zzz9 movie"])["input_word_ids"].numpy()[0]
+    assert [vocab[i] for i in unknown[:4]] == ["[CLS]", "[UNK]", "movie", "[SEP]"]
+
+
+def test_accents_and_case_are_stripped_for_uncased(tok, vocab):
+    a = tok(["CAFÉ Café café cafe"])["input_word_ids"].numpy()[0]
+    cafe = _ids(vocab, ["caf", "##e"])
+    assert a[1:9].tolist() == cafe * 4
+    cased = Tokenizer(vocab, lower_case=False, max_seq_len=12)
+    b = cased(["Café"])["input_word_ids"].numpy()[0]
+    assert vocab[b[1]] == "[UNK]"
+
+
+def test_empty_strings(tok, vocab):
+    cls, sep = vocab.index("[CLS]"), vocab.index("[SEP]")
+    out = tok(["", "movie"], ["", ""])
+    ids, mask, types = (out[k].numpy() for k in ("input_word_ids", "input_mask", "input_type_ids"))
+    assert ids[0, :3].tolist() == [cls, sep, sep] and mask[0].sum() == 3
+    assert types[0, :3].tolist() == [0, 0, 1]
+    assert ids[1, :4].tolist() == [cls, vocab.index("movie"), sep, sep]
+    assert tok([""])["input_mask"].numpy().sum() == 2
+
+
+def _bert_truncate(a, b, budget):
+    """Google BERT's _truncate_seq_pair: pop from the longer; ties pop from b."""
+    a, b = list(a), list(b)
+    while len(a) + len(b) > budget:
+        if len(a) > len(b):
+            a.pop()
+        else:
+            b.pop()
+    return a, b
+
+
+def test_truncation_matches_bert_longest_first(tok, vocab):
+    letters = [chr(ord("b") + i) for i in range(9)]  # single-letter words, one piece each
+    cases = list(itertools.product(range(0, 10), range(0, 10)))
+    text_a = [" ".join(letters[:na]) for na, _ in cases]
+    text_b = [" ".join(letters[::-1][:nb]) for _, nb in cases]
+    out = tok(text_a, text_b, max_seq_len=10)
+    ids, types = out["input_word_ids"].numpy(), out["input_type_ids"].numpy()
+    cls, sep = vocab.index("[CLS]"), vocab.index("[SEP]")
+    for row, (na, nb) in enumerate(cases):
+        ka, kb = _bert_truncate(range(na), range(nb), 10 - 3)
+        want = ([cls] + _ids(vocab, letters[:len(ka)]) + [sep]
+                + _ids(vocab, letters[::-1][:len(kb)]) + [sep])
+        assert ids[row].tolist() == want + [0] * (10 - len(want)), (na, nb)
+        assert types[row].tolist()[:len(want)] == [0] * (len(ka) + 2) + [1] * (len(kb) + 1)
+    single = tok([" ".join(letters)], max_seq_len=5)["input_word_ids"].numpy()[0]
+    assert single.tolist() == [cls] + _ids(vocab, letters[:3]) + [sep]
+
+
+def test_inside_tf_data_matches_eager(tok):
+    a = ["the movie was good", "", "cats sat on the mat", "hello world"]
+    b = ["not bad", "fun", "", "the plot"]
+    eager = tok(a, b)
+    ds = tf.data.Dataset.from_tensor_slices((a, b)).batch(3).map(lambda x, y: tok(x, y))
+    got = list(ds)
+    for name in eager:
+        np.testing.assert_array_equal(
+            np.concatenate([g[name].numpy() for g in got]), eager[name].numpy())
+
+
+def test_bad_vocab(tmp_path):
+    with pytest.raises(VocabError, match="not found"):
+        read_vocab(str(tmp_path / "missing.txt"))
+    path = tmp_path / "vocab.txt"
+    path.write_text("[PAD]\n[UNK]\nhello\n", encoding="utf-8")
+    with pytest.raises(VocabError, match=r"\[CLS\]"):
+        read_vocab(str(path))
+    with pytest.raises(VocabError, match="appears twice"):
+        Tokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b", "a"])
+    with pytest.raises(ValueError, match="max_seq_len"):
+        Tokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "x", "y"], max_seq_len=4)(["x"], ["y"])
