@@ -1,0 +1,62 @@
+"""NumPy GLUE metrics against scikit-learn / SciPy (test-only dependencies)."""
+import numpy as np
+import pytest
+import scipy.stats
+from sklearn import metrics as skm
+
+from tinybert_tf.data import glue
+from tinybert_tf.data import metrics as M
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_classification_metrics_match_sklearn(seed):
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, 2, 200)
+    p = np.where(rng.random(200) < 0.7, y, 1 - y)
+    assert M.accuracy(p, y) == pytest.approx(skm.accuracy_score(y, p))
+    assert M.f1(p, y) == pytest.approx(skm.f1_score(y, p))
+    assert M.matthews_corrcoef(p, y) == pytest.approx(skm.matthews_corrcoef(y, p))
+
+
+def test_multiclass_mcc_and_degenerate_cases():
+    rng = np.random.default_rng(3)
+    y = rng.integers(0, 3, 300)
+    p = np.where(rng.random(300) < 0.5, y, rng.integers(0, 3, 300))
+    assert M.matthews_corrcoef(p, y) == pytest.approx(skm.matthews_corrcoef(y, p))
+    # Constant predictions: sklearn defines MCC = 0; F1 with no positives = 0.
+    assert M.matthews_corrcoef(np.zeros(10), np.r_[np.zeros(5), np.ones(5)]) == 0.0
+    assert M.f1(np.zeros(4), np.zeros(4)) == 0.0
+    assert M.matthews_corrcoef([1, 0, 1], [1, 0, 1]) == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="differ in length"):
+        M.accuracy([1, 0], [1])
+
+
+def test_correlations_match_scipy_with_ties():
+    rng = np.random.default_rng(4)
+    y = np.round(rng.random(150) * 5, 1)  # many ties, as in STS-B scores
+    p = y + rng.normal(0, 1.0, 150)
+    p[:20] = 2.0  # ties in predictions too
+    assert M.pearson(p, y) == pytest.approx(scipy.stats.pearsonr(p, y)[0])
+    assert M.spearman(p, y) == pytest.approx(scipy.stats.spearmanr(p, y)[0])
+    assert M.pearson(np.ones(5), np.arange(5)) == 0.0
+
+
+def test_compute_metrics_per_task():
+    y = np.array([0, 1, 1, 0, 1, 1])
+    p = np.array([0, 1, 0, 0, 1, 0])
+    mrpc = glue.compute_metrics("MRPC", p, y)
+    assert set(mrpc) == {"accuracy", "f1", "accuracy_f1_mean"}
+    assert mrpc["f1"] == pytest.approx(skm.f1_score(y, p))
+    assert mrpc["accuracy_f1_mean"] == pytest.approx((mrpc["accuracy"] + mrpc["f1"]) / 2)
+    assert glue.compute_metrics("cola", p, y) == {"mcc": pytest.approx(skm.matthews_corrcoef(y, p))}
+    assert glue.compute_metrics("mnli", [2, 1, 0], [2, 1, 1]) == {"accuracy": pytest.approx(2 / 3)}
+    logits = np.array([[0.1, 0.9], [2.0, -1.0]])
+    assert glue.compute_metrics("sst2", logits, [1, 1])["accuracy"] == 0.5
+    s = glue.compute_metrics("STS-B", [1.0, 2.0, 3.5, 0.2], [1.2, 2.5, 3.0, 0.0])
+    assert s["pearson_spearman_mean"] == pytest.approx((s["pearson"] + s["spearman"]) / 2)
+    assert s["spearman"] == pytest.approx(1.0)
+    for name in glue.task_names():
+        spec = glue.get_task(name)
+        assert spec.primary_metric in spec.metric_names
+    with pytest.raises(ValueError, match="None"):
+        glue.compute_metrics("sst-2", [1, 0], np.array([1, None], dtype=object))
