@@ -1,0 +1,165 @@
+"""SavedModel for TF Serving: raw text in, logits/probabilities out.
+
+Signatures (all outputs float32 unless noted):
+  serving_default  text: string [B] (+ text_b: string [B] for pair tasks),
+                   tokenised in graph by the model's own `Tokenizer`
+                   (tensorflow-text FastBertTokenizer + packing ops).
+  serve_ids        input_word_ids, input_mask, input_type_ids: int32 [B, L].
+Outputs: classifier  logits [B, C], probabilities [B, C], label: string [B]
+                     (the arg-max class name);
+         regressor   logits [B, 1], score [B].
+Assets: vocab.txt (the WordPiece vocab) and labels.txt (class names, one a line).
+
+The custom ops the text signature needs are listed by `custom_ops(path)`; all
+come from tensorflow-text's ops library, which TF Serving links into
+`tensorflow_model_server` (see docs/deploy.md for the minimum version).
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Optional
+
+import tensorflow as tf
+
+from tinybert_tf.export.common import (ExportError, check_seq_len, check_task_model,
+                                       label_names, make_tokenizer)
+from tinybert_tf.models.checkpoint import atomic_directory
+from tinybert_tf.models.encoder import INPUT_NAMES, BertModel
+from tinybert_tf.tokenizer import write_vocab
+
+VOCAB_ASSET = "vocab.txt"
+LABELS_ASSET = "labels.txt"
+TEXT_SIGNATURE = "serving_default"
+IDS_SIGNATURE = "serve_ids"
+
+
+class ServingModule(tf.Module):
+    """Holds the model, its tokenizer and assets; builds both serving functions.
+
+    Args:
+      model: a `BertModel` with a classifier or regressor head and a vocab.
+      max_seq_len: the packed length of the text signature.
+      is_pair: whether the text signature takes `text_b` as well.
+      asset_dir: an existing directory where vocab.txt/labels.txt are written
+        (tf.saved_model.save copies them into the SavedModel's assets/).
+    """
+
+    def __init__(self, model: BertModel, max_seq_len: int, is_pair: bool, asset_dir: str):
+        super().__init__(name="tinybert_serving")
+        self.regression = check_task_model(model)
+        self.model = model
+        self.max_seq_len = check_seq_len(model, max_seq_len)
+        self.is_pair = bool(is_pair)
+        self.tokenizer = make_tokenizer(model, self.max_seq_len)
+        names = label_names(model)
+        vocab_path = os.path.join(asset_dir, VOCAB_ASSET)
+        labels_path = os.path.join(asset_dir, LABELS_ASSET)
+        write_vocab(model.vocab, vocab_path)
+        with open(labels_path, "w", encoding="utf-8") as f:
+            f.write("".join(n + "\n" for n in names))
+        self.vocab_file = tf.saved_model.Asset(vocab_path)
+        self.labels_file = tf.saved_model.Asset(labels_path)
+        self._label_names = tf.constant(names)
+
+        ids_spec = [tf.TensorSpec([None, None], tf.int32, name=n) for n in INPUT_NAMES]
+        self.serve_ids = tf.function(self._serve_ids, input_signature=ids_spec)
+        text_spec = [tf.TensorSpec([None], tf.string, name="text")]
+        if self.is_pair:
+            text_spec.append(tf.TensorSpec([None], tf.string, name="text_b"))
+            self.serve_text = tf.function(self._serve_pair, input_signature=text_spec)
+        else:
+            self.serve_text = tf.function(self._serve_single, input_signature=text_spec)
+
+    def outputs(self, inputs: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+        """Packed inputs [B, L] -> the named serving outputs."""
+        logits = tf.cast(self.model(inputs, training=False)["logits"], tf.float32)
+        if self.regression:
+            return {"logits": logits, "score": logits[:, 0]}
+        return {"logits": logits, "probabilities": tf.nn.softmax(logits, axis=-1),
+                "label": tf.gather(self._label_names, tf.argmax(logits, axis=-1))}
+
+    def _serve_ids(self, input_word_ids, input_mask, input_type_ids):
+        return self.outputs({"input_word_ids": input_word_ids, "input_mask": input_mask,
+                             "input_type_ids": input_type_ids})
+
+    def _serve_single(self, text):
+        return self.outputs(self.tokenizer(text, max_seq_len=self.max_seq_len))
+
+    def _serve_pair(self, text, text_b):
+        return self.outputs(self.tokenizer(text, text_b, max_seq_len=self.max_seq_len))
+
+    def signatures(self) -> dict:
+        return {TEXT_SIGNATURE: self.serve_text.get_concrete_function(),
+                IDS_SIGNATURE: self.serve_ids.get_concrete_function()}
+
+
+def export_saved_model(model: BertModel, directory: str, max_seq_len: int,
+                       is_pair: bool = False) -> str:
+    """Write the TF Serving SavedModel to `directory` (atomically); returns its path.
+
+    The directory is built under a temporary sibling and renamed into place
+    only when complete; an existing export there is replaced at that moment.
+    For TF Serving, put it under a numeric version folder (MODEL_BASE/1/).
+    """
+    check_task_model(model)
+    with tempfile.TemporaryDirectory(prefix="tinybert-assets-") as asset_dir:
+        module = ServingModule(model, max_seq_len, is_pair, asset_dir)
+        with atomic_directory(directory) as tmp:
+            tf.saved_model.save(module, tmp, signatures=module.signatures())
+            _make_readable(tmp)
+    return os.path.abspath(directory)
+
+
+def _make_readable(directory: str) -> None:
+    """mkdtemp makes 0700 dirs: open them up so a serving user can read the export."""
+    for root, dirs, files in os.walk(directory):
+        os.chmod(root, 0o755)
+        for f in files:
+            os.chmod(os.path.join(root, f), 0o644)
+
+
+def custom_ops(directory: str) -> list[str]:
+    """Op types in the SavedModel that TensorFlow core does not define (tensorflow-text's)."""
+    from tensorflow.core.protobuf import saved_model_pb2
+    from tensorflow.python.framework import op_def_registry
+
+    path = os.path.join(directory, "saved_model.pb")
+    if not os.path.isfile(path):
+        raise ExportError(f"{directory}: no saved_model.pb; not a SavedModel directory.")
+    sm = saved_model_pb2.SavedModel()
+    with open(path, "rb") as f:
+        sm.ParseFromString(f.read())
+    ops = set()
+    for mg in sm.meta_graphs:
+        for node in mg.graph_def.node:
+            ops.add(node.op)
+        for fn in mg.graph_def.library.function:
+            ops.update(n.op for n in fn.node_def)
+    fn_names = {fn.signature.name for mg in sm.meta_graphs for fn in mg.graph_def.library.function}
+    text_ops = _text_op_names()
+    # Ops from tensorflow-text's libraries, plus any op no loaded library defines.
+    return sorted(op for op in ops - fn_names
+                  if op in text_ops or op_def_registry.get(op) is None)
+
+
+_TEXT_OPS: Optional[set] = None
+
+
+def _text_op_names() -> set:
+    """Names of the ops in tensorflow-text's .so files (their OpList, via TF's loader)."""
+    global _TEXT_OPS
+    if _TEXT_OPS is None:
+        import tensorflow_text
+        lib_dir = os.path.dirname(tensorflow_text.__file__)
+        names = set()
+        for root, _, files in os.walk(lib_dir):
+            for f in files:
+                if f.endswith(".so") and f.startswith("_"):
+                    try:
+                        lib = tf.load_op_library(os.path.join(root, f))
+                    except (tf.errors.NotFoundError, OSError):
+                        continue
+                    names.update(op.name for op in lib.OP_LIST.op)
+        _TEXT_OPS = names
+    return _TEXT_OPS

@@ -1,0 +1,277 @@
+"""TFLite for Android: float32, float16, dynamic-range int8, full-integer int8.
+
+Every flavour has the TFLite Task Library `BertNLClassifier` interface:
+inputs `input_word_ids`, `input_mask`, `input_type_ids`, int32 [1, L] (in that
+order), and one float32 output: `probabilities` [1, C] (a regressor: `score`
+[1, 1]). The converter names tensors `serving_default_input_word_ids:0` and
+orders them alphabetically; we rename and reorder them in the flatbuffer so
+the plain names are the tensor names (the SignatureDef, which refers to
+tensors by index, stays valid).
+
+The graph is the model at batch 1 and a fixed length, with its variables
+frozen to constants first (`convert_variables_to_constants_v2`): handing the
+converter a Keras 3 model's live variables leaves READ_VARIABLE ops behind,
+which breaks calibration of the int8 flavour.
+
+Full-integer int8 and the attention mask: the encoder adds -10000 to the
+scores of padded keys (`layers.MASK_VALUE`, right for float training). In int8
+the sum "scores + mask" then spans [-10000, max score], one int8 step is ~40,
+and every real score rounds to the same value: attention turns uniform and the
+labels are noise (we measured 53% agreement on a toy task). For the int8
+flavour only, we trace the graph with a mask value sized from the calibration
+data instead: -(max score range seen + 20), which still gives padded keys a
+weight below e^-20 of the best real key while leaving int8 resolution for the
+real scores (100% agreement on the same task). The float flavours keep -10000.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Iterable, Optional, Sequence, Union
+
+import numpy as np
+import tensorflow as tf
+
+from tinybert_tf.export.common import (TFLITE_FORMATS, ExportError, check_seq_len,
+                                       check_task_model)
+from tinybert_tf.models.encoder import INPUT_NAMES, BertModel
+
+
+def output_name(model: BertModel) -> str:
+    return "score" if model.head_type == "regressor" else "probabilities"
+
+
+MASK_MARGIN = 20.0  # padded keys get weight < e^-20 of the best real key
+
+
+@contextlib.contextmanager
+def _mask_value(value: Optional[float]):
+    """Trace the encoder with `value` as its additive attention mask (None: as is).
+
+    The encoder reads `layers.MASK_VALUE` when it is traced, so the value is
+    baked into the graph built inside this block; it is restored afterwards.
+    """
+    from tinybert_tf.models import layers
+    if value is None:
+        yield
+        return
+    old = layers.MASK_VALUE
+    layers.MASK_VALUE = float(value)
+    try:
+        yield
+    finally:
+        layers.MASK_VALUE = old
+
+
+def calibrated_mask_value(model: BertModel, rows: Sequence[dict[str, np.ndarray]],
+                          batch_size: int = 64) -> float:
+    """-(largest spread of real-key attention scores in `rows` + MASK_MARGIN).
+
+    Spread = max - min of QK^T/sqrt(d_k) over real query/key positions of one
+    example and head, maximised over examples, heads and layers.
+    """
+    spread = 0.0
+    keys = INPUT_NAMES
+    data = {k: np.concatenate([r[k] for r in rows], 0) for k in keys}
+    for s in range(0, len(data[keys[0]]), batch_size):
+        batch = {k: tf.constant(v[s:s + batch_size]) for k, v in data.items()}
+        out = model(batch, training=False)
+        real = tf.cast(batch["input_mask"], tf.bool)[:, None, None, :]
+        for scores in out["attention_scores"]:
+            scores = tf.cast(scores, tf.float32)
+            hi = tf.reduce_max(tf.where(real, scores, -np.inf), axis=-1)
+            lo = tf.reduce_min(tf.where(real, scores, np.inf), axis=-1)
+            spread = max(spread, float(tf.reduce_max(hi - lo)))
+    return -(spread + MASK_MARGIN)
+
+
+def model_function(model: BertModel, max_seq_len: int, batch_size: int = 1,
+                   mask_value: Optional[float] = None):
+    """A frozen concrete function: 3 x int32 [batch, L] -> {probabilities|score}.
+
+    mask_value: the additive attention mask to trace with (None: the encoder's).
+    """
+    from tensorflow.python.framework.convert_to_constants import (
+        convert_variables_to_constants_v2)
+
+    regression = check_task_model(model)
+    spec = [tf.TensorSpec([batch_size, max_seq_len], tf.int32, name=n) for n in INPUT_NAMES]
+
+    @tf.function(input_signature=spec)
+    def predict(input_word_ids, input_mask, input_type_ids):
+        logits = tf.cast(model({"input_word_ids": input_word_ids, "input_mask": input_mask,
+                                "input_type_ids": input_type_ids}, training=False)["logits"],
+                         tf.float32)
+        out = logits if regression else tf.nn.softmax(logits, axis=-1)
+        return {output_name(model): out}
+
+    with _mask_value(mask_value):
+        concrete = predict.get_concrete_function()
+    return convert_variables_to_constants_v2(concrete)
+
+
+def convert(model: BertModel, fmt: str, max_seq_len: int,
+            representative: Optional[Iterable[dict[str, np.ndarray]]] = None) -> bytes:
+    """Convert `model` to one TFLite flavour; returns the flatbuffer bytes.
+
+    Args:
+      fmt: float32 | float16 | dynamic_int8 | int8.
+      max_seq_len: the fixed sequence length L of the inputs.
+      representative: for int8, packed inputs (dicts of int32 [1, L] or [N, L])
+        of real task text used to calibrate activation ranges.
+    """
+    if fmt not in TFLITE_FORMATS:
+        raise ExportError(f"unknown TFLite format {fmt!r}; use one of {', '.join(TFLITE_FORMATS)}.")
+    max_seq_len = check_seq_len(model, max_seq_len)
+    rows, mask_value = None, None
+    if fmt == "int8":
+        rows = _representative_rows(representative, max_seq_len)
+        mask_value = calibrated_mask_value(model, rows)
+    fn = model_function(model, max_seq_len, mask_value=mask_value)
+    converter = tf.lite.TFLiteConverter.from_concrete_functions([fn], tf.Module())
+    if fmt == "float16":
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+        converter.target_spec.supported_types = [tf.float16]
+    elif fmt == "dynamic_int8":
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    elif fmt == "int8":
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+        converter.representative_dataset = lambda: iter(rows)
+        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+        # The ids stay int32 and the probabilities float32: the Task Library
+        # feeds int32 ids and reads float scores.
+    flat = converter.convert()
+    return name_io(flat, output_name(model))
+
+
+def _representative_rows(representative, max_seq_len: int) -> list[dict[str, np.ndarray]]:
+    """Split packed inputs into [1, L] rows for calibration; empty -> ExportError."""
+    rows = []
+    for batch in representative or ():
+        n = len(batch["input_word_ids"])
+        for i in range(n):
+            row = {k: np.asarray(batch[k][i:i + 1], np.int32) for k in INPUT_NAMES}
+            if row["input_word_ids"].shape != (1, max_seq_len):
+                raise ExportError(f"representative inputs have shape "
+                                  f"{row['input_word_ids'].shape}, expected (1, {max_seq_len}).")
+            rows.append(row)
+    if not rows:
+        raise ExportError("int8 export needs a representative data set of task text to "
+                          "calibrate activations, and got none: pass representative_texts "
+                          "(bin/export: --data_dir with train/dev text, "
+                          "--representative_examples > 0), or drop int8 from "
+                          "--export_formats.")
+    return rows
+
+
+def name_io(flat: bytes, out_name: str) -> bytes:
+    """Rename the inputs to INPUT_NAMES (in that order) and the output to `out_name`."""
+    from tensorflow.lite.tools import flatbuffer_utils
+
+    model = flatbuffer_utils.read_model_from_bytearray(bytearray(flat))
+    if len(model.subgraphs) != 1:
+        raise ExportError(f"expected one TFLite subgraph, got {len(model.subgraphs)}.")
+    sg = model.subgraphs[0]
+    by_name = {}
+    for idx in sg.inputs:
+        name = sg.tensors[idx].name.decode()
+        match = [n for n in INPUT_NAMES if name == n or name.endswith("_" + n + ":0")
+                 or name.startswith(n + ":")]
+        if len(match) != 1:
+            raise ExportError(f"unexpected TFLite input tensor {name!r}.")
+        by_name[match[0]] = idx
+    if sorted(by_name) != sorted(INPUT_NAMES) or len(sg.outputs) != 1:
+        raise ExportError(f"TFLite model has inputs {sorted(by_name)} and "
+                          f"{len(sg.outputs)} outputs; expected {INPUT_NAMES} and 1.")
+    for n, idx in by_name.items():
+        sg.tensors[idx].name = n.encode()
+    sg.inputs = np.array([by_name[n] for n in INPUT_NAMES], dtype=np.int32)
+    sg.tensors[sg.outputs[0]].name = out_name.encode()
+    return bytes(flatbuffer_utils.convert_object_to_bytearray(model))
+
+
+class TFLiteRunner:
+    """Runs a converted model with ai-edge-litert's Interpreter.
+
+    Args:
+      model: a .tflite path or its bytes.
+      batch_size: inputs are resized to [batch_size, L] (the file says [1, L]).
+      num_threads: CPU threads for the interpreter (XNNPACK).
+    """
+
+    def __init__(self, model: Union[str, bytes], batch_size: int = 1,
+                 num_threads: Optional[int] = None):
+        from ai_edge_litert.interpreter import Interpreter
+
+        kwargs = {"model_path": model} if isinstance(model, str) else {"model_content": model}
+        self.interpreter = Interpreter(num_threads=num_threads, **kwargs)
+        details = {d["name"]: d for d in self.interpreter.get_input_details()}
+        missing = [n for n in INPUT_NAMES if n not in details]
+        if missing:
+            raise ExportError(f"TFLite model lacks input tensors {missing}; got {sorted(details)}.")
+        self.input_index = {n: details[n]["index"] for n in INPUT_NAMES}
+        self.seq_len = int(details[INPUT_NAMES[0]]["shape"][1])
+        self.batch_size = batch_size
+        if batch_size != 1:
+            for idx in self.input_index.values():
+                self.interpreter.resize_tensor_input(idx, [batch_size, self.seq_len])
+        self.interpreter.allocate_tensors()
+        self.output_index = self.interpreter.get_output_details()[0]["index"]
+
+    def __call__(self, inputs: dict[str, np.ndarray]) -> np.ndarray:
+        """One batch of exactly batch_size rows: int32 [B, L] each -> output [B, C]."""
+        for n, idx in self.input_index.items():
+            self.interpreter.set_tensor(idx, np.asarray(inputs[n], np.int32))
+        self.interpreter.invoke()
+        return np.array(self.interpreter.get_tensor(self.output_index))
+
+    def predict(self, inputs: dict[str, np.ndarray]) -> np.ndarray:
+        """Any number of rows [N, L] -> [N, C], run batch_size rows at a time
+        (the last batch padded with copies of its first row)."""
+        n = len(inputs[INPUT_NAMES[0]])
+        outs = []
+        for s in range(0, n, self.batch_size):
+            chunk = {k: np.asarray(v[s:s + self.batch_size]) for k, v in inputs.items()}
+            m = len(chunk[INPUT_NAMES[0]])
+            if m < self.batch_size:
+                chunk = {k: np.concatenate([v, np.repeat(v[:1], self.batch_size - m, 0)])
+                         for k, v in chunk.items()}
+            outs.append(self(chunk)[:m])
+        return np.concatenate(outs, 0) if outs else np.zeros((0, 0), np.float32)
+
+
+def tensor_types(flat: Union[str, bytes]) -> dict[str, int]:
+    """How many tensors of each type the model holds (e.g. to see int8 coverage)."""
+    from tensorflow.lite.tools import flatbuffer_utils
+
+    if isinstance(flat, str):
+        with open(flat, "rb") as f:
+            flat = f.read()
+    model = flatbuffer_utils.read_model_from_bytearray(bytearray(flat))
+    counts: dict[str, int] = {}
+    for t in model.subgraphs[0].tensors:
+        name = flatbuffer_utils.type_to_name(t.type)
+        counts[name] = counts.get(name, 0) + 1
+    return counts
+
+
+def operators(flat: Union[str, bytes]) -> list[str]:
+    """Sorted builtin/custom operator names used by the model."""
+    from tensorflow.lite.tools import flatbuffer_utils
+
+    if isinstance(flat, str):
+        with open(flat, "rb") as f:
+            flat = f.read()
+    model = flatbuffer_utils.read_model_from_bytearray(bytearray(flat))
+    return sorted({flatbuffer_utils.opcode_to_name(model, op.opcodeIndex)
+                   for op in model.subgraphs[0].operators})
+
+
+def write_tflite(flat: bytes, path: str) -> str:
+    from tinybert_tf.export.common import write_bytes_atomic
+    write_bytes_atomic(path, flat)
+    return os.path.abspath(path)
+
+
+__all__: Sequence[str] = ["convert", "TFLiteRunner", "name_io", "model_function",
+                          "tensor_types", "operators", "write_tflite"]
