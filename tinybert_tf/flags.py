@@ -65,6 +65,19 @@ def define_augment_flags() -> None:
     flags.DEFINE_string("shard", "", "i/n: augment only the i-th of n slices of the task "
                         "(0-based), for splitting work across machines.")
     flags.DEFINE_integer("augment_batch_size", 256, "Masked rows per MLM forward pass.")
+    flags.DEFINE_string("output", "", "bin/augment: the file to write; name it train_aug.tsv "
+                        "(in its own folder) to load it as the task's split 'train_aug'.")
+    flags.DEFINE_string("vocab", "", "The task tokenizer's vocab.txt (the model trained on the "
+                        "output); checked against --mlm_model's vocab. Empty: no check.")
+    flags.DEFINE_string("vector_cache", "", "Folder caching Word2Vec trained on --corpus. Empty: "
+                        "'vectors' next to --output.")
+    flags.DEFINE_integer("vector_vocab_limit", 100000, "Neighbours among the first N words of "
+                         "the vector file (the reference: 100000 GloVe words); 0 = all.")
+    flags.DEFINE_string("corpus", "",
+                        "General corpus (general distillation; Word2Vec for augmentation): text "
+                        "files/globs (BERT format, .gz/.bz2), a Wikipedia XML dump (.xml.bz2), "
+                        "TFRecord shards (.tfrecord), or tfds:NAME. "
+                        "Empty: the Wikipedia sample shipped in gensim.")
 
 
 def define_export_flags() -> None:
@@ -103,10 +116,7 @@ def define_distill_flags() -> None:
                         "(random init: the paper's 'no GD' ablation), or empty for "
                         "OUTPUT/general.")
     # General distillation.
-    flags.DEFINE_string("corpus", "",
-                        "General corpus: text files/globs (BERT format, .gz/.bz2), a Wikipedia "
-                        "XML dump (.xml.bz2), TFRecord shards (.tfrecord), or tfds:NAME. "
-                        "Empty: the Wikipedia sample shipped in gensim.")
+    # --corpus is defined with the augment flags (Word2Vec trains on it too).
     flags.DEFINE_integer("general_max_seq_len", 128, "Sequence length of general distillation.")
     flags.DEFINE_integer("general_batch_size", 256, "Global batch size of general distillation.")
     flags.DEFINE_float("general_epochs", 3, "Epochs over the corpus in general distillation.")

@@ -1,0 +1,475 @@
+"""TinyBERT data augmentation (paper Algorithm 1) over a GLUE task, streamed and resumable.
+
+For each example and each text field:
+  1. split the text into words (BERT basic tokenisation, `words.WordSplitter`);
+  2. eligible words (alphabetic, not a stopword) get K candidates: single-piece
+     words the K most probable whole-word MLM tokens with the word masked
+     (`candidates.MLMCandidates`, batched), multi-piece words -- or every word
+     when no MLM model is given -- their K nearest word vectors
+     (`vectors.NeighbourIndex`, cached per word);
+  3. N_a times: each eligible word with candidates is replaced, with probability
+     p_t, by a candidate drawn uniformly; the words are joined with spaces;
+  4. the original row comes first, then the distinct variants (a variant equal
+     to the original, or to its tokenised form, or to an earlier one is dropped).
+Pair tasks: variants of the first field keep the original second field and
+vice versa (the reference builds the second field's variants on a mutated
+first field, a bug we do not copy). Labels and other columns are copied.
+
+Determinism: example i draws from `np.random.default_rng([seed, i])`, and MLM
+batches are formed within fixed chunks of `chunk_size` consecutive examples,
+so a shard or a resumed run writes exactly the bytes of the same chunks of an
+uninterrupted run. Output: `OUTPUT.partial` grows a chunk at a time;
+`OUTPUT.progress.json` records the chunks and bytes done (written after the
+chunk's bytes are on disk); the final rename makes `OUTPUT` appear only when
+complete.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import math
+import os
+import time
+from typing import Any, Iterator, Optional, Sequence, Union
+
+import numpy as np
+
+from tinybert_tf.augment.candidates import MLMCandidates, MLMError
+from tinybert_tf.augment.vectors import (DEFAULT_VOCAB_LIMIT, NeighbourIndex, fingerprint,
+                                         resolve_vectors)
+from tinybert_tf.augment.words import WordSplitter, is_eligible
+
+logger = logging.getLogger(__name__)
+
+CHUNK_SIZE = 128  # examples per resumable unit (and per MLM batching window)
+_PROGRESS_VERSION = 1
+
+
+class AugmentError(ValueError):
+    """Bad augmentation input (flag value, task file); the message names it and the fix."""
+
+
+# ---------------------------------------------------------------------------
+# Sampling (Algorithm 1, lines "for i in 1..N_a").
+
+def sample_variants(words: Sequence[str], candidates: Sequence[tuple[int, Sequence[str]]],
+                    num_aug: int, replace_prob: float, rng: np.random.Generator,
+                    seen: set) -> list[str]:
+    """Up to `num_aug` distinct variants of one text.
+
+    Args:
+      words: the text's words.
+      candidates: (word index, candidate words) for each word that may change;
+        lists must be non-empty.
+      num_aug: N_a tries; replace_prob: p_t.
+      rng: the example's generator; draws a [N_a, n] candidate index and a
+        [N_a, n] uniform number (replace when < p_t).
+      seen: texts that do not count as new (updated in place).
+    """
+    if not candidates or num_aug <= 0:
+        return []
+    pos = [p for p, _ in candidates]
+    lists = [list(c) for _, c in candidates]
+    lens = np.array([len(c) for c in lists])
+    choice = rng.integers(0, lens, size=(num_aug, len(pos)))
+    replace = rng.random((num_aug, len(pos))) < replace_prob
+    out = []
+    for t in range(num_aug):
+        new = list(words)
+        for j in np.flatnonzero(replace[t]):
+            new[pos[j]] = lists[j][choice[t, j]]
+        text = " ".join(new)
+        if text not in seen:
+            seen.add(text)
+            out.append(text)
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Candidates for a chunk of texts.
+
+@dataclasses.dataclass
+class ChunkStats:
+    eligible: int = 0      # eligible words seen
+    mlm_words: int = 0     # ... served by the MLM
+    vector_words: int = 0  # ... served by word vectors
+    skipped: int = 0       # ... with no candidate (not in the vectors, beyond max_len)
+
+    def add(self, other: "ChunkStats") -> None:
+        for f in dataclasses.fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+
+
+class Augmenter:
+    """Algorithm 1 on batches of texts.
+
+    Args:
+      neighbours: word-vector neighbours (multi-piece words, or all words).
+      mlm: MLM candidates for single-piece words, or None.
+      num_aug, replace_prob, seed: N_a, p_t and the base seed.
+    """
+
+    def __init__(self, neighbours: NeighbourIndex, mlm: Optional[MLMCandidates] = None,
+                 num_aug: int = 20, replace_prob: float = 0.4, seed: int = 42):
+        self.neighbours = neighbours
+        self.mlm = mlm
+        self.splitter = WordSplitter(mlm.lower_case if mlm is not None else True)
+        self.num_aug = int(num_aug)
+        self.replace_prob = float(replace_prob)
+        self.seed = int(seed)
+
+    def word_candidates(self, texts: Sequence[str]
+                        ) -> tuple[list[list[str]], list[list[tuple[int, list[str]]]], ChunkStats]:
+        """texts [T] -> words per text, (word index, candidates) per text, stats."""
+        words = self.splitter.split(texts)
+        stats = ChunkStats()
+        eligible = [[i for i, w in enumerate(ws) if is_eligible(w)] for ws in words]
+        found: list[dict[int, list[str]]] = [{} for _ in texts]
+        by_vectors: list[tuple[int, int]] = []  # (text, word index)
+        if self.mlm is not None:
+            flat = [w for ws in words for w in ws]
+            flat_pieces = self.mlm.pieces(flat)
+            rows, owners = [], []
+            at = 0
+            for t, ws in enumerate(words):
+                pieces = flat_pieces[at:at + len(ws)]
+                at += len(ws)
+                single = [i for i in eligible[t] if len(pieces[i]) == 1]
+                by_vectors += [(t, i) for i in eligible[t] if len(pieces[i]) > 1]
+                for i, row in zip(single, self.mlm.make_rows(pieces, single)):
+                    if row is not None:
+                        rows.append(row)
+                        owners.append((t, i))
+            for (t, i), cands in zip(owners, self.mlm.candidates(rows)):
+                found[t][i] = cands
+            stats.mlm_words = len(rows)
+        else:
+            by_vectors = [(t, i) for t in range(len(texts)) for i in eligible[t]]
+        table = self.neighbours.neighbours([words[t][i] for t, i in by_vectors])
+        for t, i in by_vectors:
+            found[t][i] = table[words[t][i]]
+        stats.vector_words = len(by_vectors)
+        out = []
+        for t in range(len(texts)):
+            cands = [(i, found[t][i]) for i in eligible[t] if found[t].get(i)]
+            stats.eligible += len(eligible[t])
+            stats.skipped += len(eligible[t]) - len(cands)
+            out.append(cands)
+        return words, out, stats
+
+    def augment_fields(self, examples: Sequence[tuple[int, Sequence[str]]]
+                       ) -> tuple[list[list[list[str]]], ChunkStats]:
+        """(example index, text fields) -> per example, per field, the new texts."""
+        texts = [t for _, fields in examples for t in fields]
+        words, cands, stats = self.word_candidates(texts)
+        out, at = [], 0
+        for index, fields in examples:
+            rng = np.random.default_rng([self.seed, index])
+            per_field = []
+            for text in fields:
+                seen = {text, " ".join(words[at])}
+                per_field.append(sample_variants(words[at], cands[at], self.num_aug,
+                                                 self.replace_prob, rng, seen))
+                at += 1
+            out.append(per_field)
+        return out, stats
+
+
+def example_rows(fields: Sequence[str], cols: Sequence[int],
+                 variants: Sequence[Sequence[str]]) -> list[list[str]]:
+    """The original row, then for each text column its variants with the other
+    columns (including the other text) left as in the original."""
+    rows = [list(fields)]
+    for col, texts in zip(cols, variants):
+        for text in texts:
+            row = list(fields)
+            row[col] = text
+            rows.append(row)
+    return rows
+
+
+# ---------------------------------------------------------------------------
+# The task-level driver.
+
+def parse_shard(shard: Optional[str]) -> tuple[int, int]:
+    """"i/n" -> (i, n); None/"" -> (0, 1)."""
+    if not shard:
+        return 0, 1
+    try:
+        i, n = (int(x) for x in str(shard).split("/"))
+    except ValueError:
+        raise AugmentError(f"--shard={shard}: expected i/n, e.g. 0/4 (0-based).") from None
+    if n < 1 or not 0 <= i < n:
+        raise AugmentError(f"--shard={shard}: need 0 <= i < n (0-based), e.g. 0/4 .. 3/4.")
+    return i, n
+
+
+def load_mlm_model(path: str):
+    """Load `path` keeping its stored head; it must be an MLM head (never a fresh one)."""
+    from tinybert_tf.models.checkpoint import load_model
+    model = load_model(path)
+    if model.head_type != "mlm":
+        raise MLMError(f"--mlm_model={path}: the checkpoint has no MLM head (head: "
+                       f"{model.head_type}); give a BertForMaskedLM / keras-hub BertMaskedLM / "
+                       "our MLM directory, or leave --mlm_model empty to use word vectors for "
+                       "every word.")
+    return model
+
+
+def _check_vocab(mlm: MLMCandidates, vocab: Union[str, Sequence[str]]) -> None:
+    from tinybert_tf.tokenizer import read_vocab
+    name = vocab if isinstance(vocab, str) else "the task tokenizer"
+    tokens = read_vocab(vocab) if isinstance(vocab, str) else list(vocab)
+    if tokens == mlm.vocab:
+        return
+    diff = next((i for i, (a, b) in enumerate(zip(tokens, mlm.vocab)) if a != b),
+                min(len(tokens), len(mlm.vocab)))
+    got = mlm.vocab[diff] if diff < len(mlm.vocab) else "(end)"
+    want = tokens[diff] if diff < len(tokens) else "(end)"
+    raise MLMError(f"--mlm_model: its vocab ({len(mlm.vocab)} tokens) differs from {name} "
+                   f"({len(tokens)} tokens) at line {diff + 1} ({got!r} vs {want!r}); "
+                   "candidates must be words of the model trained on the output: use an MLM "
+                   "model with the same vocab.txt.")
+
+
+def _validate(num_aug, replace_prob, num_candidates, seed, batch_size, chunk_size) -> None:
+    checks = [(isinstance(num_aug, int) and num_aug >= 1, f"--num_aug={num_aug}: need >= 1"),
+              (0.0 <= float(replace_prob) <= 1.0,
+               f"--replace_prob={replace_prob}: need 0 <= p_t <= 1"),
+              (isinstance(num_candidates, int) and num_candidates >= 1,
+               f"--num_candidates={num_candidates}: need >= 1"),
+              (isinstance(seed, int) and seed >= 0, f"--seed={seed}: need an integer >= 0"),
+              (isinstance(batch_size, int) and batch_size >= 1,
+               f"--augment_batch_size={batch_size}: need >= 1"),
+              (isinstance(chunk_size, int) and chunk_size >= 1,
+               f"chunk_size={chunk_size}: need >= 1")]
+    for ok, message in checks:
+        if not ok:
+            raise AugmentError(message + ".")
+
+
+def _mlm_fingerprint(mlm: Optional[MLMCandidates]) -> Optional[str]:
+    if mlm is None:
+        return None
+    h = hashlib.sha1(json.dumps(mlm.model.bert_config.to_dict(), sort_keys=True).encode())
+    h.update("\n".join(mlm.vocab).encode())
+    for path, var in sorted(mlm.model.weight_dict().items()):
+        if path.endswith("output_bias") or path.startswith("embeddings_layer_norm"):
+            h.update(path.encode())
+            h.update(np.asarray(var.numpy()).tobytes())
+    return h.hexdigest()[:16]
+
+
+def _write_json_atomic(path: str, data: dict) -> None:
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(data, f, indent=1, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _read_progress(path: str) -> Optional[dict]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def _chunk_bytes(rows: list[list[str]], tmp: str) -> bytes:
+    """Rows as GLUE TSV bytes, formatted by `glue.write_rows` (the one TSV writer)."""
+    from tinybert_tf.data import glue
+    glue.write_rows(tmp, None, rows)
+    try:
+        with open(tmp, "rb") as f:
+            return f.read()
+    finally:
+        os.remove(tmp)
+
+
+def augment_task(task: str, data_dir: str, output_path: str, *,
+                 mlm_model: Any = None, word_vectors: Any = None, corpus: Any = None,
+                 num_aug: int = 20, replace_prob: float = 0.4, num_candidates: int = 15,
+                 seed: int = 42, shard: Optional[str] = None, batch_size: int = 256,
+                 vector_cache_dir: Optional[str] = None, progress: bool = True,
+                 vocab: Union[None, str, Sequence[str]] = None, chunk_size: int = CHUNK_SIZE,
+                 vocab_limit: int = DEFAULT_VOCAB_LIMIT, stop_after_chunks: Optional[int] = None
+                 ) -> dict[str, Any]:
+    """Augment a task's train.tsv into `output_path` (GLUE layout, same header/columns).
+
+    Args:
+      task: task name (glue.get_task); data_dir: its GLUE folder ("" for the
+        polarity demo: written next to the output).
+      output_path: the file to write (`train_aug.tsv` to load it as split "train_aug").
+      mlm_model: a BertModel with an MLM head, a model directory, or None (word
+        vectors then serve every word; the result's "mode" says so).
+      word_vectors: a vector file path, a gensim KeyedVectors, or None (Word2Vec
+        on `corpus`, default the general corpus, cached in `vector_cache_dir`).
+      num_aug, replace_prob, num_candidates: N_a, p_t, K.
+      seed: example i uses the generator seeded with (seed, i).
+      shard: "i/n": only the i-th of n contiguous ranges of chunks; shard 0 writes
+        the header, so `cat` of the n outputs in order is the unsharded file.
+      batch_size: MLM rows per forward pass.
+      vocab: the task tokenizer's vocab (path or tokens); must equal the MLM's.
+      chunk_size: examples per resumable chunk (part of the output's identity).
+      vocab_limit: neighbours among the first this-many vector words (0 = all).
+      stop_after_chunks: stop (leaving a resumable partial output) after this many
+        chunks in this call; for tests of interruption.
+    Returns:
+      stats: examples, written (rows in the file), eligible/mlm/vector/skipped
+      words, examples_per_s, mode, shard, resumed_chunks, complete.
+    """
+    from tinybert_tf.data import glue
+    _validate(num_aug, replace_prob, num_candidates, seed, batch_size, chunk_size)
+    shard_i, shard_n = parse_shard(shard)
+    spec = glue.get_task(task)
+    output_path = os.path.abspath(output_path)
+    out_dir = os.path.dirname(output_path)
+    if data_dir == glue.TFDS:
+        raise AugmentError("--data_dir=tfds: augmentation reads and writes GLUE TSV files; "
+                           "point --data_dir at the task's GLUE folder (train.tsv).")
+    if not data_dir and spec.name == "polarity":  # the embedded demo task
+        from tinybert_tf.data import polarity
+        data_dir = os.path.join(out_dir, "polarity_task")
+        if not os.path.isfile(os.path.join(data_dir, "train.tsv")):
+            polarity.write_task_dir(data_dir)
+    layout = spec.layout("train")
+    cols = [c for c in (layout.text_a_col, layout.text_b_col) if c is not None]
+    train_path = os.path.join(data_dir, layout.file)
+
+    # Count and check rows first: a malformed row fails before anything is written.
+    header, rows = glue.read_rows(spec, data_dir, "train")
+    total = 0
+    for no, fields in rows:
+        if len(fields) != layout.num_columns:
+            raise glue.DataError(f"{train_path}:{no}: {len(fields)} tab-separated column(s), "
+                                 f"expected {layout.num_columns} (GLUE {spec.name} layout).")
+        total += 1
+    os.makedirs(out_dir, exist_ok=True)
+
+    # Models.
+    if isinstance(mlm_model, str):
+        mlm_model = load_mlm_model(mlm_model) if mlm_model else None
+    mlm = (MLMCandidates(mlm_model, num_candidates, batch_size) if mlm_model is not None
+           else None)
+    if mlm is not None and vocab is not None:
+        _check_vocab(mlm, vocab)
+    lower_case = mlm.lower_case if mlm is not None else True
+    kv = resolve_vectors(word_vectors, corpus, vector_cache_dir, lower_case=lower_case)
+    neighbours = NeighbourIndex(kv, num_candidates, vocab_limit, lower_case)
+    if mlm is None:
+        mode = "vectors-only"
+        logger.warning("augment: no MLM model (--mlm_model) given: word-vector neighbours "
+                       "serve every word, single-piece words included (the paper uses the "
+                       "MLM for those).")
+    else:
+        mode = "mlm+vectors"
+    augmenter = Augmenter(neighbours, mlm, num_aug, replace_prob, seed)
+
+    # This shard's chunks.
+    num_chunks = math.ceil(total / chunk_size)
+    c_begin = shard_i * num_chunks // shard_n
+    c_end = (shard_i + 1) * num_chunks // shard_n
+    st = os.stat(train_path)
+    identity = {
+        "version": _PROGRESS_VERSION, "task": spec.name, "train": os.path.abspath(train_path),
+        "train_size": st.st_size, "train_mtime_ns": st.st_mtime_ns, "examples": total,
+        "shard": [shard_i, shard_n], "chunk_size": chunk_size, "num_aug": num_aug,
+        "replace_prob": float(replace_prob), "num_candidates": num_candidates, "seed": seed,
+        "batch_size": batch_size, "mode": mode, "mlm": _mlm_fingerprint(mlm),
+        "vectors": fingerprint(kv), "vocab_limit": vocab_limit}
+    partial, progress_path = output_path + ".partial", output_path + ".progress.json"
+    state = _read_progress(progress_path)
+    resumed = 0
+    if (state and state.get("identity") == identity and os.path.isfile(partial)
+            and os.path.getsize(partial) >= state["bytes"]):
+        with open(partial, "r+b") as f:
+            f.truncate(state["bytes"])  # drop a chunk written after the last record
+        resumed = state["chunks_done"]
+        logger.info("augment: resuming %s after %d of %d chunk(s)", partial, resumed,
+                    c_end - c_begin)
+    else:
+        if state:
+            logger.warning("augment: %s was started with other settings or data; starting "
+                           "over.", progress_path)
+        head = (_chunk_bytes([header], partial + ".chunk")
+                if header is not None and shard_i == 0 else b"")
+        with open(partial, "wb") as f:
+            f.write(head)
+            f.flush()
+            os.fsync(f.fileno())
+        state = {"identity": identity, "chunks_done": 0, "bytes": len(head), "rows": 0,
+                 "stats": dataclasses.asdict(ChunkStats())}
+        _write_json_atomic(progress_path, state)
+    totals = ChunkStats(**state["stats"])
+
+    first_example = (c_begin + resumed) * chunk_size
+    last_example = min(c_end * chunk_size, total)
+    shard_examples = max(0, min(c_end * chunk_size, total) - c_begin * chunk_size)
+    bar = _progress_bar(progress, shard_examples, first_example - c_begin * chunk_size, mode)
+    started, processed, chunks_now = time.perf_counter(), 0, 0
+    try:
+        _, rows = glue.read_rows(spec, data_dir, "train")
+        it = _examples(rows, first_example, last_example)
+        chunk_no = c_begin + resumed
+        while chunk_no < c_end:
+            if stop_after_chunks is not None and chunks_now >= stop_after_chunks:
+                break
+            chunk = [next(it) for _ in range(min(chunk_size, last_example
+                                                 - chunk_no * chunk_size))]
+            variants, stats = augmenter.augment_fields(
+                [(i, [fields[c] for c in cols]) for i, fields in chunk])
+            out_rows = []
+            for (_, fields), per_field in zip(chunk, variants):
+                out_rows += example_rows(fields, cols, per_field)
+            data = _chunk_bytes(out_rows, partial + ".chunk")
+            with open(partial, "ab") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            totals.add(stats)
+            state.update(chunks_done=state["chunks_done"] + 1, bytes=state["bytes"] + len(data),
+                         rows=state["rows"] + len(out_rows), stats=dataclasses.asdict(totals))
+            _write_json_atomic(progress_path, state)
+            chunk_no += 1
+            chunks_now += 1
+            processed += len(chunk)
+            if bar is not None:
+                bar.update(len(chunk))
+    finally:
+        if bar is not None:
+            bar.close()
+    elapsed = time.perf_counter() - started
+    complete = state["chunks_done"] >= c_end - c_begin
+    if complete:
+        os.replace(partial, output_path)
+        os.remove(progress_path)
+    result = {"examples": shard_examples, "written": state["rows"],
+              "examples_per_s": processed / elapsed if elapsed > 0 and processed else 0.0,
+              "mode": mode, "shard": f"{shard_i}/{shard_n}", "resumed_chunks": resumed,
+              "complete": complete, "output": output_path if complete else partial,
+              "eligible_words": totals.eligible, "mlm_words": totals.mlm_words,
+              "vector_words": totals.vector_words, "skipped_words": totals.skipped}
+    if mlm is not None:
+        result["mlm_forward_calls"] = mlm.forward_calls
+    return result
+
+
+def _examples(rows: Iterator, first: int, last: int) -> Iterator[tuple[int, list]]:
+    """(example index, fields) for examples first..last-1 of a row iterator."""
+    for index, (_, fields) in enumerate(rows):
+        if index >= last:
+            return
+        if index >= first:
+            yield index, fields
+
+
+def _progress_bar(enabled: bool, total: int, initial: int, mode: str):
+    if not enabled:
+        return None
+    from tqdm.auto import tqdm
+    return tqdm(total=total, initial=initial, unit="ex", desc=f"augment [{mode}]",
+                dynamic_ncols=True)

@@ -1,0 +1,194 @@
+"""Batched masked-LM candidates for single-piece words (Algorithm 1, line "C <- top-K of BERT").
+
+For every eligible single-piece word of every sentence we build one row
+
+    [CLS] w_1 .. [MASK] .. w_n [SEP] w_1 .. w_n [SEP]      (segment ids 0 .. 0 1 .. 1)
+
+i.e. the sentence with that word masked, followed -- as in the TinyBERT
+reference's `_masked_language_model` -- by the unmasked sentence as a second
+segment (the paper's text only says "masked"), and read the MLM logits at the
+masked position. Rows of many sentences go through one `tf.function` forward
+pass; top-K runs in the graph over the whole-word tokens only: no `##` pieces,
+no bracketed special tokens ([PAD], [UNK], [CLS], [SEP], [MASK], [unusedN]),
+and never the masked word itself. (The reference takes the top K and then
+drops `##` pieces, keeping fewer than K, and keeps specials and the word.)
+
+The function is traced once (dynamic [batch, length] signature); rows are
+padded to a length bucket (16, 32, ..., the model's limit) and the batch to a
+power of two, so padding stays small and few distinct shapes reach the kernels.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Optional, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from tinybert_tf.tokenizer import Tokenizer
+
+_SPECIAL = re.compile(r"^\[[^\]]+\]$")
+_BUCKETS = (16, 32, 64, 128, 256, 512)
+
+
+class MLMError(ValueError):
+    """The MLM model cannot serve Algorithm 1 (no MLM head, no vocab, vocab mismatch)."""
+
+
+def whole_word_mask(vocab: Sequence[str], size: Optional[int] = None) -> np.ndarray:
+    """bool [size]: True for tokens allowed as candidates (not ##, not [SPECIAL], not blank)."""
+    size = size or len(vocab)
+    out = np.zeros(size, bool)
+    for i, t in enumerate(vocab[:size]):
+        out[i] = bool(t.strip()) and not t.startswith("##") and not _SPECIAL.match(t)
+    return out
+
+
+@dataclasses.dataclass
+class Row:
+    """One masked query: ids/type_ids [length], the masked index, the word's own id."""
+    ids: list
+    type_ids: list
+    position: int
+    exclude: int
+
+
+class MLMCandidates:
+    """The K most probable whole-word tokens at masked positions, many rows per forward.
+
+    Args:
+      model: a `BertModel` with head="mlm" and a `.vocab`.
+      num_candidates: K.
+      batch_size: rows per forward pass at lengths <= 64; longer buckets get
+        proportionally fewer rows (same tokens per pass).
+      max_len: longest row; default the model's max_position_embeddings (<= 512).
+    """
+
+    def __init__(self, model, num_candidates: int = 15, batch_size: int = 256,
+                 max_len: Optional[int] = None):
+        if getattr(model, "head_type", None) != "mlm":
+            raise MLMError(f"--mlm_model: the model has head {getattr(model, 'head_type', None)!r},"
+                           " not an MLM head; give a BertForMaskedLM / BertMaskedLM directory "
+                           "(or none: word vectors then serve every word).")
+        if not model.vocab:
+            raise MLMError("--mlm_model: the model has no vocabulary (vocab.txt); load it from "
+                           "a model directory.")
+        self.model = model
+        config = model.bert_config
+        self.vocab = list(model.vocab)
+        self.tokenizer = Tokenizer(self.vocab, lower_case=config.lower_case)
+        self.lower_case = config.lower_case
+        allowed = whole_word_mask(self.vocab, config.vocab_size)
+        if allowed.sum() < 2:
+            raise MLMError("--mlm_model: the vocabulary has no whole-word tokens.")
+        self.k = int(min(num_candidates, allowed.sum() - 1))
+        self.batch_size = int(batch_size)
+        self.max_len = int(min(max_len or config.max_position_embeddings, 512))
+        self.buckets = tuple(b for b in _BUCKETS if b < self.max_len) + (self.max_len,)
+        self.two_segments = config.type_vocab_size >= 2
+        self._allowed = tf.constant(allowed)
+        self._vocab_ids = tf.range(config.vocab_size, dtype=tf.int32)
+        self._pieces: dict[str, tuple] = {}
+        # One trace for every shape: [None, None] inputs; rows are still padded to a
+        # length bucket and a power-of-two batch so few distinct shapes reach the kernels.
+        i32 = tf.int32
+        self._fn = tf.function(self._top_k, input_signature=[
+            tf.TensorSpec([None, None], i32), tf.TensorSpec([None, None], i32),
+            tf.TensorSpec([None, None], i32), tf.TensorSpec([None], i32),
+            tf.TensorSpec([None], i32)])
+        self.forward_calls = 0
+
+    # -- words -> pieces -------------------------------------------------------------
+    def pieces(self, words: Sequence[str]) -> list[tuple]:
+        """WordPiece ids of each word (cached per word)."""
+        todo = sorted({w for w in words if w not in self._pieces})
+        if todo:
+            ragged = self.tokenizer.tokenize(tf.constant(todo, tf.string))
+            for w, ids in zip(todo, ragged.to_list()):
+                self._pieces[w] = tuple(ids)
+        return [self._pieces[w] for w in words]
+
+    # -- rows ------------------------------------------------------------------------
+    def make_rows(self, word_pieces: Sequence[Sequence[int]], targets: Sequence[int]
+                  ) -> list[Optional[Row]]:
+        """Rows for the single-piece words `targets` (word indices) of one sentence.
+
+        None for a target that falls beyond max_len (the reference then keeps the word).
+        """
+        tok = self.tokenizer
+        flat, start = [], []
+        for p in word_pieces:
+            start.append(len(flat))
+            flat.extend(p)
+        len1 = min(len(flat), self.max_len - 2)
+        len2 = min(len(flat), self.max_len - 3 - len1)
+        second = (flat[:len2] + [tok.sep_id]) if len2 > 0 else []
+        type2 = 1 if self.two_segments else 0
+        rows = []
+        for t in targets:
+            s = start[t]
+            if s >= len1:
+                rows.append(None)
+                continue
+            first = flat[:len1]
+            word_id = first[s]
+            first = first[:s] + [tok.mask_id] + first[s + 1:]
+            ids = [tok.cls_id] + first + [tok.sep_id] + second
+            type_ids = [0] * (len1 + 2) + [type2] * len(second)
+            rows.append(Row(ids, type_ids, s + 1, word_id))
+        return rows
+
+    # -- forward ---------------------------------------------------------------------
+    def _top_k(self, ids, type_ids, mask, positions, exclude):
+        """int32 [B, L] x3, [B], [B] -> top-K ids [B, K], valid [B, K] (bool)."""
+        out = self.model({"input_word_ids": ids, "input_mask": mask, "input_type_ids": type_ids,
+                          "masked_lm_positions": positions[:, None]}, training=False)
+        logits = tf.cast(out["logits"][:, 0, :], tf.float32)  # [B, V]
+        ok = self._allowed[None, :] & (self._vocab_ids[None, :] != exclude[:, None])
+        logits = tf.where(ok, logits, tf.constant(-np.inf, tf.float32))
+        values, top = tf.math.top_k(logits, k=self.k)  # ties: lower id first
+        return top, tf.math.is_finite(values)
+
+    def _bucket(self, length: int) -> int:
+        return next(b for b in self.buckets if b >= length)
+
+    def _rows_per_batch(self, length: int) -> int:
+        return max(1, self.batch_size * 64 // length) if length > 64 else self.batch_size
+
+    def candidates(self, rows: Sequence[Row]) -> list[list[str]]:
+        """Candidate words (<= K, best first) for each row, in row order.
+
+        Rows are grouped by length bucket (kept in order within a bucket) and
+        sent in fixed-shape batches; the result for a row depends only on the
+        rows given, never on earlier calls.
+        """
+        out: list[Optional[list[str]]] = [None] * len(rows)
+        groups: dict[int, list[int]] = {}
+        for i, r in enumerate(rows):
+            groups.setdefault(self._bucket(len(r.ids)), []).append(i)
+        pad = self.tokenizer.pad_id
+        for length in sorted(groups):
+            idx = groups[length]
+            per = self._rows_per_batch(length)
+            for b in range(0, len(idx), per):
+                part = idx[b:b + per]
+                size = min(per, max(8, 1 << (len(part) - 1).bit_length()))
+                ids = np.full((size, length), pad, np.int32)
+                types = np.zeros((size, length), np.int32)
+                mask = np.zeros((size, length), np.int32)
+                pos = np.zeros(size, np.int32)
+                excl = np.full(size, -1, np.int32)
+                mask[:, :2] = 1  # padding rows: "[PAD] [PAD]" attended, never read
+                for j, i in enumerate(part):
+                    r = rows[i]
+                    n = len(r.ids)
+                    ids[j, :n], types[j, :n], mask[j, :n] = r.ids, r.type_ids, 1
+                    pos[j], excl[j] = r.position, r.exclude
+                top, valid = self._fn(tf.constant(ids), tf.constant(types), tf.constant(mask),
+                                      tf.constant(pos), tf.constant(excl))
+                self.forward_calls += 1
+                top, valid = top.numpy(), valid.numpy()
+                for j, i in enumerate(part):
+                    out[i] = [self.vocab[t] for t, v in zip(top[j], valid[j]) if v]
+        return out
