@@ -23,11 +23,11 @@ except RuntimeError:  # already initialised by an earlier import; fine for singl
 TINY_VOCAB = (["[PAD]"] + [f"[unused{i}]" for i in range(5)] + ["[UNK]", "[CLS]", "[SEP]",
               "[MASK]", ".", ",", "!", "?", "'", "\""]
               + list("abcdefghijklmnopqrstuvwxyz")
-              + ["the", "a", "an", "movie", "film", "good", "bad", "great", "awful", "is",
+              + ["the", "an", "movie", "film", "good", "bad", "great", "awful", "is",
                  "was", "not", "very", "plot", "actor", "story", "fun", "boring", "cat",
                  "dog", "sat", "on", "mat", "run", "ran", "play", "##s", "##ing", "##ed",
                  "##ly", "##er", "un", "##aff", "##able", "hello", "world", "caf", "##e"]
-              + [f"##{c}" for c in "abcdefghijklmnopqrstuvwxyz"])
+              + [f"##{c}" for c in "abcdfghijklmnopqrtuvwxyz"])  # ##s, ##e are above
 
 
 @pytest.fixture(scope="session")
