@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import weakref
 from typing import Optional, Sequence
 
 import numpy as np
@@ -43,6 +44,40 @@ def whole_word_mask(vocab: Sequence[str], size: Optional[int] = None) -> np.ndar
     for i, t in enumerate(vocab[:size]):
         out[i] = bool(t.strip()) and not t.startswith("##") and not _SPECIAL.match(t)
     return out
+
+
+_FUNCTIONS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _top_k_function(model, allowed: np.ndarray, k: int):
+    """The traced forward + top-K for `model`, shared by every MLMCandidates on it.
+
+    One trace for every shape ([None, None] signature); callers pad rows to a
+    length bucket and the batch to a power of two, so padding stays small.
+    """
+    per_model = _FUNCTIONS.setdefault(model, {})
+    key = (k, allowed.tobytes())
+    if key in per_model:
+        return per_model[key]
+    allowed_t = tf.constant(allowed)
+    model_ref = weakref.ref(model)  # the cache must not keep the model alive
+    vocab_ids = tf.range(allowed.shape[0], dtype=tf.int32)
+    i32 = tf.int32
+
+    @tf.function(input_signature=[tf.TensorSpec([None, None], i32)] * 3
+                 + [tf.TensorSpec([None], i32)] * 2)
+    def top_k(ids, type_ids, mask, positions, exclude):
+        """int32 [B, L] x3, [B], [B] -> top-K ids [B, K], valid [B, K] (bool)."""
+        out = model_ref()({"input_word_ids": ids, "input_mask": mask, "input_type_ids": type_ids,
+                     "masked_lm_positions": positions[:, None]}, training=False)
+        logits = tf.cast(out["logits"][:, 0, :], tf.float32)  # [B, V]
+        ok = allowed_t[None, :] & (vocab_ids[None, :] != exclude[:, None])
+        logits = tf.where(ok, logits, tf.constant(-np.inf, tf.float32))
+        values, top = tf.math.top_k(logits, k=k)  # ties: lower id first
+        return top, tf.math.is_finite(values)
+
+    per_model[key] = top_k
+    return top_k
 
 
 @dataclasses.dataclass
@@ -87,16 +122,8 @@ class MLMCandidates:
         self.max_len = int(min(max_len or config.max_position_embeddings, 512))
         self.buckets = tuple(b for b in _BUCKETS if b < self.max_len) + (self.max_len,)
         self.two_segments = config.type_vocab_size >= 2
-        self._allowed = tf.constant(allowed)
-        self._vocab_ids = tf.range(config.vocab_size, dtype=tf.int32)
         self._pieces: dict[str, tuple] = {}
-        # One trace for every shape: [None, None] inputs; rows are still padded to a
-        # length bucket and a power-of-two batch so few distinct shapes reach the kernels.
-        i32 = tf.int32
-        self._fn = tf.function(self._top_k, input_signature=[
-            tf.TensorSpec([None, None], i32), tf.TensorSpec([None, None], i32),
-            tf.TensorSpec([None, None], i32), tf.TensorSpec([None], i32),
-            tf.TensorSpec([None], i32)])
+        self._fn = _top_k_function(model, allowed, self.k)
         self.forward_calls = 0
 
     # -- words -> pieces -------------------------------------------------------------
@@ -140,16 +167,6 @@ class MLMCandidates:
         return rows
 
     # -- forward ---------------------------------------------------------------------
-    def _top_k(self, ids, type_ids, mask, positions, exclude):
-        """int32 [B, L] x3, [B], [B] -> top-K ids [B, K], valid [B, K] (bool)."""
-        out = self.model({"input_word_ids": ids, "input_mask": mask, "input_type_ids": type_ids,
-                          "masked_lm_positions": positions[:, None]}, training=False)
-        logits = tf.cast(out["logits"][:, 0, :], tf.float32)  # [B, V]
-        ok = self._allowed[None, :] & (self._vocab_ids[None, :] != exclude[:, None])
-        logits = tf.where(ok, logits, tf.constant(-np.inf, tf.float32))
-        values, top = tf.math.top_k(logits, k=self.k)  # ties: lower id first
-        return top, tf.math.is_finite(values)
-
     def _bucket(self, length: int) -> int:
         return next(b for b in self.buckets if b >= length)
 
