@@ -87,6 +87,69 @@ def define_export_flags() -> None:
                       f"What to export: any of {', '.join(TASK_FORMATS)}.")
     flags.DEFINE_integer("representative_examples", 200,
                          "Examples of task text used to calibrate full-integer TFLite.")
+    # bin/export (standalone). --output_dir is also the pipeline's flag: defined
+    # here with allow_override so either definition order works.
+    flags.DEFINE_string("model_dir", None, "bin/export: the task model directory to export "
+                        "(config.json + vocab.txt + weights, with a classifier/regressor head).")
+    flags.DEFINE_string("output_dir", None, "Where to write (bin/export: OUTPUT/export/).",
+                        allow_override=True)
+    flags.DEFINE_integer("export_threads", 0, "TFLite interpreter threads for parity latency "
+                         "(0 = the interpreter's default).")
+    flags.DEFINE_integer("export_max_examples", 0, "Dev examples checked for parity (0 = all).")
+    flags.DEFINE_integer("export_latency_runs", 30, "Batch-1 calls timed per format.")
+
+
+def define_benchmark_flags() -> None:
+    """`bin/benchmark`: the paper's Table 1 efficiency columns on this machine."""
+    if not _once("benchmark"):
+        return
+    flags.DEFINE_list("benchmark_models", ["bert_base_uncased", "tinybert_4l_312d"],
+                      "Two config presets (or config JSON files): teacher, then student.")
+    flags.DEFINE_integer("benchmark_seq_len", 128, "Sequence length.")
+    flags.DEFINE_list("benchmark_batch_sizes", ["1", "32"], "Batch sizes to time.")
+    flags.DEFINE_list("benchmark_formats", ["keras", "saved_model", "float32", "float16",
+                                            "dynamic_int8", "int8"],
+                      "Runtimes to time: keras, saved_model and TFLite flavours.")
+    flags.DEFINE_integer("benchmark_runs", 20, "Timed calls per measurement (median).")
+    flags.DEFINE_integer("benchmark_threads", 0, "TFLite interpreter threads (0 = default).")
+    flags.DEFINE_string("benchmark_output", "benchmark_out",
+                        "Folder for benchmark.json and benchmark.png.")
+    flags.DEFINE_bool("quick", False, "Smoke test: tiny configs, seq 16, 2 runs.")
+
+
+def define_pretokenize_flags() -> None:
+    """`bin/pretokenize`: a general corpus -> packed TFRecord shards.
+
+    --corpus, --vocab, --output, --max_seq_len and --tfds_data_dir are shared
+    with other groups: defined here only when absent, with allow_override so a
+    group defined later may take them over.
+    """
+    if not _once("pretokenize"):
+        return
+    shared = {
+        "corpus": ("", "Corpus to pre-tokenise: text files/globs (BERT format, .gz/.bz2), a "
+                   "Wikipedia XML dump (.xml.bz2), or tfds:NAME. Empty: the Wikipedia sample "
+                   "shipped in gensim."),
+        "vocab": ("", "WordPiece vocab.txt, or a model directory holding one (the student's "
+                  "vocab, i.e. the teacher's)."),
+        "output": ("", "Shard prefix: writes PREFIX-00000-of-0000N.tfrecord ... and "
+                   "PREFIX.json."),
+        "tfds_data_dir": ("", "TFDS data_dir for tfds sources (prepared offline)."),
+    }
+    for name, (default, help_text) in shared.items():
+        if name not in FLAGS:
+            flags.DEFINE_string(name, default, help_text, allow_override=True)
+    if "max_seq_len" not in FLAGS:
+        flags.DEFINE_integer("max_seq_len", 128, "Packed sequence length (0 = 128).",
+                             allow_override=True)
+    flags.DEFINE_enum("corpus_format", "auto", ["auto", "text", "wiki", "tfds"],
+                      "How to read --corpus; auto decides from the name.")
+    flags.DEFINE_enum("pack", "pair", ["pair", "single"],
+                      "pair: [CLS] A [SEP] B [SEP] (TinyBERT); single: one segment (DistilBERT).")
+    flags.DEFINE_integer("num_shards", 8, "TFRecord shards to write (documents are dealt "
+                         "round-robin; more shards than workers balances the load).")
+    flags.DEFINE_integer("num_workers", 0, "Worker processes (0 = all CPU cores).")
+    flags.DEFINE_bool("lower_case", True, "Lower-case and strip accents (uncased vocab).")
 
 
 def define_distill_flags() -> None:

@@ -1,0 +1,258 @@
+"""Pre-tokenised corpus shards: TFRecord files of packed sequences, and their reader.
+
+Layout written by `bin/pretokenize --output=PREFIX --num_shards=N`:
+  PREFIX-00000-of-0000N.tfrecord ...   one tf.train.Example per packed sequence,
+                                       int64 lists `input_word_ids` and
+                                       `input_type_ids` of the real tokens (no padding)
+  PREFIX.json                          metadata: max_seq_len, pack, vocab_size,
+                                       vocab_sha1, num_sequences (per shard and total)
+Every file is written under a temporary name and renamed when complete, so a
+shard that exists is whole. The reader pads to max_seq_len and rebuilds
+input_mask; masking, if asked, is applied afterwards (dynamic, per epoch).
+"""
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import os
+from typing import Iterable, Optional, Sequence, Union
+
+import numpy as np
+import tensorflow as tf
+
+from tinybert_tf.data.glue import DataError
+
+SUFFIX = ".tfrecord"
+
+
+def shard_path(prefix: str, index: int, num_shards: int) -> str:
+    return f"{prefix}-{index:05d}-of-{num_shards:05d}{SUFFIX}"
+
+
+def meta_path(prefix: str) -> str:
+    return prefix + ".json"
+
+
+def vocab_sha1(vocab: Sequence[str]) -> str:
+    return hashlib.sha1("\n".join(vocab).encode("utf-8")).hexdigest()
+
+
+def serialize(word_ids: np.ndarray, type_ids: np.ndarray) -> bytes:
+    """One packed sequence (real tokens only, int [n]) -> serialized tf.train.Example."""
+    feat = {"input_word_ids": tf.train.Feature(int64_list=tf.train.Int64List(value=word_ids)),
+            "input_type_ids": tf.train.Feature(int64_list=tf.train.Int64List(value=type_ids))}
+    return tf.train.Example(features=tf.train.Features(feature=feat)).SerializeToString()
+
+
+def write_shard(path: str, batches: Iterable[dict], progress=None) -> int:
+    """Write packed batches (dicts of [B, L] arrays with input_mask) to `path` atomically.
+
+    progress: optional callable(n_sequences_just_written). Returns sequences written.
+    """
+    tmp = path + ".tmp"
+    n = 0
+    try:
+        with tf.io.TFRecordWriter(tmp) as w:
+            for b in batches:
+                ids, typ, mask = (np.asarray(b[k]) for k in
+                                  ("input_word_ids", "input_type_ids", "input_mask"))
+                lens = mask.sum(axis=1)
+                for i in range(ids.shape[0]):
+                    w.write(serialize(ids[i, :lens[i]], typ[i, :lens[i]]))
+                n += ids.shape[0]
+                if progress is not None:
+                    progress(ids.shape[0])
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+    return n
+
+
+def write_meta(prefix: str, meta: dict) -> None:
+    tmp = meta_path(prefix) + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(meta, f, indent=2, sort_keys=True)
+    os.replace(tmp, meta_path(prefix))
+
+
+def resolve_files(source: str) -> list[str]:
+    """Shard files of a prefix, a glob, a comma list, or one file; sorted."""
+    parts = [p for p in str(source).split(",") if p]
+    files: list[str] = []
+    for p in parts:
+        if os.path.isfile(p):
+            files.append(p)
+            continue
+        hits = sorted(glob.glob(p)) or sorted(glob.glob(p + "-*-of-*" + SUFFIX))
+        files.extend(h for h in hits if not h.endswith(".tmp"))
+    if not files:
+        raise DataError(f"{source}: no TFRecord shards found (expected PREFIX-00000-of-0000N"
+                        f"{SUFFIX} files written by bin/pretokenize, a glob, or file names).")
+    return files
+
+
+def read_meta(source: str) -> Optional[dict]:
+    """PREFIX.json next to the shards, if any."""
+    files = resolve_files(source)
+    base = files[0]
+    if "-of-" in base:
+        prefix = base[: base.rfind("-", 0, base.rfind("-of-"))]
+        if os.path.isfile(meta_path(prefix)):
+            with open(meta_path(prefix), encoding="utf-8") as f:
+                return json.load(f)
+    return None
+
+
+def record_dataset(source: str, max_seq_len: int, input_context=None, shuffle: bool = False,
+                   seed: int = 0, tokenizer=None) -> tf.data.Dataset:
+    """Shards -> dataset of packed sequences, dict of int32 [max_seq_len].
+
+    With an InputContext each pipeline reads every n-th shard when there are at
+    least as many shards as pipelines, else every n-th record. The metadata
+    (when present) must agree with max_seq_len and the tokenizer's vocab.
+    """
+    files = resolve_files(source)
+    meta = read_meta(source)
+    if meta is not None:
+        if int(meta["max_seq_len"]) > int(max_seq_len):
+            raise DataError(f"{source}: shards were packed to max_seq_len="
+                            f"{meta['max_seq_len']} > the requested {max_seq_len}; re-run "
+                            f"bin/pretokenize with --max_seq_len={max_seq_len}.")
+        if tokenizer is not None and meta.get("vocab_sha1") not in (None,
+                                                                   vocab_sha1(tokenizer.vocab)):
+            raise DataError(f"{source}: shards were tokenised with a different vocab "
+                            f"({meta.get('vocab_size')} tokens) than the model's "
+                            f"({tokenizer.vocab_size}); re-run bin/pretokenize with its vocab.")
+    fds = tf.data.Dataset.from_tensor_slices(files)
+    record_shard = False
+    if input_context is not None and input_context.num_input_pipelines > 1:
+        if len(files) >= input_context.num_input_pipelines:
+            fds = fds.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
+        else:
+            record_shard = True
+    if shuffle:
+        fds = fds.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
+    ds = fds.interleave(tf.data.TFRecordDataset, cycle_length=min(4, len(files)),
+                        num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    if record_shard:
+        ds = ds.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
+    spec = {"input_word_ids": tf.io.VarLenFeature(tf.int64),
+            "input_type_ids": tf.io.VarLenFeature(tf.int64)}
+    L = int(max_seq_len)
+
+    def parse(record):
+        ex = tf.io.parse_single_example(record, spec)
+        ids = tf.sparse.to_dense(ex["input_word_ids"])
+        typ = tf.sparse.to_dense(ex["input_type_ids"])
+        n = tf.size(ids)
+        tf.debugging.assert_less_equal(n, L, message=f"a TFRecord sequence is longer than "
+                                       f"max_seq_len={L}; re-run bin/pretokenize")
+        pad = [[0, L - n]]
+        return {"input_word_ids": tf.ensure_shape(tf.cast(tf.pad(ids, pad), tf.int32), [L]),
+                "input_mask": tf.ensure_shape(tf.pad(tf.ones([n], tf.int32), pad), [L]),
+                "input_type_ids": tf.ensure_shape(tf.cast(tf.pad(typ, pad), tf.int32), [L])}
+
+    return ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE)
+
+
+# ---------------------------------------------------------------------------
+# Pre-tokenisation (bin/pretokenize): one process per worker, shards dealt out.
+
+_progress_queue = None
+
+
+def _init_worker(queue) -> None:
+    global _progress_queue
+    _progress_queue = queue
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def _write_one_shard(job: dict) -> tuple[int, int]:
+    """Worker: tokenise and pack shard `index` of the corpus into its TFRecord file."""
+    from tinybert_tf.data import corpus
+    from tinybert_tf.tokenizer import Tokenizer
+    tok = Tokenizer(job["vocab"], lower_case=job["lower_case"], max_seq_len=job["max_seq_len"])
+    ds = corpus.packed_dataset(job["corpus"], tok, job["max_seq_len"], job["pack"], seed=0,
+                               fmt=job["fmt"], tfds_data_dir=job["tfds_data_dir"],
+                               num_shards=job["num_shards"], index=job["index"])
+    batches = (b for b in ds.batch(256).prefetch(2).as_numpy_iterator())
+    queue = _progress_queue
+    n = write_shard(job["path"], batches,
+                    progress=(lambda k: queue.put(k)) if queue is not None else None)
+    return job["index"], n
+
+
+def pretokenize(corpus_source: Optional[str], vocab: Union[str, Sequence[str]], output: str,
+                num_shards: int = 8, max_seq_len: int = 128, pack: str = "pair",
+                fmt: str = "auto", num_workers: int = 0, lower_case: bool = True,
+                tfds_data_dir: Optional[str] = None, progress: bool = True) -> dict:
+    """Write a corpus as `num_shards` TFRecord shards of packed sequences plus PREFIX.json.
+
+    Shards are tokenised in parallel by `num_workers` processes (0 = all
+    cores; 1 = in this process), each file written atomically; a tqdm bar
+    counts sequences. Returns the metadata written to PREFIX.json.
+    """
+    import multiprocessing as mp
+
+    from tinybert_tf.data import corpus
+    from tinybert_tf.tokenizer import Tokenizer, read_vocab
+    if not output:
+        raise DataError("--output is required: the shard prefix, e.g. --output=data/wiki.")
+    if num_shards < 1:
+        raise DataError(f"--num_shards={num_shards}: need at least 1.")
+    if isinstance(vocab, str) and os.path.isdir(vocab):
+        vocab = os.path.join(vocab, "vocab.txt")
+    tokens = read_vocab(vocab) if isinstance(vocab, str) else list(vocab)
+    Tokenizer(tokens, lower_case=lower_case, max_seq_len=max_seq_len)  # validates the vocab
+    corpus_source = corpus_source or corpus.default_corpus_path()
+    fmt = corpus.detect_format(corpus_source) if fmt == "auto" else fmt
+    if fmt == "tfrecord":
+        raise DataError(f"{corpus_source}: already TFRecord shards.")
+    if fmt != "tfds":
+        corpus.resolve_files(corpus_source)  # fail now on a bad path
+    parent = os.path.dirname(os.path.abspath(output))
+    os.makedirs(parent, exist_ok=True)
+    workers = min(num_workers or os.cpu_count() or 1, num_shards)
+    jobs = [dict(corpus=corpus_source, vocab=tokens, lower_case=lower_case,
+                 max_seq_len=max_seq_len, pack=pack, fmt=fmt, tfds_data_dir=tfds_data_dir,
+                 num_shards=num_shards, index=i, path=shard_path(output, i, num_shards))
+            for i in range(num_shards)]
+    counts = [0] * num_shards
+    from tqdm import tqdm
+    bar = tqdm(total=None, unit="seq", desc=f"pretokenize {num_shards} shards",
+               disable=not progress)
+    if workers == 1:
+        _init_worker(None)
+        for job in jobs:
+            i, n = _write_one_shard(dict(job))
+            counts[i] = n
+            bar.update(n)
+    else:
+        ctx = mp.get_context("spawn")  # TensorFlow is not fork-safe
+        with ctx.Manager() as manager:
+            queue = manager.Queue()
+            with ctx.Pool(workers, initializer=_init_worker, initargs=(queue,)) as pool:
+                pending = pool.imap_unordered(_write_one_shard, jobs)
+                done = 0
+                while done < num_shards:
+                    while not queue.empty():
+                        bar.update(queue.get())
+                    try:
+                        i, n = pending.next(timeout=0.5)
+                    except mp.TimeoutError:
+                        continue
+                    counts[i] = n
+                    done += 1
+                while not queue.empty():
+                    bar.update(queue.get())
+    bar.close()
+    meta = {"corpus": corpus_source, "format": fmt, "max_seq_len": int(max_seq_len),
+            "pack": pack, "lower_case": bool(lower_case), "vocab_size": len(tokens),
+            "vocab_sha1": vocab_sha1(tokens), "num_sequences": int(sum(counts)),
+            "shards": [{"file": os.path.basename(j["path"]), "num_sequences": c}
+                       for j, c in zip(jobs, counts)]}
+    write_meta(output, meta)
+    return meta
