@@ -20,7 +20,7 @@ L = 9
 
 @pytest.fixture(scope="module")
 def vocab(tiny_vocab):
-    return list(dict.fromkeys(tiny_vocab))  # conftest's list repeats "a"
+    return list(dict.fromkeys(tiny_vocab))  # keras-hub / tf-text need unique tokens
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ from tinybert_tf.tokenizer import Tokenizer, VocabError, read_vocab
 
 @pytest.fixture(scope="module")
 def vocab(tiny_vocab):
-    """conftest's tiny vocab lists "a" twice; a WordPiece vocab must not."""
+    """The tiny vocab with unique tokens (tensorflow-text refuses repeats)."""
     return list(dict.fromkeys(tiny_vocab))
 
 
