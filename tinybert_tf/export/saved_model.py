@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import os
 import tempfile
-from typing import Optional
-
 import tensorflow as tf
 
 from tinybert_tf.export.common import (ExportError, check_seq_len, check_task_model,
@@ -122,7 +120,6 @@ def _make_readable(directory: str) -> None:
 def custom_ops(directory: str) -> list[str]:
     """Op types in the SavedModel that TensorFlow core does not define (tensorflow-text's)."""
     from tensorflow.core.protobuf import saved_model_pb2
-    from tensorflow.python.framework import op_def_registry
 
     path = os.path.join(directory, "saved_model.pb")
     if not os.path.isfile(path):
@@ -137,29 +134,6 @@ def custom_ops(directory: str) -> list[str]:
         for fn in mg.graph_def.library.function:
             ops.update(n.op for n in fn.node_def)
     fn_names = {fn.signature.name for mg in sm.meta_graphs for fn in mg.graph_def.library.function}
-    text_ops = _text_op_names()
-    # Ops from tensorflow-text's libraries, plus any op no loaded library defines.
-    return sorted(op for op in ops - fn_names
-                  if op in text_ops or op_def_registry.get(op) is None)
-
-
-_TEXT_OPS: Optional[set] = None
-
-
-def _text_op_names() -> set:
-    """Names of the ops in tensorflow-text's .so files (their OpList, via TF's loader)."""
-    global _TEXT_OPS
-    if _TEXT_OPS is None:
-        import tensorflow_text
-        lib_dir = os.path.dirname(tensorflow_text.__file__)
-        names = set()
-        for root, _, files in os.walk(lib_dir):
-            for f in files:
-                if f.endswith(".so") and f.startswith("_"):
-                    try:
-                        lib = tf.load_op_library(os.path.join(root, f))
-                    except (tf.errors.NotFoundError, OSError):
-                        continue
-                    names.update(op.name for op in lib.OP_LIST.op)
-        _TEXT_OPS = names
-    return _TEXT_OPS
+    # TensorFlow core exposes every op it registers under tf.raw_ops; the rest
+    # come from libraries such as tensorflow-text.
+    return sorted(op for op in ops - fn_names if not hasattr(tf.raw_ops, op))
