@@ -172,7 +172,8 @@ def _iter_wiki(path: str, num_shards: int, index: int) -> Iterator[list[str]]:
         with _open_binary(path) as f:
             k = -1
             for _, text, _ in extract_pages(f, filter_namespaces=("0",)):
-                if text.lstrip()[:9].upper() == "#REDIRECT":
+                head = text.lstrip()[:9].upper()
+                if not head or head == "#REDIRECT":  # other namespaces come with empty text
                     continue
                 k += 1
                 if k % num_shards != index:  # shard before the costly markup stripping
@@ -296,13 +297,17 @@ def packed_dataset(source: Optional[str], tokenizer, max_seq_len: int = 128,
     cls_id, sep_id, pad_id = tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id
 
     @tf.autograph.experimental.do_not_convert
-    def pack_one(i, sentences):
+    def pack_one(sentences):
         ids = tokenizer.tokenize(sentences)
-        doc_seed = tf.stack([tf.cast(seed, tf.int64), i * num_shards + index])
+        # The A/B split points are keyed by (seed, the document's text), so a document
+        # packs the same however the corpus is sharded or ordered.
+        doc_hash = tf.strings.to_hash_bucket_fast(
+            tf.strings.reduce_join(sentences, separator="\n"), 2 ** 62)
+        doc_seed = tf.stack([tf.cast(seed, tf.int64), doc_hash])
         return pretrain.pack_document(ids, max_seq_len, cls_id, sep_id, pad_id,
                                       pack == "pair", doc_seed)
 
-    ds = docs.enumerate().map(pack_one, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    ds = docs.map(pack_one, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     return ds.unbatch()
 
 
