@@ -20,8 +20,7 @@ WORDS = ["the", "cat", "dog", "sat", "on", "mat", "movie", "film", "good", "bad"
 
 @pytest.fixture(scope="module")
 def tok(tiny_vocab):
-    # conftest's TINY_VOCAB repeats "a", "##s", "##e"; FastBertTokenizer needs unique tokens.
-    return Tokenizer(list(dict.fromkeys(tiny_vocab)), max_seq_len=32)
+    return Tokenizer(tiny_vocab, max_seq_len=32)
 
 
 def make_docs(n_docs=12, seed=0):

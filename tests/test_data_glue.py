@@ -253,8 +253,7 @@ def test_tfds_offline_unprepared_is_a_clear_error(tmp_path):
 
 @pytest.fixture(scope="module")
 def tok(tiny_vocab):
-    # conftest's TINY_VOCAB repeats "a", "##s", "##e"; FastBertTokenizer needs unique tokens.
-    return Tokenizer(list(dict.fromkeys(tiny_vocab)), max_seq_len=32)
+    return Tokenizer(tiny_vocab, max_seq_len=32)
 
 
 def test_make_dataset_single_pair_regression_unlabelled(tok):
