@@ -26,13 +26,20 @@ class ClassifierTrainer(keras.Model):
         return keras.ops.cast(logits, "float32")
 
 
+def _forward_fn(model: BertModel):
+    """One traced inference function per model, reused by every evaluation."""
+    fn = getattr(model, "_tinybert_logits_fn", None)
+    if fn is None:
+        @tf.function(reduce_retracing=True)
+        def fn(inputs):
+            return tf.cast(model(inputs, training=False)["logits"], tf.float32)
+        model._tinybert_logits_fn = fn
+    return fn
+
+
 def predict_logits(model: BertModel, dataset: tf.data.Dataset) -> np.ndarray:
     """Logits [N, num_labels] over a dataset of (inputs, labels) batches."""
-
-    @tf.function(reduce_retracing=True)
-    def forward(inputs):
-        return tf.cast(model(inputs, training=False)["logits"], tf.float32)
-
+    forward = _forward_fn(model)
     chunks = [forward(inputs).numpy() for inputs, _ in dataset]
     return np.concatenate(chunks, axis=0) if chunks else np.zeros((0, model.num_labels))
 

@@ -57,10 +57,14 @@ def run_preflight(ctx: Any, stages: Sequence[str]) -> list[str]:
         spec = glue.get_task(f.task)
     except ValueError as e:
         raise PreflightError(f"--task={f.task!r}: {e}") from e
-    try:
-        student_config = get_config(f.student_config)
-    except ConfigError as e:
-        raise PreflightError(f"--student_config: {e}") from e
+    builds_student = "general" in stages or (f.general_model.lower() == "none"
+                                              and "task" in stages)
+    student_config = None
+    if builds_student:
+        try:
+            student_config = get_config(f.student_config)
+        except ConfigError as e:
+            raise PreflightError(f"--student_config: {e}") from e
     bad_terms = [t for t in f.loss_terms if t not in LOSS_TERMS + ("trm",)]
     if bad_terms:
         raise PreflightError(f"--loss_terms: unknown {bad_terms}; use any of "
@@ -70,22 +74,15 @@ def run_preflight(ctx: Any, stages: Sequence[str]) -> list[str]:
                         "configs/distilbert.cfg uses distilbert_6l.")
 
     teacher = None
-    if "general" in stages or ("finetune_teacher" in stages) or f.general_model.lower() == "none":
+    needs_teacher = ("general" in stages or "finetune_teacher" in stages
+                     or (f.general_model.lower() == "none" and not f.task_teacher))
+    if needs_teacher:
         teacher = _load_checked(f.teacher, "--teacher")
         _check_specials(teacher.vocab, "--teacher")
         if f.recipe == "distilbert" and "general" in stages and teacher.head_type != "mlm":
             raise PreflightError(f"--recipe=distilbert needs a teacher with an MLM head; "
                                  f"--teacher={f.teacher} has none. Use a BertForMaskedLM "
                                  "checkpoint or --recipe=tinybert.")
-        n_teacher = teacher.bert_config.num_layers
-        try:
-            layer_map(f.layer_mapping, student_config.num_layers, n_teacher)
-        except ValueError as e:
-            raise PreflightError(str(e)) from e
-        if student_config.num_heads != teacher.bert_config.num_heads and "attn" in f.loss_terms:
-            warnings.append(f"student has {student_config.num_heads} heads, teacher "
-                            f"{teacher.bert_config.num_heads}: the attention loss compares "
-                            "head-averaged maps.")
     if f.task_teacher and any(s in stages for s in ("task", "evaluate")):
         task_teacher = _load_checked(f.task_teacher, "--task_teacher")
         expected = 1 if spec.is_regression else len(spec.label_names)
@@ -97,6 +94,15 @@ def run_preflight(ctx: Any, stages: Sequence[str]) -> list[str]:
             raise PreflightError("--task_teacher and --teacher use different vocabularies; "
                                  "the student can follow only one. Use teachers of one vocab.")
         teacher = teacher or task_teacher
+    if teacher is not None and student_config is not None:
+        try:
+            layer_map(f.layer_mapping, student_config.num_layers, teacher.bert_config.num_layers)
+        except ValueError as e:
+            raise PreflightError(str(e)) from e
+        if student_config.num_heads != teacher.bert_config.num_heads and "attn" in f.loss_terms:
+            warnings.append(f"student has {student_config.num_heads} heads, teacher "
+                            f"{teacher.bert_config.num_heads}: the attention loss compares "
+                            "head-averaged maps.")
     if f.general_model and f.general_model.lower() != "none" and "task" in stages:
         student = _load_checked(f.general_model, "--general_model")
         if teacher is not None and student.vocab != teacher.vocab:

@@ -328,6 +328,7 @@ def task(ctx: Context) -> dict[str, Any]:
 def evaluate(ctx: Context) -> dict[str, Any]:
     from tinybert_tf.pipeline import report
     f, spec = ctx.flags, ctx.spec
+    eval_dir = ctx.state.stage_dir("evaluate")
     models = {"teacher": load_model(ctx.teacher_path()), "student": load_model(ctx.student_path())}
     tokenizer = _tokenizer(models["teacher"], ctx.max_seq_len)
     results: dict[str, Any] = {}
@@ -348,7 +349,7 @@ def evaluate(ctx: Context) -> dict[str, Any]:
     if ctx.chief:
         write_json_atomic(ctx.state.path("report.json"), data)
         report.plot_loss_curves(ctx.state.output_dir, ctx.state.path("loss_curves.png"))
-        write_json_atomic(ctx.state.path("evaluate", "metrics.json"), data)
+        write_json_atomic(os.path.join(eval_dir, "metrics.json"), data)
     print(report.summary_table(data), flush=True)
     return {"retained": data["ratios"]["retained"]}
 
