@@ -23,6 +23,8 @@ demo: $(STAMP)
 	$(VENV)/bin/python bin/distill --flagfile=configs/demo.cfg
 
 # pytest exits 5 when it collects no test: that is a failure here, not a pass.
+# Two worker processes: much of a TF test's time is single-threaded tracing.
+PYTEST_WORKERS ?= 2
 test: $(STAMP)
-	$(VENV)/bin/python -m pytest -q tests; rc=$$?; \
+	$(VENV)/bin/python -m pytest -q -n $(PYTEST_WORKERS) --durations=15 tests; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc

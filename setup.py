@@ -23,7 +23,7 @@ setup(
         "matplotlib>=3.7",
     ],
     extras_require={
-        "test": ["pytest>=7", "scikit-learn>=1.3", "scipy>=1.10", "ai-edge-litert>=1.2"],
+        "test": ["pytest>=7", "pytest-xdist>=3.5", "scikit-learn>=1.3", "scipy>=1.10", "ai-edge-litert>=1.2"],
         "tflite": ["ai-edge-litert>=1.2"],
     },
     scripts=["bin/distill", "bin/augment", "bin/export", "bin/benchmark", "bin/pretokenize"],
