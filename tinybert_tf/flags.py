@@ -111,6 +111,8 @@ def define_benchmark_flags() -> None:
                                             "dynamic_int8", "int8"],
                       "Runtimes to time: keras, saved_model and TFLite flavours.")
     flags.DEFINE_integer("benchmark_runs", 20, "Timed calls per measurement (median).")
+    flags.DEFINE_float("benchmark_seconds", 10.0, "Time budget per measurement; stops early "
+                       "(after at least 3 calls) once spent.")
     flags.DEFINE_integer("benchmark_threads", 0, "TFLite interpreter threads (0 = default).")
     flags.DEFINE_string("benchmark_output", "benchmark_out",
                         "Folder for benchmark.json and benchmark.png.")

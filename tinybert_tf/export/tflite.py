@@ -111,23 +111,27 @@ def model_function(model: BertModel, max_seq_len: int, batch_size: int = 1,
 
 
 def convert(model: BertModel, fmt: str, max_seq_len: int,
-            representative: Optional[Iterable[dict[str, np.ndarray]]] = None) -> bytes:
+            representative: Optional[Iterable[dict[str, np.ndarray]]] = None,
+            batch_size: int = 1) -> bytes:
     """Convert `model` to one TFLite flavour; returns the flatbuffer bytes.
 
     Args:
       fmt: float32 | float16 | dynamic_int8 | int8.
       max_seq_len: the fixed sequence length L of the inputs.
-      representative: for int8, packed inputs (dicts of int32 [1, L] or [N, L])
-        of real task text used to calibrate activation ranges.
+      representative: for int8, packed inputs (dicts of int32 [N, L]) of real
+        task text used to calibrate activation ranges.
+      batch_size: the fixed batch of the inputs (1 for Android / the Task
+        Library; larger only for throughput benchmarks: TFLite graphs cannot be
+        resized afterwards, their reshapes are fixed at conversion).
     """
     if fmt not in TFLITE_FORMATS:
         raise ExportError(f"unknown TFLite format {fmt!r}; use one of {', '.join(TFLITE_FORMATS)}.")
     max_seq_len = check_seq_len(model, max_seq_len)
     rows, mask_value = None, None
     if fmt == "int8":
-        rows = _representative_rows(representative, max_seq_len)
+        rows = _representative_rows(representative, max_seq_len, batch_size)
         mask_value = calibrated_mask_value(model, rows)
-    fn = model_function(model, max_seq_len, mask_value=mask_value)
+    fn = model_function(model, max_seq_len, batch_size, mask_value=mask_value)
     converter = tf.lite.TFLiteConverter.from_concrete_functions([fn], tf.Module())
     if fmt == "float16":
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
@@ -144,9 +148,11 @@ def convert(model: BertModel, fmt: str, max_seq_len: int,
     return name_io(flat, output_name(model))
 
 
-def _representative_rows(representative, max_seq_len: int) -> list[dict[str, np.ndarray]]:
-    """Split packed inputs into [1, L] rows for calibration; empty -> ExportError."""
-    rows = []
+def _representative_rows(representative, max_seq_len: int, batch_size: int = 1
+                         ) -> list[dict[str, np.ndarray]]:
+    """Split packed inputs into [batch_size, L] rows for calibration (cycling
+    examples to fill the last one); empty -> ExportError."""
+    flat = []
     for batch in representative or ():
         n = len(batch["input_word_ids"])
         for i in range(n):
@@ -154,7 +160,11 @@ def _representative_rows(representative, max_seq_len: int) -> list[dict[str, np.
             if row["input_word_ids"].shape != (1, max_seq_len):
                 raise ExportError(f"representative inputs have shape "
                                   f"{row['input_word_ids'].shape}, expected (1, {max_seq_len}).")
-            rows.append(row)
+            flat.append(row)
+    rows = []
+    for s in range(0, len(flat), batch_size):
+        chunk = [flat[(s + j) % len(flat)] for j in range(batch_size)]
+        rows.append({k: np.concatenate([r[k] for r in chunk], 0) for k in INPUT_NAMES})
     if not rows:
         raise ExportError("int8 export needs a representative data set of task text to "
                           "calibrate activations, and got none: pass representative_texts "
@@ -195,7 +205,8 @@ class TFLiteRunner:
 
     Args:
       model: a .tflite path or its bytes.
-      batch_size: inputs are resized to [batch_size, L] (the file says [1, L]).
+      batch_size: rows per call; must equal the batch the model was converted
+        at (TFLite cannot resize our graphs: their reshapes are fixed).
       num_threads: CPU threads for the interpreter (XNNPACK).
     """
 
@@ -211,10 +222,10 @@ class TFLiteRunner:
             raise ExportError(f"TFLite model lacks input tensors {missing}; got {sorted(details)}.")
         self.input_index = {n: details[n]["index"] for n in INPUT_NAMES}
         self.seq_len = int(details[INPUT_NAMES[0]]["shape"][1])
-        self.batch_size = batch_size
-        if batch_size != 1:
-            for idx in self.input_index.values():
-                self.interpreter.resize_tensor_input(idx, [batch_size, self.seq_len])
+        self.batch_size = int(details[INPUT_NAMES[0]]["shape"][0])
+        if batch_size != self.batch_size:
+            raise ExportError(f"this TFLite model was converted for batch {self.batch_size}, "
+                              f"not {batch_size}; convert(..., batch_size={batch_size}).")
         self.interpreter.allocate_tensors()
         self.output_index = self.interpreter.get_output_details()[0]["index"]
 

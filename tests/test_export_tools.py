@@ -1,0 +1,96 @@
+"""bin/export on a saved model directory, its errors, and bin/benchmark --quick."""
+import json
+import os
+import re
+import subprocess
+import sys
+
+import keras
+import pytest
+
+from tinybert_tf.config import BertConfig
+from tinybert_tf.models import BertModel
+from tinybert_tf.models.checkpoint import save_model
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_tool(name, *args, timeout=300):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
+    return subprocess.run([sys.executable, os.path.join(ROOT, "bin", name), *args],
+                          capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def model_dir(tmp_path, tiny_vocab, head):
+    vocab = list(dict.fromkeys(tiny_vocab))  # conftest's TINY_VOCAB repeats a few tokens
+    keras.utils.set_random_seed(7)
+    config = BertConfig(vocab_size=len(vocab), hidden_size=32, num_layers=2, num_heads=4,
+                        intermediate_size=64, max_position_embeddings=64)
+    kwargs = {"num_labels": 2, "label_names": ["neg", "pos"]} if head == "classifier" else {}
+    model = BertModel(config, head=head, vocab=vocab, **kwargs)
+    return save_model(model, str(tmp_path / f"model_{head}"))
+
+
+def test_bin_export_writes_export_dir_for_polarity(tmp_path, tiny_vocab):
+    src = model_dir(tmp_path, tiny_vocab, "classifier")
+    out = tmp_path / "out"
+    proc = run_tool("export", f"--model_dir={src}", f"--output_dir={out}", "--max_seq_len=16",
+                    "--export_formats=float32", "--export_latency_runs=2")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert sorted(os.listdir(out / "export")) == ["model_float32.tflite", "parity.json"]
+    parity = json.loads((out / "export" / "parity.json").read_text())
+    assert parity["task"] == "polarity" and parity["max_seq_len"] == 16
+    assert parity["num_examples"] > 0 and parity["metric_name"] == "accuracy"
+    assert parity["formats"]["float32"]["max_abs_diff"] < 1e-4
+    assert "float32" in proc.stdout and "max|Δ|" in proc.stdout  # the printed table
+
+
+def load_bin_export():
+    """bin/export as a module (it has no .py suffix), to call its run() in-process."""
+    import importlib.machinery
+    import importlib.util
+    path = os.path.join(ROOT, "bin", "export")
+    loader = importlib.machinery.SourceFileLoader("bin_export", path)
+    spec = importlib.util.spec_from_loader("bin_export", loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("head,args,message", [
+    ("classifier", ["--export_formats=float32,onnx"], "unknown export format 'onnx'"),
+    (None, [], "head=None"),
+    ("classifier", ["--representative_examples=0"], "--representative_examples"),
+])
+def test_bin_export_errors(tmp_path, tiny_vocab, head, args, message):
+    from tinybert_tf.export import ExportError
+    tool = load_bin_export()
+    src = model_dir(tmp_path, tiny_vocab, head)
+    out = tmp_path / "out"
+    tool.FLAGS(["bin/export", f"--model_dir={src}", f"--output_dir={out}",
+                "--max_seq_len=16", *args])
+    try:
+        with pytest.raises(ExportError, match=re.escape(message)) as err:
+            tool.run()
+        assert re.search(r"--[a-z_]+", str(err.value))  # names the flag at fault
+    finally:
+        tool.FLAGS.unparse_flags()
+    assert not (out / "export" / "parity.json").exists()
+
+
+def test_bin_benchmark_quick(tmp_path):
+    out = tmp_path / "bench"
+    proc = run_tool("benchmark", "--quick", "--benchmark_formats=keras,float32",
+                    f"--benchmark_output={out}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((out / "benchmark.json").read_text())
+    teacher, student = report["models"]
+    assert set(teacher["runtimes"]) == {"keras", "float32"}
+    assert teacher["params"] > student["params"] > 0
+    assert report["ratios"]["params"] == pytest.approx(teacher["params"] / student["params"])
+    for m in report["models"]:
+        for rt in m["runtimes"].values():
+            assert set(rt["latency_ms"]) == {"1", "2"}
+            assert all(v > 0 for v in rt["latency_ms"].values())
+    assert (out / "benchmark.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "paper: 7.5x smaller" in proc.stdout

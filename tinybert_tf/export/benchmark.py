@@ -1,0 +1,202 @@
+"""The paper's Table 1 efficiency columns on this machine (issue 7, item 4).
+
+For a teacher and a student config with random weights at one sequence
+length: parameters, FLOPs, and latency / throughput at each batch size for
+Keras (a tf.function-compiled call with fixed shapes), the SavedModel's
+`serve_ids` signature and each TFLite flavour; then the teacher/student
+ratios next to the paper's (7.5x smaller, 9.4x faster, measured on GPU).
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from typing import Any, Optional, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from tinybert_tf.config import BertConfig
+from tinybert_tf.export import tflite as tfl
+from tinybert_tf.export.common import TFLITE_FORMATS, ExportError, write_bytes_atomic
+from tinybert_tf.export.saved_model import IDS_SIGNATURE, export_saved_model
+from tinybert_tf.models.encoder import INPUT_NAMES, BertModel, count_params, flops_per_example
+from tinybert_tf.tokenizer import SPECIAL_TOKENS
+
+RUNTIMES = ("keras", "saved_model") + TFLITE_FORMATS
+PAPER = {"smaller": 7.5, "faster": 9.4}
+
+
+def synthetic_vocab(size: int) -> list[str]:
+    """A vocab of `size` tokens with BERT's specials (only the ids matter here)."""
+    return list(SPECIAL_TOKENS) + [f"w{i}" for i in range(size - len(SPECIAL_TOKENS))]
+
+
+def random_inputs(config: BertConfig, batch: int, seq_len: int, seed: int = 0
+                  ) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {"input_word_ids": rng.integers(len(SPECIAL_TOKENS), config.vocab_size,
+                                           (batch, seq_len)).astype(np.int32),
+            "input_mask": np.ones((batch, seq_len), np.int32),
+            "input_type_ids": np.zeros((batch, seq_len), np.int32)}
+
+
+def time_call(fn, runs: int, budget_s: float) -> float:
+    """Median milliseconds of fn() over up to `runs` calls after one untimed
+    warm-up call; stops early once `budget_s` seconds are spent (after at
+    least 3 calls, or 1 when a single call already takes the whole budget)."""
+    fn()
+    times, start = [], time.perf_counter()
+    while len(times) < max(1, runs):
+        t = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t) * 1e3)
+        spent = time.perf_counter() - start
+        if spent > budget_s and (len(times) >= 3 or times[0] / 1e3 > budget_s / 2):
+            break
+    return float(np.median(times))
+
+
+def benchmark_model(name: str, config: BertConfig, seq_len: int, batch_sizes: Sequence[int],
+                    runtimes: Sequence[str], runs: int, budget_s: float,
+                    num_threads: Optional[int], work_dir: str) -> dict[str, Any]:
+    """Params, FLOPs and {runtime: {batch: latency ms, throughput ex/s}} of one config."""
+    unknown = [r for r in runtimes if r not in RUNTIMES]
+    if unknown:
+        raise ExportError(f"--benchmark_formats: unknown runtime(s) {unknown}; use any of "
+                          f"{', '.join(RUNTIMES)}.")
+    model = BertModel(config, head="classifier", num_labels=2,
+                      vocab=synthetic_vocab(config.vocab_size), name="bert")
+    result: dict[str, Any] = {"name": name, "params": count_params(model),
+                              "flops": flops_per_example(config, seq_len, num_labels=2),
+                              "config": config.to_dict(), "runtimes": {}}
+    inputs = {b: random_inputs(config, b, seq_len, seed=b) for b in batch_sizes}
+    for runtime in runtimes:
+        t0 = time.perf_counter()
+        per_batch: dict[str, Any] = {}
+        size = None
+        if runtime == "keras":
+            for b in batch_sizes:
+                spec = {k: tf.TensorSpec([b, seq_len], tf.int32) for k in INPUT_NAMES}
+                fn = tf.function(lambda x: model(x, training=False)["logits"],
+                                 input_signature=[spec])
+                x = {k: tf.constant(v) for k, v in inputs[b].items()}
+                per_batch[b] = time_call(lambda: fn(x), runs, budget_s)
+            size = sum(v.numpy().nbytes for v in model.weights)
+        elif runtime == "saved_model":
+            path = export_saved_model(model, os.path.join(work_dir, f"{name}_saved_model"),
+                                      max_seq_len=seq_len)
+            fn = tf.saved_model.load(path).signatures[IDS_SIGNATURE]
+            for b in batch_sizes:
+                x = {k: tf.constant(v) for k, v in inputs[b].items()}
+                per_batch[b] = time_call(lambda: fn(**x), runs, budget_s)
+        else:
+            rep = [random_inputs(config, 8, seq_len, seed=99)] if runtime == "int8" else None
+            for b in batch_sizes:  # one conversion per batch size: TFLite shapes are fixed
+                flat = tfl.convert(model, runtime, seq_len, rep, batch_size=b)
+                size = size or len(flat)
+                runner = tfl.TFLiteRunner(flat, batch_size=b, num_threads=num_threads)
+                x = inputs[b]
+                per_batch[b] = time_call(lambda: runner(x), runs, budget_s)
+                del runner, flat
+        result["runtimes"][runtime] = {
+            "latency_ms": {str(b): ms for b, ms in per_batch.items()},
+            "throughput": {str(b): b * 1e3 / ms for b, ms in per_batch.items()},
+            "size_bytes": size, "seconds": time.perf_counter() - t0}
+        print(f"  {name:<18} {runtime:<13} " + "  ".join(
+            f"b{b}: {ms:8.2f} ms" for b, ms in per_batch.items()), flush=True)
+    return result
+
+
+def ratios(teacher: dict[str, Any], student: dict[str, Any]) -> dict[str, Any]:
+    """teacher/student: params, FLOPs and latency per runtime and batch size."""
+    out = {"params": teacher["params"] / student["params"],
+           "flops": teacher["flops"] / student["flops"], "latency": {}}
+    for rt, t in teacher["runtimes"].items():
+        s = student["runtimes"].get(rt)
+        if s:
+            out["latency"][rt] = {b: t["latency_ms"][b] / s["latency_ms"][b]
+                                  for b in t["latency_ms"] if b in s["latency_ms"]}
+    return out
+
+
+def format_report(report: dict[str, Any]) -> str:
+    teacher, student = report["models"]
+    r = report["ratios"]
+    batches = list(next(iter(teacher["runtimes"].values()))["latency_ms"])
+    lines = [f"seq {report['seq_len']}, {report['threads']} threads, random weights", ""]
+    head = f"{'model':<18}{'runtime':<14}" + "".join(
+        f"{'ms b' + b:>11}{'ex/s b' + b:>11}" for b in batches)
+    lines += [head, "-" * len(head)]
+    for m in (teacher, student):
+        for rt, v in m["runtimes"].items():
+            lines.append(f"{m['name']:<18}{rt:<14}" + "".join(
+                f"{v['latency_ms'][b]:>11.2f}{v['throughput'][b]:>11.1f}" for b in batches))
+    lines += ["", f"{'':<18}{'params':>14}{'FLOPs/example':>16}"]
+    for m in (teacher, student):
+        lines.append(f"{m['name']:<18}{m['params'] / 1e6:>13.1f}M{m['flops'] / 1e9:>15.2f}G")
+    lines += ["", f"teacher/student: {r['params']:.1f}x fewer parameters (paper: "
+              f"{PAPER['smaller']}x smaller), {r['flops']:.1f}x fewer FLOPs"]
+    for rt, by_b in r["latency"].items():
+        lines.append(f"  {rt:<13} speed-up " + ", ".join(
+            f"b{b}: {x:.1f}x" for b, x in by_b.items()) + f"   (paper: {PAPER['faster']}x)")
+    return "\n".join(lines)
+
+
+def plot(report: dict[str, Any], path: str) -> None:
+    """Bar chart: batch-1 and batch-B latency per runtime, teacher vs student (log scale)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    teacher, student = report["models"]
+    runtimes = [rt for rt in teacher["runtimes"] if rt in student["runtimes"]]
+    batches = list(teacher["runtimes"][runtimes[0]]["latency_ms"])
+    fig, axes = plt.subplots(1, len(batches), figsize=(6 * len(batches), 4), squeeze=False)
+    x = np.arange(len(runtimes))
+    for ax, b in zip(axes[0], batches):
+        for i, m in enumerate((teacher, student)):
+            ax.bar(x + (i - 0.5) * 0.4, [m["runtimes"][rt]["latency_ms"][b] for rt in runtimes],
+                   0.4, label=m["name"])
+        ax.set_xticks(x, runtimes, rotation=30)
+        ax.set_yscale("log")
+        ax.set_ylabel("latency (ms, log)")
+        ax.set_title(f"batch {b}, seq {report['seq_len']}")
+        ax.legend()
+    fig.tight_layout()
+    with tempfile.NamedTemporaryFile(suffix=".png", delete=False,
+                                     dir=os.path.dirname(os.path.abspath(path))) as f:
+        tmp = f.name
+    fig.savefig(tmp, dpi=100)
+    plt.close(fig)
+    os.replace(tmp, path)
+
+
+def run_benchmark(configs: Sequence[tuple[str, BertConfig]], seq_len: int,
+                  batch_sizes: Sequence[int], runtimes: Sequence[str], runs: int,
+                  output_dir: str, num_threads: Optional[int] = None,
+                  budget_s: float = 20.0) -> dict[str, Any]:
+    """Benchmark (teacher, student); write benchmark.json and benchmark.png."""
+    if len(configs) != 2:
+        raise ExportError(f"--benchmark_models: give two configs (teacher, student), got "
+                          f"{len(configs)}.")
+    for name, c in configs:
+        if seq_len > c.max_position_embeddings:
+            raise ExportError(f"--benchmark_seq_len={seq_len} exceeds {name}'s "
+                              f"max_position_embeddings={c.max_position_embeddings}.")
+    os.makedirs(output_dir, exist_ok=True)
+    models = []
+    with tempfile.TemporaryDirectory(prefix="tinybert-bench-") as work:
+        for name, config in configs:
+            models.append(benchmark_model(name, config, seq_len, batch_sizes, runtimes, runs,
+                                          budget_s, num_threads, work))
+    report = {"seq_len": seq_len, "batch_sizes": list(batch_sizes),
+              "threads": num_threads or "default", "cpu_count": os.cpu_count(),
+              "tensorflow": tf.__version__, "models": models,
+              "ratios": ratios(models[0], models[1]), "paper": PAPER}
+    write_bytes_atomic(os.path.join(output_dir, "benchmark.json"),
+                       (json.dumps(report, indent=2) + "\n").encode())
+    plot(report, os.path.join(output_dir, "benchmark.png"))
+    print(format_report(report), flush=True)
+    return report
