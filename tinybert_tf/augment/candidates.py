@@ -14,8 +14,8 @@ and never the masked word itself. (The reference takes the top K and then
 drops `##` pieces, keeping fewer than K, and keeps specials and the word.)
 
 The function is traced once (dynamic [batch, length] signature); rows are
-padded to a length bucket (16, 32, ..., the model's limit) and the batch to a
-power of two, so padding stays small and few distinct shapes reach the kernels.
+sorted by length and batched with their neighbours, padded to a multiple of 8,
+so padding stays small and few distinct shapes reach the kernels.
 """
 from __future__ import annotations
 
@@ -30,7 +30,6 @@ import tensorflow as tf
 from tinybert_tf.tokenizer import Tokenizer
 
 _SPECIAL = re.compile(r"^\[[^\]]+\]$")
-_BUCKETS = (16, 32, 64, 128, 256, 512)
 
 
 class MLMError(ValueError):
@@ -52,8 +51,7 @@ _FUNCTIONS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 def _top_k_function(model, allowed: np.ndarray, k: int):
     """The traced forward + top-K for `model`, shared by every MLMCandidates on it.
 
-    One trace for every shape ([None, None] signature); callers pad rows to a
-    length bucket and the batch to a power of two, so padding stays small.
+    One trace for every shape ([None, None] signature).
     """
     per_model = _FUNCTIONS.setdefault(model, {})
     key = (k, allowed.tobytes())
@@ -95,7 +93,7 @@ class MLMCandidates:
     Args:
       model: a `BertModel` with head="mlm" and a `.vocab`.
       num_candidates: K.
-      batch_size: rows per forward pass at lengths <= 64; longer buckets get
+      batch_size: rows per forward pass at lengths <= 64; longer rows get
         proportionally fewer rows (same tokens per pass).
       max_len: longest row; default the model's max_position_embeddings (<= 512).
     """
@@ -120,7 +118,6 @@ class MLMCandidates:
         self.k = int(min(num_candidates, allowed.sum() - 1))
         self.batch_size = int(batch_size)
         self.max_len = int(min(max_len or config.max_position_embeddings, 512))
-        self.buckets = tuple(b for b in _BUCKETS if b < self.max_len) + (self.max_len,)
         self.two_segments = config.type_vocab_size >= 2
         self._pieces: dict[str, tuple] = {}
         self._fn = _top_k_function(model, allowed, self.k)
@@ -167,45 +164,53 @@ class MLMCandidates:
         return rows
 
     # -- forward ---------------------------------------------------------------------
-    def _bucket(self, length: int) -> int:
-        return next(b for b in self.buckets if b >= length)
-
     def _rows_per_batch(self, length: int) -> int:
         return max(1, self.batch_size * 64 // length) if length > 64 else self.batch_size
+
+    def batches(self, rows: Sequence[Row]) -> list[tuple[int, list[int]]]:
+        """(padded length, row indices) per forward pass.
+
+        Rows are sorted by length (ties in row order) and cut greedily into
+        batches of similar length, padded to a multiple of 8: little padding,
+        and a bounded number of distinct shapes. Depends only on `rows`.
+        """
+        order = sorted(range(len(rows)), key=lambda i: (len(rows[i].ids), i))
+        out, part = [], []
+        for i in order:
+            length = -(-len(rows[i].ids) // 8) * 8
+            if part and len(part) + 1 > self._rows_per_batch(length):
+                out.append((part_len, part))
+                part = []
+            part.append(i)
+            part_len = length
+        if part:
+            out.append((part_len, part))
+        return out
 
     def candidates(self, rows: Sequence[Row]) -> list[list[str]]:
         """Candidate words (<= K, best first) for each row, in row order.
 
-        Rows are grouped by length bucket (kept in order within a bucket) and
-        sent in fixed-shape batches; the result for a row depends only on the
-        rows given, never on earlier calls.
+        The result for a row depends only on the rows given (their batching),
+        never on earlier calls.
         """
         out: list[Optional[list[str]]] = [None] * len(rows)
-        groups: dict[int, list[int]] = {}
-        for i, r in enumerate(rows):
-            groups.setdefault(self._bucket(len(r.ids)), []).append(i)
         pad = self.tokenizer.pad_id
-        for length in sorted(groups):
-            idx = groups[length]
-            per = self._rows_per_batch(length)
-            for b in range(0, len(idx), per):
-                part = idx[b:b + per]
-                size = min(per, max(8, 1 << (len(part) - 1).bit_length()))
-                ids = np.full((size, length), pad, np.int32)
-                types = np.zeros((size, length), np.int32)
-                mask = np.zeros((size, length), np.int32)
-                pos = np.zeros(size, np.int32)
-                excl = np.full(size, -1, np.int32)
-                mask[:, :2] = 1  # padding rows: "[PAD] [PAD]" attended, never read
-                for j, i in enumerate(part):
-                    r = rows[i]
-                    n = len(r.ids)
-                    ids[j, :n], types[j, :n], mask[j, :n] = r.ids, r.type_ids, 1
-                    pos[j], excl[j] = r.position, r.exclude
-                top, valid = self._fn(tf.constant(ids), tf.constant(types), tf.constant(mask),
-                                      tf.constant(pos), tf.constant(excl))
-                self.forward_calls += 1
-                top, valid = top.numpy(), valid.numpy()
-                for j, i in enumerate(part):
-                    out[i] = [self.vocab[t] for t, v in zip(top[j], valid[j]) if v]
+        for length, part in self.batches(rows):
+            size = len(part)
+            ids = np.full((size, length), pad, np.int32)
+            types = np.zeros((size, length), np.int32)
+            mask = np.zeros((size, length), np.int32)
+            pos = np.zeros(size, np.int32)
+            excl = np.full(size, -1, np.int32)
+            for j, i in enumerate(part):
+                r = rows[i]
+                n = len(r.ids)
+                ids[j, :n], types[j, :n], mask[j, :n] = r.ids, r.type_ids, 1
+                pos[j], excl[j] = r.position, r.exclude
+            top, valid = self._fn(tf.constant(ids), tf.constant(types), tf.constant(mask),
+                                  tf.constant(pos), tf.constant(excl))
+            self.forward_calls += 1
+            top, valid = top.numpy(), valid.numpy()
+            for j, i in enumerate(part):
+                out[i] = [self.vocab[t] for t, v in zip(top[j], valid[j]) if v]
         return out
