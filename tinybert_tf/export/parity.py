@@ -202,6 +202,10 @@ def export_all(model: BertModel, output_dir: str, *, max_seq_len: int,
         stale = os.path.join(output_dir, tflite_file(fmt))
         if fmt not in formats and os.path.exists(stale):
             os.remove(stale)
+    stale_sm = os.path.join(output_dir, SAVED_MODEL_DIR)
+    if "saved_model" not in formats and os.path.isdir(stale_sm):
+        import shutil
+        shutil.rmtree(stale_sm)
     parity = {"task": task, "max_seq_len": max_seq_len, "num_examples": len(dev_a),
               "is_pair": bool(is_pair), "is_regression": regression,
               "metric_name": metric_name, "output": "score" if regression else "probabilities",
