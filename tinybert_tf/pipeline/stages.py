@@ -20,6 +20,7 @@ import os
 from typing import Any, Optional
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from tinybert_tf.config import get_config
@@ -86,6 +87,17 @@ class Context:
 
     def student_path(self) -> str:
         return self.state.path("task", "model")
+
+
+def epoch_order(examples, seed: int, epoch: int):
+    """`examples` in the order of `epoch`: a NumPy permutation seeded by (seed, epoch).
+
+    Shuffling here rather than with `Dataset.shuffle` keeps the order the same
+    under every strategy: tf.distribute rewrites the input graph, and a seeded
+    tf.data shuffle then yields another order than on one device.
+    """
+    order = np.random.default_rng([seed, epoch]).permutation(len(examples))
+    return [examples[i] for i in order]
 
 
 def _tokenizer(model: BertModel, max_seq_len: int) -> Tokenizer:
@@ -208,8 +220,8 @@ def finetune_teacher(ctx: Context) -> dict[str, Any]:
                         metrics=[] if spec.is_regression else ["accuracy"])
 
     def make_dataset(epoch: int) -> tf.data.Dataset:
-        return glue.make_dataset(train, tokenizer, ctx.max_seq_len, f.teacher_batch_size,
-                                 shuffle=True, seed=f.seed + epoch, drop_remainder=True)
+        return glue.make_dataset(epoch_order(train, f.seed, epoch), tokenizer, ctx.max_seq_len,
+                                 f.teacher_batch_size, drop_remainder=True)
 
     model_dir = os.path.join(stage_dir, "model")
 
@@ -270,8 +282,8 @@ def task(ctx: Context) -> dict[str, Any]:
 
     def dataset_fn(examples):
         def make(epoch: int) -> tf.data.Dataset:
-            return glue.make_dataset(examples, tokenizer, ctx.max_seq_len, f.task_batch_size,
-                                     shuffle=True, seed=f.seed + epoch, drop_remainder=True)
+            return glue.make_dataset(epoch_order(examples, f.seed, epoch), tokenizer,
+                                     ctx.max_seq_len, f.task_batch_size, drop_remainder=True)
         return make
 
     out: dict[str, Any] = {"train_examples": len(train)}
@@ -302,8 +314,9 @@ def task(ctx: Context) -> dict[str, Any]:
             total = min(total, f.task_max_steps)
         distiller = Distiller(student, teacher, phase="prediction", temperature=f.temperature,
                               is_regression=spec.is_regression, **_distiller_kwargs(f))
-        optimizer = create_optimizer(f.pred_lr, total, warmup_steps=int(f.warmup_proportion
-                                                                        * total),
+        # max(1, .): --pred_epochs=0 (no prediction phase) still builds a valid schedule.
+        optimizer = create_optimizer(f.pred_lr, max(1, total),
+                                     warmup_steps=int(f.warmup_proportion * total),
                                      weight_decay=f.weight_decay, schedule="linear")
         distiller.compile(optimizer=optimizer, jit_compile=f.jit_compile)
 
