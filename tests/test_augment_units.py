@@ -48,7 +48,8 @@ def _naive_logits(model, pieces, target):
     masked[start] = msk
     ids = [cls] + masked + [sep] + flat + [sep]
     types = [0] * (len(flat) + 2) + [1] * (len(flat) + 1)
-    out = model({"input_word_ids": tf.constant([ids]), "input_mask": tf.ones((1, len(ids)), tf.int32),
+    out = model({"input_word_ids": tf.constant([ids]),
+                 "input_mask": tf.ones((1, len(ids)), tf.int32),
                  "input_type_ids": tf.constant([types])}, training=False)
     return out["logits"][0, start + 1].numpy()  # [V] at the masked position
 
@@ -166,7 +167,8 @@ def test_sampling_p0_p1_and_duplicates():
     assert got == want
     # p_t is a per-word probability: ~40% of 4000 tries replace the word.
     wide = [(1, ["w%d" % i for i in range(10 ** 6)])]
-    n = len(sample_variants(words, wide, 4000, 0.4, np.random.default_rng(5), {"the movie was good"}))
+    n = len(sample_variants(words, wide, 4000, 0.4, np.random.default_rng(5),
+                            {"the movie was good"}))
     assert abs(n - 1600) < 4 * np.sqrt(4000 * 0.4 * 0.6)
 
 
