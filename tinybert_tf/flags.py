@@ -94,7 +94,7 @@ def define_export_flags() -> None:
     flags.DEFINE_string("output_dir", None, "Where to write (bin/export: OUTPUT/export/).",
                         allow_override=True)
     flags.DEFINE_integer("export_threads", 0, "TFLite interpreter threads for parity latency "
-                         "(0 = the interpreter's default).")
+                         "(0 = all CPU cores).")
     flags.DEFINE_integer("export_max_examples", 0, "Dev examples checked for parity (0 = all).")
     flags.DEFINE_integer("export_latency_runs", 30, "Batch-1 calls timed per format.")
 
@@ -113,7 +113,7 @@ def define_benchmark_flags() -> None:
     flags.DEFINE_integer("benchmark_runs", 20, "Timed calls per measurement (median).")
     flags.DEFINE_float("benchmark_seconds", 10.0, "Time budget per measurement; stops early "
                        "(after at least 3 calls) once spent.")
-    flags.DEFINE_integer("benchmark_threads", 0, "TFLite interpreter threads (0 = default).")
+    flags.DEFINE_integer("benchmark_threads", 0, "TFLite interpreter threads (0 = all CPU cores).")
     flags.DEFINE_string("benchmark_output", "benchmark_out",
                         "Folder for benchmark.json and benchmark.png.")
     flags.DEFINE_bool("quick", False, "Smoke test: tiny configs, seq 16, 2 runs.")

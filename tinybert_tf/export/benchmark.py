@@ -192,7 +192,7 @@ def run_benchmark(configs: Sequence[tuple[str, BertConfig]], seq_len: int,
             models.append(benchmark_model(name, config, seq_len, batch_sizes, runtimes, runs,
                                           budget_s, num_threads, work))
     report = {"seq_len": seq_len, "batch_sizes": list(batch_sizes),
-              "threads": num_threads or "default", "cpu_count": os.cpu_count(),
+              "threads": num_threads or os.cpu_count(), "cpu_count": os.cpu_count(),
               "tensorflow": tf.__version__, "models": models,
               "ratios": ratios(models[0], models[1]), "paper": PAPER}
     write_bytes_atomic(os.path.join(output_dir, "benchmark.json"),

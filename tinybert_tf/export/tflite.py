@@ -207,7 +207,7 @@ class TFLiteRunner:
       model: a .tflite path or its bytes.
       batch_size: rows per call; must equal the batch the model was converted
         at (TFLite cannot resize our graphs: their reshapes are fixed).
-      num_threads: CPU threads for the interpreter (XNNPACK).
+      num_threads: CPU threads for the interpreter (XNNPACK); None = all cores.
     """
 
     def __init__(self, model: Union[str, bytes], batch_size: int = 1,
@@ -215,7 +215,10 @@ class TFLiteRunner:
         from ai_edge_litert.interpreter import Interpreter
 
         kwargs = {"model_path": model} if isinstance(model, str) else {"model_content": model}
-        self.interpreter = Interpreter(num_threads=num_threads, **kwargs)
+        # The interpreter's own default is one thread; a 2-core box runs the
+        # student ~1.9x faster with both (measured: 20.4 -> 11.1 ms, seq 128).
+        self.num_threads = int(num_threads or os.cpu_count() or 1)
+        self.interpreter = Interpreter(num_threads=self.num_threads, **kwargs)
         details = {d["name"]: d for d in self.interpreter.get_input_details()}
         missing = [n for n in INPUT_NAMES if n not in details]
         if missing:
