@@ -113,7 +113,8 @@ def define_benchmark_flags() -> None:
     flags.DEFINE_integer("benchmark_runs", 20, "Timed calls per measurement (median).")
     flags.DEFINE_float("benchmark_seconds", 10.0, "Time budget per measurement; stops early "
                        "(after at least 3 calls) once spent.")
-    flags.DEFINE_integer("benchmark_threads", 0, "TFLite interpreter threads (0 = all CPU cores).")
+    flags.DEFINE_integer("benchmark_threads", 0,
+                         "TFLite interpreter threads (0 = all CPU cores).")
     flags.DEFINE_string("benchmark_output", "benchmark_out",
                         "Folder for benchmark.json and benchmark.png.")
     flags.DEFINE_bool("quick", False, "Smoke test: tiny configs, seq 16, 2 runs.")
