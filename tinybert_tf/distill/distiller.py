@@ -31,6 +31,7 @@ from typing import Any, Optional, Sequence, Union
 import keras
 import tensorflow as tf
 
+from tinybert_tf.distill.keras_compat import MultiWorkerBuildMixin
 from tinybert_tf.distill import losses
 from tinybert_tf.distill.mapping import layer_map
 from tinybert_tf.distill.projections import Projections
@@ -69,7 +70,7 @@ def _slice_batch(structure, start, size):
     return tf.nest.map_structure(lambda t: t[start:start + size], structure)
 
 
-class Distiller(keras.Model):
+class Distiller(MultiWorkerBuildMixin, keras.Model):
     """Distils `teacher` into `student` (both `tinybert_tf.models.BertModel`).
 
     Args:
@@ -450,7 +451,7 @@ class Distiller(keras.Model):
             if self.accuracy_tracker is not None and y is not None:
                 s_logits = self.student(self._model_inputs(x), training=False)["logits"]
         self._apply(grads, variables, scale)
-        return self._update_metrics(terms, y, s_logits)
+        return self._multi_worker_logs(self._update_metrics(terms, y, s_logits))
 
     def test_step(self, data):
         x, y = self._labels_and_inputs(data)
@@ -459,7 +460,7 @@ class Distiller(keras.Model):
         s_out = self.student(self._model_inputs(x), training=False)
         sums = self._term_sums(x, s_out, t_out)
         terms = {t: tf.math.divide_no_nan(sums[t], counts[t]) for t in sums}
-        return self._update_metrics(terms, y, s_out.get("logits"))
+        return self._multi_worker_logs(self._update_metrics(terms, y, s_out.get("logits")))
 
     def get_config(self) -> dict[str, Any]:
         return {"name": self.name, "phase": self.phase, "loss_terms": list(self.loss_terms),

@@ -9,11 +9,12 @@ import numpy as np
 import tensorflow as tf
 
 from tinybert_tf.data import glue
+from tinybert_tf.distill.keras_compat import MultiWorkerBuildMixin
 from tinybert_tf.models import BertModel, count_params, flops_per_example
 from tinybert_tf.tokenizer import Tokenizer
 
 
-class ClassifierTrainer(keras.Model):
+class ClassifierTrainer(MultiWorkerBuildMixin, keras.Model):
     """Wraps a BertModel with a classifier/regressor head for plain fine-tuning:
     `call` returns only the logits [B, num_labels] so keras losses apply."""
 
@@ -24,6 +25,12 @@ class ClassifierTrainer(keras.Model):
     def call(self, inputs, training=None):
         logits = self.bert(inputs, training=training)["logits"]
         return keras.ops.cast(logits, "float32")
+
+    def train_step(self, data):
+        return self._multi_worker_logs(super().train_step(data))
+
+    def test_step(self, data):
+        return self._multi_worker_logs(super().test_step(data))
 
 
 def _forward_fn(model: BertModel):

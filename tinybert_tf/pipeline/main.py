@@ -51,6 +51,11 @@ def run(f=None) -> dict:
     run_preflight(ctx, stages)
     results = {}
     for stage in stages:
+        if not ctx.chief and stage in CHIEF_ONLY_STAGES:
+            # Not collective: the chief alone runs it; workers need only augment's file.
+            if stage == "augment":
+                _wait_for_chief(state, stage)
+            continue
         if state.is_done(stage):
             print(f"== {stage}: done already, skipped ({state.path(stage)})", flush=True)
             results[stage] = state.done_info(stage)
@@ -67,6 +72,16 @@ def run(f=None) -> dict:
         results[stage] = info
         print(f"== {stage}: finished in {info['seconds']:.0f}s", flush=True)
     return results
+
+
+# Stages that train nothing: under multi_worker only the chief runs them.
+CHIEF_ONLY_STAGES = ("augment", "evaluate", "export")
+
+
+def _wait_for_chief(state, stage: str, poll_seconds: float = 2.0) -> None:
+    print(f"== {stage}: waiting for the chief to finish it ({state.path(stage)})", flush=True)
+    while not state.is_done(stage):
+        time.sleep(poll_seconds)
 
 
 def _pipeline_flag_names() -> set[str]:
