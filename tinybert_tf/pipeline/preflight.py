@@ -116,7 +116,8 @@ def run_preflight(ctx: Any, stages: Sequence[str]) -> list[str]:
             except ValueError as e:
                 raise PreflightError(str(e)) from e
     if f.mlm_model and "augment" in stages:
-        mlm = load_model(f.mlm_model, head="mlm")
+        from tinybert_tf.augment import load_mlm_model
+        mlm = load_mlm_model(f.mlm_model)  # refuses a checkpoint without a trained MLM head
         if teacher is not None and mlm.vocab != teacher.vocab:
             raise PreflightError(f"--mlm_model={f.mlm_model} has another vocabulary than the "
                                  "teacher; augmentation must tokenise as the task models do.")

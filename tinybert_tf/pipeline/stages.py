@@ -29,7 +29,7 @@ from tinybert_tf.data import glue
 from tinybert_tf.distill.distiller import Distiller
 from tinybert_tf.distill.optimizer import create_optimizer
 from tinybert_tf.models import BertModel
-from tinybert_tf.models.checkpoint import load_model, save_model
+from tinybert_tf.models.checkpoint import load_model, load_tokenizer, save_model
 from tinybert_tf.pipeline import evaluation
 from tinybert_tf.pipeline.state import RunState, read_json, write_json_atomic
 from tinybert_tf.pipeline.strategy import is_chief
@@ -245,14 +245,16 @@ def finetune_teacher(ctx: Context) -> dict[str, Any]:
 def augment(ctx: Context) -> dict[str, Any]:
     from tinybert_tf.augment.augmenter import augment_task
     f, stage_dir = ctx.flags, ctx.state.stage_dir("augment")
-    mlm_model = load_model(f.mlm_model, head="mlm") if f.mlm_model else None
+    # The path, not a loaded model: augment's loader refuses a checkpoint without
+    # a trained MLM head (load_model would attach a random one).
+    teacher_vocab = load_tokenizer(ctx.flags.task_teacher or f.teacher).vocab
     stats = augment_task(
         f.task, ctx.task_data_dir(), os.path.join(stage_dir, "train_aug.tsv"),
-        mlm_model=mlm_model, word_vectors=f.word_vectors or None,
+        mlm_model=f.mlm_model or None, word_vectors=f.word_vectors or None,
         corpus=f.corpus or corpus_lib.default_corpus_path(), num_aug=f.num_aug,
         replace_prob=f.replace_prob, num_candidates=f.num_candidates, seed=f.seed,
         shard=f.shard or None, batch_size=f.augment_batch_size,
-        vector_cache_dir=os.path.join(stage_dir, "vectors"))
+        vector_cache_dir=os.path.join(stage_dir, "vectors"), vocab=teacher_vocab)
     return dict(stats)
 
 
