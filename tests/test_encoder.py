@@ -191,3 +191,13 @@ def test_config_variants_build(tiny_config):
     with pytest.raises(ValueError, match="num_labels"):
         BertModel(c, head="classifier")
     assert isinstance(BertConfig.from_dict(c.to_dict()), BertConfig)
+
+
+def test_query_key_value_start_with_different_kernels(tiny_config):
+    """A shared unseeded initializer would give Q, K and V identical kernels."""
+    from tinybert_tf.models import BertModel
+    w = BertModel(tiny_config).weight_dict()
+    q = w["transformer_layer_0/self_attention_layer/query/kernel"].numpy()
+    k = w["transformer_layer_0/self_attention_layer/key/kernel"].numpy()
+    v = w["transformer_layer_0/self_attention_layer/value/kernel"].numpy()
+    assert not np.array_equal(q, k) and not np.array_equal(k, v)

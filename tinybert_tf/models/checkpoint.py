@@ -365,6 +365,11 @@ def atomic_directory(directory: str) -> Iterator[str]:
     if os.path.exists(directory) and not os.path.isdir(directory):
         raise CheckpointError(f"{directory}: exists and is not a directory; choose another path.")
     tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(directory)}.tmp-", dir=parent)
+    # mkdtemp makes 0700 folders; a model directory must be readable by a serving
+    # account, like any folder made with the usual umask.
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o777 & ~umask)
     try:
         yield tmp
     except BaseException:

@@ -76,12 +76,17 @@ class SelfAttention(keras.layers.Layer):
         self.head_size = head_size
         self.dropout_rate = dropout
         self.initializer_range = initializer_range
+        # One initializer object per projection: an unseeded Keras 3 initializer
+        # returns the same values on every call, so a shared one would start
+        # Q, K and V with identical kernels.
         proj = dict(equation="abc,cde->abde", output_shape=(None, num_heads, head_size),
-                    bias_axes="de", kernel_initializer=initializer(initializer_range),
-                    dtype=self.dtype_policy)
-        self.query = keras.layers.EinsumDense(name="query", **proj)
-        self.key = keras.layers.EinsumDense(name="key", **proj)
-        self.value = keras.layers.EinsumDense(name="value", **proj)
+                    bias_axes="de", dtype=self.dtype_policy)
+        self.query = keras.layers.EinsumDense(
+            name="query", kernel_initializer=initializer(initializer_range), **proj)
+        self.key = keras.layers.EinsumDense(
+            name="key", kernel_initializer=initializer(initializer_range), **proj)
+        self.value = keras.layers.EinsumDense(
+            name="value", kernel_initializer=initializer(initializer_range), **proj)
         self.attention_output = None  # built once the width is known
         self.dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
 

@@ -15,7 +15,6 @@ from absl import app, flags
 from tinybert_tf import flags as tb_flags
 
 tb_flags.define_distill_flags()
-flags.mark_flag_as_required("output_dir")
 FLAGS = flags.FLAGS
 log = logging.getLogger("tinybert_tf")
 
@@ -93,6 +92,10 @@ def _pipeline_flag_names() -> set[str]:
 def main(argv) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    # Checked here, not with mark_flag_as_required: that validator would live on in
+    # the process-wide FLAGS and break other tools parsing flags in the same process.
+    if not FLAGS.output_dir:
+        raise app.UsageError("--output_dir is required: the folder for every stage's output.")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     from tinybert_tf.config import ConfigError
     try:
