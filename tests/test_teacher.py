@@ -144,3 +144,13 @@ def test_exported_student_runs_in_numpy_bert(tiny_config, tiny_vocab, tmp_path):
                      + weights["bert.pooler.dense.bias"])
     logits = pooled @ weights["classifier.weight"].T + weights["classifier.bias"]
     np.testing.assert_allclose(out["logits"], logits, atol=1e-4)
+
+
+def test_readme_three_lines_encode_a_sentence():
+    """The README's example: load the embedded teacher, tokenise, encode."""
+    import tinybert_tf
+    teacher = tinybert_tf.load_model("minilm-l6")
+    tok = tinybert_tf.load_tokenizer(teacher, max_seq_len=32)
+    out = teacher(tok(["TinyBERT distils BERT."]))
+    assert out["sequence_output"].shape == (1, 32, 384)
+    assert len(out["hidden_states"]) == 7 and len(out["attention_scores"]) == 6
