@@ -220,7 +220,10 @@ PRESETS: dict[str, BertConfig] = {
     # Small students for 2-core CPUs.
     "tiny_4l_192d": BertConfig(hidden_size=192, num_layers=4, num_heads=12,
                                intermediate_size=768),
-    # The demo student: 2 layers, 256 wide, 8 heads of 32 (the MiniLM teacher's head size).
+    # Two of the MiniLM teacher's layers (the demo student, initialised from them).
+    "minilm_2l_384d": BertConfig(hidden_size=384, num_layers=2, num_heads=12,
+                                 intermediate_size=1536),
+    # 2 layers, 256 wide, 8 heads of 32 (the MiniLM teacher's head size).
     "tiny_2l_256d": BertConfig(hidden_size=256, num_layers=2, num_heads=8,
                                intermediate_size=1024),
 }

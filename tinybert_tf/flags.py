@@ -177,6 +177,10 @@ def define_distill_flags() -> None:
                         "fine-tunes --teacher on the task.")
     flags.DEFINE_string("student_config", "tinybert_4l_312d",
                         "Student shape: a preset name or a config JSON file.")
+    flags.DEFINE_bool("init_from_teacher", False,
+                      "General stage: start the student from the teacher's embeddings and "
+                      "its mapped layers (--layer_mapping) instead of random weights, as "
+                      "DistilBERT does; needs the teacher's width, FFN size and head count.")
     flags.DEFINE_string("general_model", "",
                         "Student to start task distillation from: a model directory, 'none' "
                         "(random init: the paper's 'no GD' ablation), or empty for "

@@ -155,10 +155,16 @@ def general(ctx: Context) -> dict[str, Any]:
         config = get_config(f.student_config).replace(vocab_size=len(teacher.vocab),
                                                       lower_case=teacher.bert_config.lower_case)
         student = BertModel(config, head="mlm" if distilbert else None, vocab=teacher.vocab)
-        if distilbert:
+        if distilbert or f.init_from_teacher:
             from tinybert_tf.distill.distilbert import init_student_from_teacher
-            copied = init_student_from_teacher(student, teacher)
-            log.info("DistilBERT init copied %d layers from the teacher", len(copied))
+            from tinybert_tf.distill.mapping import layer_map
+            # DistilBERT: every other layer; TinyBERT: the layers g(m) the student learns from.
+            layers = "every_other" if distilbert else [
+                g - 1 for g in layer_map(f.layer_mapping, config.num_layers,
+                                         teacher.bert_config.num_layers)[1:]]
+            copied = init_student_from_teacher(student, teacher, layers=layers)
+            print(f"[general] student initialised from the teacher: {len(copied)} layers "
+                  "copied", flush=True)
         count_path = os.path.join(stage_dir, "corpus_count.json")
         counted = read_json(count_path)
         if counted is None or counted.get("source") != source:
