@@ -26,8 +26,13 @@ def make_strategy(name: str, tpu: str = "") -> tf.distribute.Strategy:
         return tf.distribute.OneDeviceStrategy(gpus[0].name if gpus else "/cpu:0")
     if name == "mirrored":
         gpus = tf.config.list_logical_devices("GPU")
-        devices = [d.name for d in (gpus or tf.config.list_logical_devices("CPU"))]
-        return tf.distribute.MirroredStrategy(devices=devices)
+        if gpus:
+            return tf.distribute.MirroredStrategy(devices=[d.name for d in gpus])
+        # CPU replicas reduce on one device: collective ops add nothing there, and
+        # their instance keys collide between strategies made in one process.
+        return tf.distribute.MirroredStrategy(
+            devices=[d.name for d in tf.config.list_logical_devices("CPU")],
+            cross_device_ops=tf.distribute.ReductionToOneDevice())
     if name == "multi_worker":
         if "TF_CONFIG" not in os.environ:
             raise StrategyError("--strategy=multi_worker needs the TF_CONFIG environment "
