@@ -124,3 +124,49 @@ def test_overwrite_starts_over(finished, tmp_path):
     run(ns2)
     assert read_json(str(copy / "run_config.json"))["seed"] == ns.seed + 5
     assert os.path.isfile(copy / "evaluate" / "stage_done.json")
+
+
+def _student_like_teacher(path, vocab_size: int, layers: int) -> str:
+    """A student config of the tiny teacher's width (see pipeline_helpers.write_teacher)."""
+    from tinybert_tf.config import BertConfig
+    config = BertConfig(vocab_size=vocab_size, hidden_size=32, num_layers=layers, num_heads=4,
+                        intermediate_size=64, max_position_embeddings=64)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(config.to_json())
+    return str(path)
+
+
+def test_init_from_teacher_starts_from_the_mapped_teacher_layer(finished, tmp_path, tiny_vocab):
+    """--init_from_teacher through the pipeline: with a vanishing learning rate the
+    general stage saves its starting point, which must be the teacher's embeddings and
+    its layer g(1) = 2 (uniform map, 1 student layer, 2 teacher layers)."""
+    tmp, ns, _ = finished
+    config = _student_like_teacher(tmp_path / "s1.json", len(tiny_vocab), layers=1)
+    ns2 = type(ns)(**{**vars(ns), "output_dir": str(tmp_path / "init"), "stages": ["general"],
+                      "student_config": config, "init_from_teacher": True,
+                      "general_lr": 1e-12, "general_max_steps": 2})
+    run(ns2)
+    student = load_weights(str(tmp_path / "init" / "general" / "model"))
+    teacher = load_weights(ns.teacher)
+    layer_keys = [k for k in student if k.startswith("transformer_layer_")]
+    assert layer_keys and all(k.startswith("transformer_layer_0/") for k in layer_keys)
+    for key in layer_keys:
+        source = key.replace("transformer_layer_0/", "transformer_layer_1/", 1)
+        np.testing.assert_allclose(student[key], teacher[source], atol=1e-9, err_msg=key)
+        if key.endswith("kernel"):  # layer 2 was copied, not layer 1
+            assert np.abs(teacher[key] - teacher[source]).max() > 1e-3, key
+    for key in ("token_embedding/embeddings", "segment_embedding/embeddings",
+                "embeddings_layer_norm/gamma"):
+        np.testing.assert_allclose(student[key], teacher[key], atol=1e-9, err_msg=key)
+    np.testing.assert_allclose(student["position_embedding/embeddings"],
+                               teacher["position_embedding/embeddings"]
+                               [: student["position_embedding/embeddings"].shape[0]], atol=1e-9)
+
+
+def test_preflight_rejects_init_from_teacher_of_another_width(finished, tmp_path):
+    tmp, ns, _ = finished  # the default tiny student is 16 wide, the teacher 32
+    ns2 = type(ns)(**{**vars(ns), "output_dir": str(tmp_path / "w"), "stages": ["general"],
+                      "init_from_teacher": True})
+    with pytest.raises(PreflightError, match="--init_from_teacher.*hidden_size=16"):
+        run(ns2)
+    assert not os.path.exists(tmp_path / "w" / "general")

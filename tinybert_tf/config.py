@@ -223,6 +223,9 @@ PRESETS: dict[str, BertConfig] = {
     # Two of the MiniLM teacher's layers (the demo student, initialised from them).
     "minilm_2l_384d": BertConfig(hidden_size=384, num_layers=2, num_heads=12,
                                  intermediate_size=1536),
+    # One of the MiniLM teacher's layers: about 5x faster than the teacher at batch 1.
+    "minilm_1l_384d": BertConfig(hidden_size=384, num_layers=1, num_heads=12,
+                                 intermediate_size=1536),
     # 2 layers, 256 wide, 8 heads of 32 (the MiniLM teacher's head size).
     "tiny_2l_256d": BertConfig(hidden_size=256, num_layers=2, num_heads=8,
                                intermediate_size=1024),

@@ -40,6 +40,7 @@ from tinybert_tf.augment.candidates import MLMCandidates, MLMError
 from tinybert_tf.augment.vectors import (DEFAULT_VOCAB_LIMIT, NeighbourIndex, fingerprint,
                                          resolve_vectors)
 from tinybert_tf.augment.words import WordSplitter, is_eligible
+from tinybert_tf.files import write_json_atomic
 
 logger = logging.getLogger(__name__)
 
@@ -262,15 +263,6 @@ def _mlm_fingerprint(mlm: Optional[MLMCandidates]) -> Optional[str]:
     return h.hexdigest()[:16]
 
 
-def _write_json_atomic(path: str, data: dict) -> None:
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=1, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
 def _read_progress(path: str) -> Optional[dict]:
     try:
         with open(path, encoding="utf-8") as f:
@@ -403,7 +395,7 @@ def augment_task(task: str, data_dir: str, output_path: str, *,
             os.fsync(f.fileno())
         state = {"identity": identity, "chunks_done": 0, "bytes": len(head), "rows": 0,
                  "stats": dataclasses.asdict(ChunkStats())}
-        _write_json_atomic(progress_path, state)
+        write_json_atomic(progress_path, state)
     totals = ChunkStats(**state["stats"])
 
     first_example = (c_begin + resumed) * chunk_size
@@ -433,7 +425,7 @@ def augment_task(task: str, data_dir: str, output_path: str, *,
             totals.add(stats)
             state.update(chunks_done=state["chunks_done"] + 1, bytes=state["bytes"] + len(data),
                          rows=state["rows"] + len(out_rows), stats=dataclasses.asdict(totals))
-            _write_json_atomic(progress_path, state)
+            write_json_atomic(progress_path, state)
             chunk_no += 1
             chunks_now += 1
             processed += len(chunk)

@@ -19,7 +19,6 @@ from __future__ import annotations
 import bz2
 import glob
 import gzip
-import io
 import logging
 import os
 import re

@@ -24,6 +24,7 @@ from typing import Iterable, Iterator, Mapping, Optional, Sequence, Union
 import numpy as np
 
 from tinybert_tf.data import metrics as M
+from tinybert_tf.files import atomic_path
 
 logger = logging.getLogger(__name__)
 
@@ -385,20 +386,14 @@ def write_rows(path: str, header: Optional[Sequence[str]], rows: Iterable[Sequen
 
     A field holding a tab or newline cannot be represented in GLUE TSV: ValueError.
     """
-    tmp = f"{path}.tmp-{os.getpid()}"
     n = 0
-    try:
+    with atomic_path(path) as tmp:
         with open(tmp, "w", encoding="utf-8", newline="\n") as f:
             if header is not None:
                 f.write(_tsv_line(header, path, "header"))
             for fields in rows:
                 n += 1
                 f.write(_tsv_line(fields, path, f"row {n}"))
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
     return n
 
 

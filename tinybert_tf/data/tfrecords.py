@@ -22,6 +22,7 @@ import numpy as np
 import tensorflow as tf
 
 from tinybert_tf.data.glue import DataError
+from tinybert_tf.files import atomic_path, write_json_atomic
 
 SUFFIX = ".tfrecord"
 
@@ -50,32 +51,22 @@ def write_shard(path: str, batches: Iterable[dict], progress=None) -> int:
 
     progress: optional callable(n_sequences_just_written). Returns sequences written.
     """
-    tmp = path + ".tmp"
     n = 0
-    try:
-        with tf.io.TFRecordWriter(tmp) as w:
-            for b in batches:
-                ids, typ, mask = (np.asarray(b[k]) for k in
-                                  ("input_word_ids", "input_type_ids", "input_mask"))
-                lens = mask.sum(axis=1)
-                for i in range(ids.shape[0]):
-                    w.write(serialize(ids[i, :lens[i]], typ[i, :lens[i]]))
-                n += ids.shape[0]
-                if progress is not None:
-                    progress(ids.shape[0])
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
+    with atomic_path(path) as tmp, tf.io.TFRecordWriter(tmp) as w:
+        for b in batches:
+            ids, typ, mask = (np.asarray(b[k]) for k in
+                              ("input_word_ids", "input_type_ids", "input_mask"))
+            lens = mask.sum(axis=1)
+            for i in range(ids.shape[0]):
+                w.write(serialize(ids[i, :lens[i]], typ[i, :lens[i]]))
+            n += ids.shape[0]
+            if progress is not None:
+                progress(ids.shape[0])
     return n
 
 
 def write_meta(prefix: str, meta: dict) -> None:
-    tmp = meta_path(prefix) + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(meta, f, indent=2, sort_keys=True)
-    os.replace(tmp, meta_path(prefix))
+    write_json_atomic(meta_path(prefix), meta)
 
 
 def resolve_files(source: str) -> list[str]:
@@ -87,7 +78,7 @@ def resolve_files(source: str) -> list[str]:
             files.append(p)
             continue
         hits = sorted(glob.glob(p)) or sorted(glob.glob(p + "-*-of-*" + SUFFIX))
-        files.extend(h for h in hits if not h.endswith(".tmp"))
+        files.extend(hits)
     if not files:
         raise DataError(f"{source}: no TFRecord shards found (expected PREFIX-00000-of-0000N"
                         f"{SUFFIX} files written by bin/pretokenize, a glob, or file names).")

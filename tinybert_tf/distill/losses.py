@@ -22,8 +22,6 @@ Masking conventions (one place for them, see docs/distillation.md):
 """
 from __future__ import annotations
 
-from typing import Optional
-
 import tensorflow as tf
 
 REDUCTIONS = ("mean", "sum")

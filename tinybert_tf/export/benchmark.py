@@ -19,7 +19,8 @@ import tensorflow as tf
 
 from tinybert_tf.config import BertConfig
 from tinybert_tf.export import tflite as tfl
-from tinybert_tf.export.common import TFLITE_FORMATS, ExportError, write_bytes_atomic
+from tinybert_tf.export.common import TFLITE_FORMATS, ExportError
+from tinybert_tf.files import write_bytes_atomic
 from tinybert_tf.export.saved_model import IDS_SIGNATURE, export_saved_model
 from tinybert_tf.models.encoder import INPUT_NAMES, BertModel, count_params, flops_per_example
 from tinybert_tf.tokenizer import SPECIAL_TOKENS

@@ -6,7 +6,6 @@ class probabilities) or a regressor head (outputs one score).
 from __future__ import annotations
 
 import os
-import tempfile
 from typing import Optional, Sequence, Union
 
 import numpy as np
@@ -127,20 +126,6 @@ def tokenize(tokenizer: Tokenizer, texts_a: Sequence[str], texts_b: Optional[Seq
     return {k: np.concatenate(v, 0) for k, v in parts.items()}
 
 
-def write_bytes_atomic(path: str, data: bytes) -> None:
-    """Write a file via a temporary sibling + rename: readers never see half a file."""
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.tmp-", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600; deployed files must be readable
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
 
 
 def path_size(path: str) -> int:

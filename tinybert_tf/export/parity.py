@@ -24,8 +24,9 @@ import tensorflow as tf
 from tinybert_tf.export import tflite as tfl
 from tinybert_tf.export.common import (FORMATS, TFLITE_FORMATS, ExportError, Text, check_formats,
                                        check_seq_len, check_task_model, make_tokenizer,
-                                       path_size, split_texts, tokenize, write_bytes_atomic)
+                                       path_size, split_texts, tokenize)
 from tinybert_tf.export.saved_model import TEXT_SIGNATURE, export_saved_model
+from tinybert_tf.files import write_bytes_atomic
 from tinybert_tf.models.encoder import INPUT_NAMES, BertModel
 
 PARITY_FILE = "parity.json"

@@ -19,13 +19,12 @@ the sum "scores + mask" then spans [-10000, max score], one int8 step is ~40,
 and every real score rounds to the same value: attention turns uniform and the
 labels are noise (we measured 53% agreement on a toy task). For the int8
 flavour only, we trace the graph with a mask value sized from the calibration
-data instead: -(max score range seen + 20), which still gives padded keys a
+data instead (the encoder's `mask_value` call argument): -(max score range seen + 20), which still gives padded keys a
 weight below e^-20 of the best real key while leaving int8 resolution for the
 real scores (100% agreement on the same task). The float flavours keep -10000.
 """
 from __future__ import annotations
 
-import contextlib
 import os
 from typing import Iterable, Optional, Sequence, Union
 
@@ -42,25 +41,6 @@ def output_name(model: BertModel) -> str:
 
 
 MASK_MARGIN = 20.0  # padded keys get weight < e^-20 of the best real key
-
-
-@contextlib.contextmanager
-def _mask_value(value: Optional[float]):
-    """Trace the encoder with `value` as its additive attention mask (None: as is).
-
-    The encoder reads `layers.MASK_VALUE` when it is traced, so the value is
-    baked into the graph built inside this block; it is restored afterwards.
-    """
-    from tinybert_tf.models import layers
-    if value is None:
-        yield
-        return
-    old = layers.MASK_VALUE
-    layers.MASK_VALUE = float(value)
-    try:
-        yield
-    finally:
-        layers.MASK_VALUE = old
 
 
 def calibrated_mask_value(model: BertModel, rows: Sequence[dict[str, np.ndarray]],
@@ -99,15 +79,14 @@ def model_function(model: BertModel, max_seq_len: int, batch_size: int = 1,
 
     @tf.function(input_signature=spec)
     def predict(input_word_ids, input_mask, input_type_ids):
-        logits = tf.cast(model({"input_word_ids": input_word_ids, "input_mask": input_mask,
-                                "input_type_ids": input_type_ids}, training=False)["logits"],
-                         tf.float32)
+        inputs = {"input_word_ids": input_word_ids, "input_mask": input_mask,
+                  "input_type_ids": input_type_ids}
+        extra = {} if mask_value is None else {"mask_value": float(mask_value)}
+        logits = tf.cast(model(inputs, training=False, **extra)["logits"], tf.float32)
         out = logits if regression else tf.nn.softmax(logits, axis=-1)
         return {output_name(model): out}
 
-    with _mask_value(mask_value):
-        concrete = predict.get_concrete_function()
-    return convert_variables_to_constants_v2(concrete)
+    return convert_variables_to_constants_v2(predict.get_concrete_function())
 
 
 def convert(model: BertModel, fmt: str, max_seq_len: int,
@@ -282,7 +261,7 @@ def operators(flat: Union[str, bytes]) -> list[str]:
 
 
 def write_tflite(flat: bytes, path: str) -> str:
-    from tinybert_tf.export.common import write_bytes_atomic
+    from tinybert_tf.files import write_bytes_atomic
     write_bytes_atomic(path, flat)
     return os.path.abspath(path)
 

@@ -19,12 +19,15 @@ import os
 import shutil
 import tempfile
 from contextlib import contextmanager
-from typing import Any, Iterator, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Optional, Sequence
 
 import numpy as np
 
 from tinybert_tf.config import BertConfig, ConfigError, read_json
 from tinybert_tf.tokenizer import Tokenizer, VocabError, read_vocab, write_vocab
+
+if TYPE_CHECKING:  # annotations only; load_model imports the encoder when called
+    from tinybert_tf.models.encoder import BertModel
 
 log = logging.getLogger(__name__)
 

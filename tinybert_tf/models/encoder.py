@@ -22,7 +22,7 @@ from keras import ops
 
 from tinybert_tf.config import BertConfig
 from tinybert_tf.models.heads import HEAD_TYPES, ClassifierHead, MaskedLMHead
-from tinybert_tf.models.layers import PositionEmbedding, TransformerLayer, initializer
+from tinybert_tf.models.layers import MASK_VALUE, PositionEmbedding, TransformerLayer, initializer
 
 INPUT_NAMES = ("input_word_ids", "input_mask", "input_type_ids")
 
@@ -97,7 +97,14 @@ class BertModel(keras.Model):
         # Create every variable now, so weights can be loaded right after construction.
         self(dummy_inputs(1, 2, mlm_positions=1 if head == "mlm" else 0))
 
-    def call(self, inputs: dict[str, Any], training=None) -> dict[str, Any]:
+    def call(self, inputs: dict[str, Any], training=None,
+             mask_value: float = MASK_VALUE) -> dict[str, Any]:
+        """inputs: int [B, L] input_word_ids, input_mask, input_type_ids (and
+        masked_lm_positions [B, P] for the MLM head).
+
+        mask_value: the additive attention mask of padded keys (-1e4; the int8
+        TFLite export traces with a smaller, calibrated one).
+        """
         word_ids = inputs["input_word_ids"]
         mask = inputs.get("input_mask")
         if mask is None:
@@ -112,7 +119,7 @@ class BertModel(keras.Model):
         x = self.embeddings_dropout(self.embeddings_layer_norm(x), training=training)
         hidden_states, scores = [x], []
         for layer in self.transformer_layers:
-            x, s = layer(x, mask, training=training)
+            x, s = layer(x, mask, training=training, mask_value=mask_value)
             hidden_states.append(x)
             scores.append(s)
         cls = x[:, 0, :]

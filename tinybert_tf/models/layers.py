@@ -103,9 +103,10 @@ class SelfAttention(keras.layers.Layer):
                                      self.head_size))
         self.built = True
 
-    def call(self, x, input_mask, training=None):
+    def call(self, x, input_mask, training=None, mask_value: float = MASK_VALUE):
         """x: [B, L, H]; input_mask: [B, L] (1 real, 0 pad).
 
+        mask_value: added to the scores of padded keys before the softmax.
         Returns (output [B, L, H], scores [B, heads, L, L]) where scores are
         QK^T/sqrt(d_k) before any mask is added.
         """
@@ -116,7 +117,7 @@ class SelfAttention(keras.layers.Layer):
             1.0 / math.sqrt(self.head_size), q.dtype)
         # Softmax in float32 with a finite additive mask on padded keys.
         mask = ops.cast(input_mask, "float32")[:, None, None, :]
-        probs = ops.softmax(ops.cast(scores, "float32") + (1.0 - mask) * MASK_VALUE, axis=-1)
+        probs = ops.softmax(ops.cast(scores, "float32") + (1.0 - mask) * mask_value, axis=-1)
         probs = self.dropout(ops.cast(probs, v.dtype), training=training)
         context = ops.einsum("bhqk,bkhd->bqhd", probs, v)
         return self.attention_output(context), scores
@@ -173,9 +174,10 @@ class TransformerLayer(keras.layers.Layer):
         self.feedforward_layer_norm.build(input_shape)
         self.built = True
 
-    def call(self, x, input_mask, training=None):
+    def call(self, x, input_mask, training=None, mask_value: float = MASK_VALUE):
         """x: [B, L, H] -> (y [B, L, H], scores [B, heads, L, L])."""
-        attn, scores = self.self_attention_layer(x, input_mask, training=training)
+        attn, scores = self.self_attention_layer(x, input_mask, training=training,
+                                                 mask_value=mask_value)
         x = self.self_attention_layer_norm(
             x + self.self_attention_dropout(attn, training=training))
         ffn = self.feedforward_output_dense(self.feedforward_intermediate_dense(x))

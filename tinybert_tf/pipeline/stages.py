@@ -15,9 +15,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import os
-from typing import Any, Optional
+from typing import Any
 
 import keras
 import numpy as np
@@ -31,9 +30,10 @@ from tinybert_tf.distill.optimizer import create_optimizer
 from tinybert_tf.models import BertModel
 from tinybert_tf.models.checkpoint import load_model, load_tokenizer, save_model
 from tinybert_tf.pipeline import evaluation
-from tinybert_tf.pipeline.state import RunState, read_json, write_json_atomic
+from tinybert_tf.files import read_json, write_json_atomic
+from tinybert_tf.pipeline.state import RunState
 from tinybert_tf.pipeline.strategy import is_chief
-from tinybert_tf.pipeline.training import Phase, run_phase, trackable
+from tinybert_tf.pipeline.training import Phase, run_phase, schedule_steps, trackable
 from tinybert_tf.tokenizer import Tokenizer
 
 log = logging.getLogger("tinybert_tf")
@@ -174,9 +174,7 @@ def general(ctx: Context) -> dict[str, Any]:
             if ctx.chief:
                 write_json_atomic(count_path, counted)
         steps_per_epoch = _steps(counted["sequences"], f.general_batch_size, "--corpus")
-        phase_total = math.ceil(f.general_epochs * steps_per_epoch)
-        if f.general_max_steps:
-            phase_total = min(phase_total, f.general_max_steps)
+        phase_total = schedule_steps(f.general_epochs, steps_per_epoch, f.general_max_steps)
         if distilbert:
             distiller = Distiller(student, teacher, phase="distilbert",
                                   alpha_ce=f.alpha_ce, alpha_mlm=f.alpha_mlm,
@@ -216,7 +214,7 @@ def finetune_teacher(ctx: Context) -> dict[str, Any]:
         teacher = load_model(f.teacher, **_task_head(spec))
         tokenizer = _tokenizer(teacher, ctx.max_seq_len)
         steps_per_epoch = _steps(len(train), f.teacher_batch_size, "--teacher_batch_size")
-        total = math.ceil(f.teacher_epochs * steps_per_epoch)
+        total = schedule_steps(f.teacher_epochs, steps_per_epoch)
         optimizer = create_optimizer(f.teacher_lr, total, warmup_steps=int(0.1 * total),
                                      weight_decay=f.weight_decay, schedule="linear")
         trainer = evaluation.ClassifierTrainer(teacher)
@@ -297,9 +295,7 @@ def task(ctx: Context) -> dict[str, Any]:
     if f.intermediate:
         with ctx.strategy.scope():
             steps = _steps(len(train), f.task_batch_size, "--task_batch_size")
-            total = math.ceil(f.intermediate_epochs * steps)
-            if f.task_max_steps:
-                total = min(total, f.task_max_steps)
+            total = schedule_steps(f.intermediate_epochs, steps, f.task_max_steps)
             distiller = Distiller(student, teacher, phase="intermediate",
                                   loss_terms=_loss_terms(f.loss_terms), **_distiller_kwargs(f))
             # The reference trains the intermediate phase at a constant rate.
@@ -316,9 +312,7 @@ def task(ctx: Context) -> dict[str, Any]:
     model_dir = ctx.student_path()
     with ctx.strategy.scope():
         steps = _steps(len(pred_train), f.task_batch_size, "--task_batch_size")
-        total = math.ceil(f.pred_epochs * steps)
-        if f.task_max_steps:
-            total = min(total, f.task_max_steps)
+        total = schedule_steps(f.pred_epochs, steps, f.task_max_steps)
         distiller = Distiller(student, teacher, phase="prediction", temperature=f.temperature,
                               is_regression=spec.is_regression, **_distiller_kwargs(f))
         # max(1, .): --pred_epochs=0 (no prediction phase) still builds a valid schedule.

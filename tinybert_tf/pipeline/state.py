@@ -7,11 +7,12 @@ when its folder holds `stage_done.json`, written last and atomically.
 """
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import time
 from typing import Any, Iterable
+
+from tinybert_tf.files import read_json, write_json_atomic
 
 # Flags that only steer how a run proceeds, not what it computes.
 NON_RESULT_FLAGS = frozenset({
@@ -23,22 +24,6 @@ NON_RESULT_FLAGS = frozenset({
 
 class OutputDirError(ValueError):
     """The output directory belongs to another config, or cannot be written."""
-
-
-def write_json_atomic(path: str, data: Any) -> None:
-    """Write JSON to `path` via a temp file and rename: never a half-written file."""
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=2, sort_keys=True, default=str)
-        f.write("\n")
-    os.replace(tmp, path)
-
-
-def read_json(path: str, default: Any = None) -> Any:
-    if not os.path.isfile(path):
-        return default
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
 
 
 class RunState:

@@ -20,7 +20,7 @@ from typing import Any, Callable, Optional
 import keras
 import tensorflow as tf
 
-from tinybert_tf.pipeline.state import read_json, write_json_atomic
+from tinybert_tf.files import read_json, write_json_atomic
 from tinybert_tf.pipeline.strategy import is_chief, worker_dir
 
 log = logging.getLogger("tinybert_tf")
@@ -51,8 +51,17 @@ class Phase:
 
     @property
     def total_steps(self) -> int:
-        total = int(math.ceil(self.epochs * self.steps_per_epoch))
-        return min(total, self.max_steps) if self.max_steps > 0 else total
+        return schedule_steps(self.epochs, self.steps_per_epoch, self.max_steps)
+
+
+def schedule_steps(epochs: float, steps_per_epoch: int, max_steps: int = 0) -> int:
+    """Optimizer steps of a phase: ceil(epochs * steps_per_epoch), capped by max_steps > 0.
+
+    The one formula for a phase's length; stages size their learning-rate
+    schedules with it before the Phase (which needs the optimizer) exists.
+    """
+    total = int(math.ceil(epochs * steps_per_epoch))
+    return min(total, max_steps) if max_steps > 0 else total
 
 
 def trackable(variables) -> dict[str, Any]:
@@ -208,7 +217,10 @@ class _Runner:
             if self.verbose:
                 print(f"[{phase.name}] epoch {epoch + 1}/{math.ceil(total / phase.steps_per_epoch)}"
                       f" steps {step}..{step + steps} of {total}", flush=True)
-            phase.model.fit(dataset.take(steps), epochs=1, verbose=self.verbose,
+            # steps_per_epoch gives the progress bar its length; the order is the
+            # dataset's own (epoch_order), so Keras must not be asked to shuffle.
+            phase.model.fit(dataset.take(steps), epochs=1, steps_per_epoch=steps,
+                            shuffle=False, verbose=self.verbose,
                             callbacks=[_PhaseCallback(self)])
             new_step = int(self.step.numpy())
             if new_step == step:
