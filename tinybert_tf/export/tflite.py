@@ -19,9 +19,10 @@ the sum "scores + mask" then spans [-10000, max score], one int8 step is ~40,
 and every real score rounds to the same value: attention turns uniform and the
 labels are noise (we measured 53% agreement on a toy task). For the int8
 flavour only, we trace the graph with a mask value sized from the calibration
-data instead (the encoder's `mask_value` call argument): -(max score range seen + 20), which still gives padded keys a
-weight below e^-20 of the best real key while leaving int8 resolution for the
-real scores (100% agreement on the same task). The float flavours keep -10000.
+data instead (the encoder's `mask_value` call argument): -(max score range
+seen + 20), which still gives padded keys a weight below e^-20 of the best
+real key while leaving int8 resolution for the real scores (100% agreement on
+the same task). The float flavours keep -10000.
 """
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ import tensorflow as tf
 from tinybert_tf.export.common import (TFLITE_FORMATS, ExportError, check_seq_len,
                                        check_task_model)
 from tinybert_tf.models.encoder import INPUT_NAMES, BertModel
+from tinybert_tf.models.layers import MASK_VALUE
 
 
 def output_name(model: BertModel) -> str:
@@ -75,14 +77,14 @@ def model_function(model: BertModel, max_seq_len: int, batch_size: int = 1,
         convert_variables_to_constants_v2)
 
     regression = check_task_model(model)
+    value = MASK_VALUE if mask_value is None else float(mask_value)
     spec = [tf.TensorSpec([batch_size, max_seq_len], tf.int32, name=n) for n in INPUT_NAMES]
 
     @tf.function(input_signature=spec)
     def predict(input_word_ids, input_mask, input_type_ids):
         inputs = {"input_word_ids": input_word_ids, "input_mask": input_mask,
                   "input_type_ids": input_type_ids}
-        extra = {} if mask_value is None else {"mask_value": float(mask_value)}
-        logits = tf.cast(model(inputs, training=False, **extra)["logits"], tf.float32)
+        logits = tf.cast(model(inputs, training=False, mask_value=value)["logits"], tf.float32)
         out = logits if regression else tf.nn.softmax(logits, axis=-1)
         return {output_name(model): out}
 
