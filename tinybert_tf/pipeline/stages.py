@@ -27,10 +27,10 @@ from tinybert_tf.data import corpus as corpus_lib
 from tinybert_tf.data import glue
 from tinybert_tf.distill.distiller import Distiller
 from tinybert_tf.distill.optimizer import create_optimizer
+from tinybert_tf.files import read_json, write_json_atomic
 from tinybert_tf.models import BertModel
 from tinybert_tf.models.checkpoint import load_model, load_tokenizer, save_model
 from tinybert_tf.pipeline import evaluation
-from tinybert_tf.files import read_json, write_json_atomic
 from tinybert_tf.pipeline.state import RunState
 from tinybert_tf.pipeline.strategy import is_chief
 from tinybert_tf.pipeline.training import Phase, run_phase, schedule_steps, trackable
