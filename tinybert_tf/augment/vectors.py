@@ -24,6 +24,7 @@ from typing import Any, Iterable, Optional, Sequence, Union
 import numpy as np
 
 from tinybert_tf.augment.words import WordSplitter
+from tinybert_tf.files import atomic_path
 
 logger = logging.getLogger(__name__)
 
@@ -149,9 +150,8 @@ def train_word2vec(corpus: Any, cache_dir: Optional[str] = None, seed: int = 42,
         raise VectorsError("the corpus is too small to train word vectors (no word occurs "
                            f"{W2V_PARAMS['min_count']} times); give --word_vectors.")
     if cached:
-        tmp = f"{cached}.tmp-{os.getpid()}"
-        kv.save_word2vec_format(tmp, binary=True)
-        os.replace(tmp, cached)
+        with atomic_path(cached) as tmp:
+            kv.save_word2vec_format(tmp, binary=True)
         # Reload so a fresh run and a cached run see byte-identical vectors.
         return KeyedVectors.load_word2vec_format(cached, binary=True)
     return kv

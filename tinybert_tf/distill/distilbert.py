@@ -2,12 +2,28 @@
 other transformer layer (Sanh et al. 2019, Sec. 3) when the widths match."""
 from __future__ import annotations
 
-from typing import Sequence, Union
+from typing import Optional, Sequence, Union
 
 import keras
 
 _EMBEDDING_PREFIXES = ("token_embedding/", "position_embedding/", "segment_embedding/",
                        "embeddings_layer_norm/")
+
+
+# What must match to copy teacher layers into a student (vocab_size is
+# checked on the built models: the pipeline gives the student the teacher's vocab).
+INIT_FIELDS = ("hidden_size", "intermediate_size", "num_heads")
+
+
+def init_mismatch(student_config, teacher_config,
+                  fields: Sequence[str] = INIT_FIELDS) -> Optional[tuple[str, int, int]]:
+    """(field, student value, teacher value) of the first of `fields` that differs
+    between two BertConfigs, or None when the student can start from the teacher."""
+    for field in fields:
+        s, t = getattr(student_config, field), getattr(teacher_config, field)
+        if s != t:
+            return field, s, t
+    return None
 
 
 def teacher_layers_for(layers: Union[str, Sequence[int]], num_student_layers: int,
@@ -41,13 +57,14 @@ def init_student_from_teacher(student: keras.Model, teacher: keras.Model,
     different widths, FFN sizes, head counts or vocabularies.
     """
     s_cfg, t_cfg = student.bert_config, teacher.bert_config
-    for field in ("hidden_size", "intermediate_size", "num_heads", "vocab_size"):
-        if getattr(s_cfg, field) != getattr(t_cfg, field):
-            raise ValueError(
-                f"cannot initialise the student from the teacher: {field} differs (student "
-                f"{getattr(s_cfg, field)}, teacher {getattr(t_cfg, field)}). DistilBERT's "
-                "initialisation needs equal widths; use --general_model=none (random init) "
-                "or a student config with the teacher's width.")
+    mismatch = init_mismatch(s_cfg, t_cfg, INIT_FIELDS + ("vocab_size",))
+    if mismatch:
+        field, s, t = mismatch
+        raise ValueError(
+            f"cannot initialise the student from the teacher: {field} differs (student "
+            f"{s}, teacher {t}). DistilBERT's initialisation needs equal widths; use "
+            "--general_model=none (random init) or a student config with the teacher's "
+            "width.")
     chosen = teacher_layers_for(layers, s_cfg.num_layers, t_cfg.num_layers)
     rename = {f"transformer_layer_{i}/": f"transformer_layer_{j}/"
               for i, j in enumerate(chosen)}

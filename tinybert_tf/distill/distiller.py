@@ -31,8 +31,8 @@ from typing import Any, Optional, Sequence, Union
 import keras
 import tensorflow as tf
 
-from tinybert_tf.distill.keras_compat import MultiWorkerBuildMixin
 from tinybert_tf.distill import losses
+from tinybert_tf.distill.keras_compat import MultiWorkerBuildMixin
 from tinybert_tf.distill.mapping import layer_map
 from tinybert_tf.distill.projections import Projections
 

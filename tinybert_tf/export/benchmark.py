@@ -20,8 +20,8 @@ import tensorflow as tf
 from tinybert_tf.config import BertConfig
 from tinybert_tf.export import tflite as tfl
 from tinybert_tf.export.common import TFLITE_FORMATS, ExportError
-from tinybert_tf.files import write_bytes_atomic
 from tinybert_tf.export.saved_model import IDS_SIGNATURE, export_saved_model
+from tinybert_tf.files import atomic_path, write_bytes_atomic
 from tinybert_tf.models.encoder import INPUT_NAMES, BertModel, count_params, flops_per_example
 from tinybert_tf.tokenizer import SPECIAL_TOKENS
 
@@ -166,12 +166,9 @@ def plot(report: dict[str, Any], path: str) -> None:
         ax.set_title(f"batch {b}, seq {report['seq_len']}")
         ax.legend()
     fig.tight_layout()
-    with tempfile.NamedTemporaryFile(suffix=".png", delete=False,
-                                     dir=os.path.dirname(os.path.abspath(path))) as f:
-        tmp = f.name
-    fig.savefig(tmp, dpi=100)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=100, format="png")
     plt.close(fig)
-    os.replace(tmp, path)
 
 
 def run_benchmark(configs: Sequence[tuple[str, BertConfig]], seq_len: int,

@@ -126,8 +126,6 @@ def tokenize(tokenizer: Tokenizer, texts_a: Sequence[str], texts_b: Optional[Seq
     return {k: np.concatenate(v, 0) for k, v in parts.items()}
 
 
-
-
 def path_size(path: str) -> int:
     """Bytes of a file, or of every file under a directory."""
     if os.path.isfile(path):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 from typing import Any, Callable, Optional, Sequence
 
@@ -205,7 +206,6 @@ def export_all(model: BertModel, output_dir: str, *, max_seq_len: int,
             os.remove(stale)
     stale_sm = os.path.join(output_dir, SAVED_MODEL_DIR)
     if "saved_model" not in formats and os.path.isdir(stale_sm):
-        import shutil
         shutil.rmtree(stale_sm)
     parity = {"task": task, "max_seq_len": max_seq_len, "num_examples": len(dev_a),
               "is_pair": bool(is_pair), "is_regression": regression,

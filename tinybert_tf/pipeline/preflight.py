@@ -8,6 +8,7 @@ from typing import Any, Sequence
 
 from tinybert_tf.config import ConfigError, get_config
 from tinybert_tf.data import glue
+from tinybert_tf.distill.distilbert import init_mismatch
 from tinybert_tf.distill.mapping import layer_map
 from tinybert_tf.flags import LOSS_TERMS, STAGES
 from tinybert_tf.models.checkpoint import load_model
@@ -101,17 +102,15 @@ def run_preflight(ctx: Any, stages: Sequence[str]) -> list[str]:
             raise PreflightError(str(e)) from e
         if ((f.init_from_teacher or f.recipe == "distilbert") and "general" in stages
                 and f.general_model.lower() != "none"):
-            t_cfg = teacher.bert_config
-            for field in ("hidden_size", "intermediate_size", "num_heads"):
-                if getattr(student_config, field) != getattr(t_cfg, field):
-                    what = ("--init_from_teacher" if f.init_from_teacher
-                            else "--recipe=distilbert")
-                    raise PreflightError(
-                        f"{what} copies teacher layers into the student, but "
-                        f"--student_config={f.student_config} has {field}="
-                        f"{getattr(student_config, field)} and the teacher "
-                        f"{getattr(t_cfg, field)}; use a student of the teacher's width or "
-                        "drop the flag (random initialisation).")
+            mismatch = init_mismatch(student_config, teacher.bert_config)
+            if mismatch:
+                field, s, t = mismatch
+                what = "--init_from_teacher" if f.init_from_teacher else "--recipe=distilbert"
+                raise PreflightError(
+                    f"{what} copies teacher layers into the student, but "
+                    f"--student_config={f.student_config} has {field}={s} and the teacher "
+                    f"{t}; use a student of the teacher's width or drop the flag (random "
+                    "initialisation).")
         if student_config.num_heads != teacher.bert_config.num_heads and "attn" in f.loss_terms:
             warnings.append(f"student has {student_config.num_heads} heads, teacher "
                             f"{teacher.bert_config.num_heads}: the attention loss compares "

@@ -6,6 +6,8 @@ import json
 import os
 from typing import Any
 
+from tinybert_tf.files import atomic_path
+
 
 def build_report(task: str, teacher: dict[str, Any], student: dict[str, Any],
                  primary_metric: str, max_seq_len: int) -> dict[str, Any]:
@@ -91,8 +93,7 @@ def plot_loss_curves(output_dir: str, path: str) -> str | None:
         ax.set_yscale("log")
         ax.legend(fontsize=7)
     fig.tight_layout()
-    tmp = path + ".tmp.png"
-    fig.savefig(tmp, dpi=90)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=90, format="png")
     plt.close(fig)
-    os.replace(tmp, path)
     return path

@@ -250,7 +250,7 @@ def augment(ctx: Context) -> dict[str, Any]:
     f, stage_dir = ctx.flags, ctx.state.stage_dir("augment")
     # The path, not a loaded model: augment's loader refuses a checkpoint without
     # a trained MLM head (load_model would attach a random one).
-    teacher_vocab = load_tokenizer(ctx.flags.task_teacher or f.teacher).vocab
+    teacher_vocab = load_tokenizer(f.task_teacher or f.teacher).vocab
     stats = augment_task(
         f.task, ctx.task_data_dir(), os.path.join(stage_dir, "train_aug.tsv"),
         mlm_model=f.mlm_model or None, word_vectors=f.word_vectors or None,

@@ -20,7 +20,7 @@ from typing import Any, Callable, Optional
 import keras
 import tensorflow as tf
 
-from tinybert_tf.files import read_json, write_json_atomic
+from tinybert_tf.files import read_json, write_bytes_atomic, write_json_atomic
 from tinybert_tf.pipeline.strategy import is_chief, worker_dir
 
 log = logging.getLogger("tinybert_tf")
@@ -146,10 +146,7 @@ class _Runner:
             return
         with open(self.history_path, encoding="utf-8") as f:
             lines = [ln for ln in f if ln.strip() and json.loads(ln)["step"] <= step]
-        tmp = self.history_path + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.writelines(lines)
-        os.replace(tmp, self.history_path)
+        write_bytes_atomic(self.history_path, "".join(lines).encode("utf-8"))
 
     # --- logging ----------------------------------------------------------------
     def learning_rate(self) -> Optional[float]:
