@@ -170,3 +170,89 @@ def test_preflight_rejects_init_from_teacher_of_another_width(finished, tmp_path
     with pytest.raises(PreflightError, match="--init_from_teacher.*hidden_size=16"):
         run(ns2)
     assert not os.path.exists(tmp_path / "w" / "general")
+
+
+def _event_tags(directory: str) -> set:
+    import glob
+
+    import tensorflow as tf
+    tags = set()
+    for path in glob.glob(os.path.join(directory, "events.out.tfevents.*")):
+        for record in tf.data.TFRecordDataset(path):
+            event = tf.compat.v1.Event.FromString(record.numpy())
+            tags.update(v.tag for v in event.summary.value)
+    return tags
+
+
+def test_tensorboard_has_every_loss_term_learning_rate_and_dev_metric(finished):
+    tmp, ns, _ = finished
+    logs = os.path.join(ns.output_dir, "logs")
+    assert {"embd_loss", "attn_loss", "hidn_loss", "loss", "learning_rate"} <= _event_tags(
+        os.path.join(logs, "general", "general"))
+    assert {"embd_loss", "attn_loss", "hidn_loss", "learning_rate"} <= _event_tags(
+        os.path.join(logs, "task", "intermediate"))
+    assert {"pred_loss", "learning_rate", "dev_accuracy"} <= _event_tags(
+        os.path.join(logs, "task", "prediction"))
+
+
+def test_prediction_phase_keeps_the_best_dev_checkpoint(finished):
+    tmp, ns, _ = finished
+    done = read_json(os.path.join(ns.output_dir, "task", "prediction", "phase_done.json"))
+    evals = done["evals"]
+    assert evals, "the prediction phase evaluated nothing"
+    best = max(evals, key=lambda e: e["accuracy"])  # max keeps the first of equals
+    assert done["best"] == best
+    saved = read_json(os.path.join(ns.output_dir, "task", "model", "config.json"))
+    assert saved["metadata"]["dev"] == {"accuracy": best["accuracy"]}
+
+
+def test_mnli_selects_on_matched_and_reports_mismatched(finished, tmp_path, tiny_vocab):
+    """MNLI: the prediction phase selects on dev_matched; evaluate reports both dev sets."""
+    import keras
+
+    from tinybert_tf.config import BertConfig
+    from tinybert_tf.models import BertModel
+    from tinybert_tf.models.checkpoint import save_model
+    tmp, ns, _ = finished
+    keras.utils.set_random_seed(5)
+    config = BertConfig(vocab_size=len(tiny_vocab), hidden_size=32, num_layers=2, num_heads=4,
+                        intermediate_size=64, max_position_embeddings=64)
+    teacher_dir = str(tmp_path / "mnli_teacher")
+    save_model(BertModel(config, vocab=tiny_vocab, head="classifier", num_labels=3,
+                         label_names=["contradiction", "entailment", "neutral"]), teacher_dir)
+    fixtures = os.path.join(os.path.dirname(__file__), "fixtures", "glue", "MNLI")
+    out = tmp_path / "mnli"
+    ns2 = type(ns)(**{**vars(ns), "output_dir": str(out), "stages": ["task", "evaluate"],
+                      "task": "mnli", "data_dir": fixtures, "task_teacher": teacher_dir,
+                      "general_model": "none", "use_augmented": False, "task_batch_size": 2,
+                      "max_seq_len": 32, "intermediate_epochs": 1, "pred_epochs": 2})
+    run(ns2)
+    done = read_json(str(out / "task" / "prediction" / "phase_done.json"))
+    assert len(done["evals"]) == 2 and set(done["best"]) == {"accuracy", "step"}
+    report = read_json(str(out / "report.json"))
+    assert report["primary_metric"] == "dev_matched_accuracy"
+    for who in ("teacher", "student"):
+        assert set(report[who]["dev"]) == {"dev_matched_accuracy", "dev_mismatched_accuracy"}
+    assert report["ratios"]["retained"] is None or report["ratios"]["retained"] == pytest.approx(
+        report["student"]["dev"]["dev_matched_accuracy"]
+        / report["teacher"]["dev"]["dev_matched_accuracy"])
+    # Selection was on the matched set: the kept student, evaluated afresh, scores the
+    # best matched accuracy seen during training.
+    saved = read_json(str(out / "task" / "model" / "config.json"))
+    assert saved["metadata"]["dev"] == {"accuracy": done["best"]["accuracy"]}
+    assert report["student"]["dev"]["dev_matched_accuracy"] == pytest.approx(
+        done["best"]["accuracy"])
+
+
+def test_preflight_rejects_too_little_free_disk(finished, tmp_path, monkeypatch):
+    import collections
+
+    from tinybert_tf.pipeline import preflight
+    tmp, ns, _ = finished
+    usage = collections.namedtuple("usage", "total used free")
+    monkeypatch.setattr(preflight.shutil, "disk_usage",
+                        lambda path: usage(2**30, 2**30 - 2**20, 2**20))  # 1 MiB free
+    ns2 = type(ns)(**{**vars(ns), "output_dir": str(tmp_path / "full"), "stages": ["general"]})
+    with pytest.raises(PreflightError, match="--output_dir=.*GiB free"):
+        run(ns2)
+    assert not os.path.exists(tmp_path / "full" / "general")
