@@ -24,7 +24,7 @@ import os
 import re
 from typing import Iterator, Optional, Sequence, Union
 
-from tinybert_tf.data.glue import DataError
+from tinybert_tf.data.examples import DataError
 
 logger = logging.getLogger(__name__)
 

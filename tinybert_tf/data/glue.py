@@ -24,15 +24,12 @@ from typing import Iterable, Iterator, Mapping, Optional, Sequence, Union
 import numpy as np
 
 from tinybert_tf.data import metrics as M
+from tinybert_tf.data.examples import DataError, Example, Examples
 from tinybert_tf.files import atomic_path
 
 logger = logging.getLogger(__name__)
 
 TFDS = "tfds"  # data_dir value selecting the TFDS glue/* source
-
-
-class DataError(ValueError):
-    """A task/corpus file is missing or malformed; the message names file, line and fix."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,24 +110,6 @@ class TaskSpec:
         """TFDS label id -> our label id, derived from the label names."""
         return {i: self.label_names.index(self.tfds_to_ours[n])
                 for i, n in enumerate(self.tfds_label_names)}
-
-
-@dataclasses.dataclass
-class Example:
-    """One task example; label is a class id, a float (STS-B), or None (unlabelled)."""
-    guid: str
-    text_a: str
-    text_b: Optional[str]
-    label: Union[int, float, None]
-
-
-class Examples(list):
-    """A list of `Example` that also says where it came from and how many rows it skipped."""
-
-    def __init__(self, items: Iterable[Example] = (), source: str = "", skipped: int = 0):
-        super().__init__(items)
-        self.source = source
-        self.skipped = skipped
 
 
 # ---------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from typing import Iterable, Optional, Sequence, Union
 import numpy as np
 import tensorflow as tf
 
-from tinybert_tf.data.glue import DataError
+from tinybert_tf.data.examples import DataError
 from tinybert_tf.files import atomic_path, write_json_atomic
 
 SUFFIX = ".tfrecord"
