@@ -26,5 +26,6 @@ demo: $(STAMP)
 # Two worker processes: much of a TF test's time is single-threaded tracing.
 PYTEST_WORKERS ?= 2
 test: $(STAMP)
+	$(VENV)/bin/ruff check . bin/*
 	$(VENV)/bin/python -m pytest -q -n $(PYTEST_WORKERS) --durations=15 tests; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc

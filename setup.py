@@ -12,6 +12,10 @@ setup(
         "tensorflow>=2.20,<2.22",
         # tensorflow-text must match TensorFlow's minor version; pip resolves the pair.
         "tensorflow-text>=2.20,<2.22",
+        # TF Serving protos (PredictRequest, PredictionLog, ModelServerConfig) for the
+        # versioned export with warm-up requests; it declares tensorflow>=its own minor,
+        # so 2.20.x installs next to TensorFlow 2.20 without changing it.
+        "tensorflow-serving-api>=2.20,<2.22",
         "keras>=3.12,<4",
         "keras-hub>=0.22",
         "tensorflow-datasets>=4.9",
@@ -21,9 +25,13 @@ setup(
         "numpy>=1.26,<3",
         "tqdm>=4.60",
         "matplotlib>=3.7",
+        # TFLite model metadata (the Task Library's tokenizer, inputs and labels),
+        # written with code generated from tflite-support's metadata_schema.fbs.
+        "flatbuffers>=24.3.25",
     ],
     extras_require={
-        "test": ["pytest>=7", "pytest-xdist>=3.5", "scikit-learn>=1.3", "scipy>=1.10", "ai-edge-litert>=1.2"],
+        "test": ["pytest>=7", "pytest-xdist>=3.5", "scikit-learn>=1.3", "scipy>=1.10",
+                 "ai-edge-litert>=1.2", "seqeval>=1.2", "ruff>=0.6"],
         "tflite": ["ai-edge-litert>=1.2"],
     },
     scripts=["bin/distill", "bin/augment", "bin/export", "bin/benchmark", "bin/pretokenize"],

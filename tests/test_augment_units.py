@@ -3,10 +3,18 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from augment_helpers import VECTOR_WORDS, VOCAB, set_bias, tiny_mlm, tiny_vectors
-from tinybert_tf.augment import (STOPWORDS, Augmenter, MLMCandidates, NeighbourIndex,
-                                 WordSplitter, is_eligible, sample_variants)
+from tinybert_tf.augment import (
+    STOPWORDS,
+    Augmenter,
+    MLMCandidates,
+    NeighbourIndex,
+    WordSplitter,
+    is_eligible,
+    sample_variants,
+)
 from tinybert_tf.augment.candidates import whole_word_mask
+
+from augment_helpers import VECTOR_WORDS, VOCAB, set_bias, tiny_mlm, tiny_vectors
 
 
 @pytest.fixture(scope="module")

@@ -299,7 +299,7 @@ def test_missing_and_corrupt_weights(model_dir):
         f.write(raw[: len(raw) // 2])
     _expect(model_dir, r"model\.safetensors: cannot read .*corrupt")
     os.remove(path)
-    _expect(model_dir, r"(model\.safetensors: weights file not found|no weights found; expected model\.safetensors)")
+    _expect(model_dir, r"(model\.safetensors: weights file not found|no weights found; expected model\.safetensors)")  # noqa: E501
 
 
 def test_only_pytorch_weights(model_dir):
@@ -330,7 +330,7 @@ def test_unknown_weight_key(model_dir):
 
 def test_missing_weight_key(model_dir):
     key = _key(model_dir, "feedforward_output_dense/bias") if "tinybert" in open(
-        os.path.join(model_dir, "config.json")).read() else _key(model_dir, "layer.1.output.dense.bias")
+        os.path.join(model_dir, "config.json")).read() else _key(model_dir, "layer.1.output.dense.bias")  # noqa: E501
     _rewrite(os.path.join(model_dir, "model.safetensors"),
              lambda w: {k: v for k, v in w.items() if k != key})
     msg = _expect(model_dir, "missing weight keys")

@@ -8,15 +8,14 @@ DistilBERT (Sanh et al., 2019): L = 5 L_ce + 2 L_mlm + 1 L_cos at temperature 2.
 """
 from __future__ import annotations
 
-import copy
 import glob
 import os
 
 import pytest
-from absl import flags
+
+from tinybert_tf.pipeline import flags as tb_flags
 
 from pipeline_helpers import REPO
-from tinybert_tf import flags as tb_flags
 
 CONFIGS = sorted(os.path.basename(p) for p in glob.glob(os.path.join(REPO, "configs", "*.cfg")))
 TD_EPOCHS = {"cola": 50, "mnli": 10, "qqp": 10, "qnli": 10, "sst2": 20, "mrpc": 20,
@@ -26,9 +25,8 @@ SINGLE_SENTENCE = {"cola", "sst2"}
 
 def parse(name: str, monkeypatch):
     """The flag values `bin/distill --flagfile=configs/NAME` would run with."""
-    tb_flags.define_distill_flags()
     monkeypatch.chdir(REPO)  # flagfiles include each other by repo-relative path
-    values = copy.deepcopy(flags.FLAGS)  # parse a copy: the process-wide FLAGS stay as is
+    values = tb_flags.distill_flags()  # a fresh FlagValues: the process-wide FLAGS stay as is
     values(["bin/distill", f"--flagfile=configs/{name}"])
     return values
 

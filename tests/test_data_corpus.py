@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tinybert_tf.data import corpus, pretrain, tfrecords
+from tinybert_tf.data import corpus, pretokenize, pretrain
 from tinybert_tf.data.glue import DataError
 from tinybert_tf.tokenizer import Tokenizer
 
@@ -90,7 +90,7 @@ Some reference text that must not appear here.
   <page><title>Talk:Cat</title><ns>1</ns><id>3</id><revision><id>13</id><text xml:space="preserve">This talk page is not an article at all.</text></revision></page>
   <page><title>Dog</title><ns>0</ns><id>4</id><revision><id>14</id><text xml:space="preserve">Dogs are loyal animals that bark at strangers. They were bred from wolves.</text></revision></page>
 </mediawiki>
-"""
+"""  # noqa: E501
 
 
 def test_wiki_dump_markup_stripped_and_streamed(tmp_path):
@@ -100,7 +100,7 @@ def test_wiki_dump_markup_stripped_and_streamed(tmp_path):
     assert docs == [["Cats are small mammals kept as pets.", "Dr. Jones wrote about them in 1990.",
                      "The cat was domesticated long ago in the Near East.",
                      "They like to sleep in the sun for many hours."],
-                    ["Dogs are loyal animals that bark at strangers.", "They were bred from wolves."]]
+                    ["Dogs are loyal animals that bark at strangers.", "They were bred from wolves."]]  # noqa: E501
     assert [list(corpus.iter_documents(str(path), num_shards=2, index=i)) for i in range(2)] == \
         [docs[:1], docs[1:]]
     broken = tmp_path / "broken.xml.bz2"
@@ -262,7 +262,7 @@ def test_tfrecord_shards_round_trip(tok, text_corpus, tmp_path):
     pattern, _ = text_corpus
     L = 24
     prefix = str(tmp_path / "shards" / "c")
-    meta = tfrecords.pretokenize(pattern, tok.vocab, prefix, num_shards=3, max_seq_len=L,
+    meta = pretokenize.pretokenize(pattern, tok.vocab, prefix, num_shards=3, max_seq_len=L,
                                  num_workers=1, progress=False)
     files = sorted(os.listdir(tmp_path / "shards"))
     assert files == ["c-00000-of-00003.tfrecord", "c-00001-of-00003.tfrecord",

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tinybert_tf.data import glue, polarity
+from tinybert_tf.data import glue, polarity, sentences, sources
 from tinybert_tf.data.glue import DataError
 from tinybert_tf.tokenizer import Tokenizer
 
@@ -65,7 +65,7 @@ EXPECTED = {
               ("test", 1, ("A girl is brushing her hair.", "A girl is combing her hair.", None))],
     "qqp": [("train", 3, ("How do I learn to play the guitar?",
                           "What is the best way to learn guitar?", 1)),
-            ("dev", 3, ("How can I sleep better at night?", "What helps you fall asleep faster?", 1)),
+            ("dev", 3, ("How can I sleep better at night?", "What helps you fall asleep faster?", 1)),  # noqa: E501
             ("test", 1, ("How do magnets work?", "Why do magnets attract iron?", None))],
     "mnli": [("train", 6, ("The office opens at nine every weekday.",
                            "The office is open on weekdays.", 1)),
@@ -82,7 +82,7 @@ EXPECTED = {
                         "The author lives in Rome.", 1))],
     "wnli": [("train", 4, ("I put the cake in the box because it was small.",
                            "The cake was small.", 1)),
-             ("dev", 2, ("The man lifted the boy because he was strong.", "The boy was strong.", 0))],
+             ("dev", 2, ("The man lifted the boy because he was strong.", "The boy was strong.", 0))],  # noqa: E501
 }
 
 
@@ -190,7 +190,7 @@ def test_polarity_split_is_fixed_balanced_and_round_trips(tmp_path):
     assert dev[0].guid == "dev-5" and dev[0].label == 0
     assert dev[0].text_a.startswith("a visually flashy but narratively opaque")
     assert any("clichés" in e.text_a for e in train + dev)  # Windows-1252 line decoded
-    assert glue.load_examples("polarity", "", "dev")[0].text_a == dev[0].text_a
+    assert sources.glue_source("polarity", "").load("dev")[0].text_a == dev[0].text_a
     d = polarity.write_task_dir(str(tmp_path / "polarity"))
     assert open(os.path.join(d, "train.tsv"), encoding="utf-8").readline() == "sentence\tlabel\n"
     for split, direct in (("train", train), ("dev", dev)):
@@ -258,7 +258,7 @@ def tok(tiny_vocab):
 
 def test_make_dataset_single_pair_regression_unlabelled(tok):
     ex = glue.load_examples("sst-2", fixture_dir("sst-2"), "train")
-    ds = glue.make_dataset(ex, tok, max_seq_len=16, batch_size=2)
+    ds = sentences.make_dataset(ex, tok, max_seq_len=16, batch_size=2)
     batches = list(ds)
     assert len(batches) == 3
     inputs, labels = batches[0]
@@ -269,15 +269,15 @@ def test_make_dataset_single_pair_regression_unlabelled(tok):
     want = tok(["a boring , awful movie "], max_seq_len=16)["input_word_ids"].numpy()[0]
     np.testing.assert_array_equal(inputs["input_word_ids"].numpy()[0], want)
     pair = glue.load_examples("mnli", fixture_dir("mnli"), "dev_matched")
-    inputs, labels = next(iter(glue.make_dataset(pair, tok, 32, 8)))
+    inputs, labels = next(iter(sentences.make_dataset(pair, tok, 32, 8)))
     assert labels.numpy().tolist() == [0, 1, 2]
     assert inputs["input_type_ids"].numpy().max() == 1  # the second segment is there
     stsb = glue.load_examples("sts-b", fixture_dir("sts-b"), "train")
-    _, labels = next(iter(glue.make_dataset(stsb, tok, 32, 8)))
+    _, labels = next(iter(sentences.make_dataset(stsb, tok, 32, 8)))
     assert labels.dtype == tf.float32
     np.testing.assert_allclose(labels.numpy(), [4.8, 3.2, 0.0, 2.5], rtol=1e-6)
     test = glue.load_examples("sts-b", fixture_dir("sts-b"), "test")
-    _, labels = next(iter(glue.make_dataset(test, tok, 32, 8, is_regression=True)))
+    _, labels = next(iter(sentences.make_dataset(test, tok, 32, 8, is_regression=True)))
     assert labels.dtype == tf.float32 and labels.numpy().tolist() == [-1.0]
 
 
@@ -287,15 +287,15 @@ def test_make_dataset_shuffle_is_seeded_and_shards_are_disjoint(tok):
     def order(ds):
         return [tuple(x) for b, _ in ds for x in b["input_word_ids"].numpy().tolist()]
 
-    a = order(glue.make_dataset(ex, tok, 24, 8, shuffle=True, seed=3))
-    b = order(glue.make_dataset(ex, tok, 24, 8, shuffle=True, seed=3))
-    c = order(glue.make_dataset(ex, tok, 24, 8, shuffle=True, seed=4))
+    a = order(sentences.make_dataset(ex, tok, 24, 8, shuffle=True, seed=3))
+    b = order(sentences.make_dataset(ex, tok, 24, 8, shuffle=True, seed=3))
+    c = order(sentences.make_dataset(ex, tok, 24, 8, shuffle=True, seed=4))
     assert a == b and a != c and sorted(a) == sorted(c) and len(a) == 40
     shards = []
     for i in range(2):
         ctx = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=i,
                                          num_replicas_in_sync=2)
-        ds = glue.make_dataset(ex, tok, 24, 8, input_context=ctx, drop_remainder=True)
+        ds = sentences.make_dataset(ex, tok, 24, 8, input_context=ctx, drop_remainder=True)
         assert ds.element_spec[0]["input_word_ids"].shape == (4, 24)  # per-replica, static
         shards.append(order(ds))
     assert len(shards[0]) == len(shards[1]) == 20

@@ -1,12 +1,14 @@
 """Distiller: ablation switches, global-batch averaging across replicas and
 accumulation steps, learning, mixed precision, phases, checkpoint/resume."""
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
-import keras
-from tinybert_tf.distill import Distiller, create_optimizer
+from tinybert_tf.distill import Distiller, LossTerm, create_optimizer, make_terms, register_term
+from tinybert_tf.distill.terms import PHASES, TERMS
 from tinybert_tf.models.encoder import BertModel
+from tinybert_tf.tasks import Classification, Regression
 
 L = 16
 
@@ -36,13 +38,27 @@ def dataset(data, batch_size, drop_remainder=True):
                                                           drop_remainder=drop_remainder)
 
 
+LABELS = ("a", "b", "c")
+DISTILLER_OPTIONS = ("clip_norm", "grad_accum_steps", "share_hidden_projection")
+
+
+def distiller(student, teacher, phase="intermediate", loss_terms=None, head=None, **kwargs):
+    """A Distiller for `phase` (or `loss_terms`) with the terms' settings in `kwargs`."""
+    options = {k: kwargs.pop(k) for k in DISTILLER_OPTIONS if k in kwargs}
+    task = Regression() if head == "regressor" else Classification(LABELS)
+    terms = make_terms(loss_terms or PHASES[phase], task=task, **kwargs)
+    metrics = task.label_metrics() if head == "classifier" and phase == "prediction" else []
+    return Distiller(student=student, teacher=teacher, terms=terms, label_metrics=metrics,
+                     **options)
+
+
 def make(configs, head=None, **kwargs):
     s_cfg, t_cfg = configs
     keras.utils.set_random_seed(1)
     nl = 3 if head == "classifier" else None
     student = BertModel(s_cfg, head=head, num_labels=nl)
     teacher = BertModel(t_cfg, head=head, num_labels=nl)
-    return Distiller(student, teacher, **kwargs)
+    return distiller(student, teacher, head=head, **kwargs)
 
 
 def test_every_ablation_switch_zeroes_exactly_its_term(configs, tiny_vocab):
@@ -54,20 +70,21 @@ def test_every_ablation_switch_zeroes_exactly_its_term(configs, tiny_vocab):
                                rtol=1e-6)
     for off in ("embd", "attn", "hidn", "pred"):
         on = [t for t in ("embd", "attn", "hidn", "pred") if t != off]
-        d = Distiller(full.student, full.teacher, loss_terms=on)
+        d = distiller(full.student, full.teacher, loss_terms=on, head="classifier")
         if d.projections is not None:
             for a, b in zip(d.projections.hidden_projections + [d.projections.embedding_projection],
                             full.projections.hidden_projections
                             + [full.projections.embedding_projection]):
                 a.set_weights(b.get_weights())
         got = {k: float(v) for k, v in d.compute_losses(x).items()}
-        assert got[off] == 0.0
+        assert off not in got  # a term switched off contributes nothing
         for t in on:
             np.testing.assert_allclose(got[t], ref[t], rtol=1e-6, err_msg=f"{off} off, {t}")
         np.testing.assert_allclose(got["loss"], ref["loss"] - ref[off], rtol=1e-5)
     # "trm" = attn + hidn; lambda_m weights scale the terms.
-    assert Distiller(full.student, full.teacher, loss_terms="trm").loss_terms == ("attn", "hidn")
-    lam = Distiller(full.student, full.teacher, loss_terms=("attn", "pred"),
+    assert distiller(full.student, full.teacher,
+                     loss_terms="trm").loss_terms == ("attn", "hidn")
+    lam = distiller(full.student, full.teacher, loss_terms=("attn", "pred"), head="classifier",
                     layer_weights=[1, 0, 2, 3])
     got = lam.compute_losses(x)
     np.testing.assert_allclose(float(got["pred"]), 3 * ref["pred"], rtol=1e-6)
@@ -78,13 +95,15 @@ def test_every_ablation_switch_zeroes_exactly_its_term(configs, tiny_vocab):
 def test_bad_options_name_their_flag(configs):
     student, teacher = BertModel(configs[0]), BertModel(configs[1])
     with pytest.raises(ValueError, match="--layer_weights"):
-        Distiller(student, teacher, layer_weights=[1, 1])
+        distiller(student, teacher, layer_weights=[1, 1])
     with pytest.raises(ValueError, match="--loss_terms"):
-        Distiller(student, teacher, loss_terms=("embd", "logits"))
+        distiller(student, teacher, loss_terms=("embd", "logits"))
     with pytest.raises(ValueError, match="--layer_mapping"):
-        Distiller(student, teacher, layer_mapping="1,2,3")
-    with pytest.raises(ValueError, match="classifier or regressor head"):
-        Distiller(student, teacher, phase="prediction")
+        distiller(student, teacher, layer_mapping="1,2,3")
+    with pytest.raises(ValueError, match="classifier head"):
+        distiller(student, teacher, phase="prediction")
+    with pytest.raises(ValueError, match="pass teacher="):
+        Distiller(student=student, teacher=None, terms=make_terms("attn"))
 
 
 def _weights(d):
@@ -99,7 +118,7 @@ def _one_step(configs, strategy, data, run_eagerly=True, jit_compile=False, **kw
     init_p = [v.numpy() for v in ref.projection_variables]
     with strategy.scope():
         s_cfg, t_cfg = configs
-        d = Distiller(BertModel(s_cfg), BertModel(t_cfg), **kwargs)
+        d = distiller(BertModel(s_cfg), BertModel(t_cfg), **kwargs)
         d.student.set_weights(init_s)
         d.teacher.set_weights(init_t)
         for v, value in zip(d.projection_variables, init_p):
@@ -151,7 +170,7 @@ def test_loss_falls_over_30_steps(configs):
 def test_mixed_precision_with_padding_stays_finite(configs, policy):
     s_cfg, t_cfg = configs
     keras.utils.set_random_seed(2)
-    d = Distiller(BertModel(s_cfg, dtype=policy), BertModel(t_cfg, dtype=policy),
+    d = distiller(BertModel(s_cfg, dtype=policy), BertModel(t_cfg, dtype=policy),
                   loss_terms=("embd", "attn", "hidn"))
     d.compile(create_optimizer(1e-3, 10), run_eagerly=True)
     if policy == "mixed_float16":
@@ -181,7 +200,7 @@ def test_prediction_phase_reports_pred_loss_and_accuracy(configs):
 def test_regression_prediction_uses_mse(configs):
     s_cfg, t_cfg = configs
     student, teacher = BertModel(s_cfg, head="regressor"), BertModel(t_cfg, head="regressor")
-    d = Distiller(student, teacher, phase="prediction")
+    d = distiller(student, teacher, phase="prediction", head="regressor")
     x = batch(4)
     want = np.mean((student(x)["logits"].numpy() - teacher(x)["logits"].numpy()) ** 2)
     np.testing.assert_allclose(float(d.compute_losses(x)["pred"]), want, rtol=1e-5)
@@ -202,8 +221,8 @@ def test_distilbert_phase_trains_all_three_terms(configs):
     s_cfg, _ = configs
     t_cfg = s_cfg.replace(num_layers=4)
     student, teacher = BertModel(s_cfg, head="mlm"), BertModel(t_cfg, head="mlm")
-    d = Distiller(student, teacher, phase="distilbert", temperature=2.0,
-                  alpha_ce=5.0, alpha_mlm=2.0, alpha_cos=1.0)
+    d = distiller(student, teacher, phase="distilbert", temperature=2.0,
+                  weights={"ce": 5.0, "mlm": 2.0, "cos": 1.0})
     d.compile(create_optimizer(1e-3, 4), run_eagerly=True)
     x = _mlm_batch(8, s_cfg.vocab_size)
     terms = d.compute_losses(x)
@@ -212,7 +231,7 @@ def test_distilbert_phase_trains_all_three_terms(configs):
     assert {"loss", "ce_loss", "mlm_loss", "cos_loss"} == set(hist)
     assert np.isfinite(hist["loss"][0])
     with pytest.raises(ValueError, match="alpha_ce=0"):
-        Distiller(student, BertModel(t_cfg), phase="distilbert")
+        distiller(student, BertModel(t_cfg), phase="distilbert")
 
 
 def test_checkpoint_resume_reproduces_training(configs, tmp_path):
@@ -226,7 +245,7 @@ def test_checkpoint_resume_reproduces_training(configs, tmp_path):
 
     s_cfg, t_cfg = configs
     keras.utils.set_random_seed(123)  # different initial student/projections
-    r = Distiller(BertModel(s_cfg), d.teacher)
+    r = distiller(BertModel(s_cfg), d.teacher)
     r.compile(create_optimizer(1e-3, 10), run_eagerly=True)
     tf.train.Checkpoint(**r.checkpoint_items()).read(path).assert_consumed()
     assert int(r.optimizer.iterations) == 2
@@ -247,3 +266,54 @@ def test_jit_compiled_accumulation_matches_full_batch(configs):
     for a, b in zip(full, jit):
         np.testing.assert_allclose(a, b, atol=1e-5)
     np.testing.assert_allclose(h1["loss"][0], h2["loss"][0], rtol=1e-5)
+
+
+def test_a_term_written_outside_the_package_works_with_the_registry_and_distiller(configs):
+    @register_term
+    class CLSNormTerm(LossTerm):
+        """Squared gap between the [CLS] state norms of student and teacher."""
+
+        name = "clsnorm"
+
+        def __init__(self, scale: float = 1.0, weight: float = 1.0):
+            super().__init__(weight)
+            self.scale = scale
+
+        def count(self, inputs):
+            return tf.cast(tf.shape(inputs["input_word_ids"])[0], tf.float32)
+
+        def sum(self, inputs, student_outputs, teacher_outputs, projections):
+            s = tf.norm(tf.cast(student_outputs["sequence_output"][:, 0], tf.float32), axis=-1)
+            t = tf.norm(tf.cast(teacher_outputs["sequence_output"][:, 0], tf.float32), axis=-1)
+            return self.weight * self.scale * tf.reduce_sum(tf.square(s - t))
+
+    try:
+        d = make(configs, loss_terms="attn,clsnorm", scale=2.0)
+        assert d.loss_terms == ("attn", "clsnorm") and d.terms[1].scale == 2.0
+        x = batch(4)
+        out = {k: float(v) for k, v in d.compute_losses(x).items()}
+        s_cls = d.student(x)["sequence_output"][:, 0].numpy()
+        t_cls = d.teacher(x)["sequence_output"][:, 0].numpy()
+        want = 2.0 * np.mean((np.linalg.norm(s_cls, axis=-1) - np.linalg.norm(t_cls, axis=-1)) ** 2)
+        np.testing.assert_allclose(out["clsnorm"], want, rtol=1e-5)
+        d.compile(create_optimizer(1e-3, 4), run_eagerly=True)
+        hist = d.fit(dataset(batch(8), 4), epochs=1, verbose=0).history
+        assert {"loss", "attn_loss", "clsnorm_loss"} == set(hist)
+    finally:
+        TERMS.pop("clsnorm", None)
+
+
+def test_variables_without_gradient_are_not_decayed(configs):
+    """The intermediate phase gives the pooler and classifier no gradient: AdamW
+    must leave them untouched (no decay), while the encoder moves."""
+    d = make(configs, head="classifier")
+    d.compile(create_optimizer(1e-2, 4, weight_decay=0.5), run_eagerly=True)
+    before = {p: v.numpy().copy() for p, v in d.student.weight_dict().items()}
+    d.fit(dataset(batch(8), 4), epochs=1, verbose=0)
+    after = {p: v.numpy() for p, v in d.student.weight_dict().items()}
+    for path in before:
+        if path.startswith(("pooled_dense/", "classifier_head/")):
+            np.testing.assert_array_equal(before[path], after[path], err_msg=path)
+    moved = [p for p in before if p.startswith("transformer_layer_0/")
+             and np.abs(before[p] - after[p]).max() > 1e-4]
+    assert moved

@@ -1,8 +1,8 @@
 """AdamW settings, weight-decay exclusions, warm-up/decay schedules."""
+import keras
 import numpy as np
 import pytest
 
-import keras
 from tinybert_tf.distill.optimizer import WarmupSchedule, create_optimizer
 from tinybert_tf.models.encoder import BertModel
 

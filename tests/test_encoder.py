@@ -130,7 +130,7 @@ def test_scores_softmax_reproduces_the_layer(random_model, tiny_config):
                         w[p + "self_attention_layer_norm/beta"], c.layer_norm_epsilon)
         ffn = _gelu(y @ w[p + "feedforward_intermediate_dense/kernel"]
                     + w[p + "feedforward_intermediate_dense/bias"], approximate=False)
-        ffn = ffn @ w[p + "feedforward_output_dense/kernel"] + w[p + "feedforward_output_dense/bias"]
+        ffn = ffn @ w[p + "feedforward_output_dense/kernel"] + w[p + "feedforward_output_dense/bias"]  # noqa: E501
         y = _layer_norm(y + ffn, w[p + "feedforward_layer_norm/gamma"],
                         w[p + "feedforward_layer_norm/beta"], c.layer_norm_epsilon)
         np.testing.assert_allclose(y, out["hidden_states"][i + 1], atol=1e-4)
@@ -169,7 +169,7 @@ def test_padded_keys_ignored_mixed_float16(tiny_config):
         mask = x["input_mask"].astype("float32")
         for s in out["attention_scores"]:
             assert s.dtype == "float16"
-            logits = np.asarray(s, "float32") + (1.0 - mask)[:, None, None, :] * np.float16(MASK_VALUE)
+            logits = np.asarray(s, "float32") + (1.0 - mask)[:, None, None, :] * np.float16(MASK_VALUE)  # noqa: E501
             probs = np.exp(logits - logits.max(-1, keepdims=True))
             probs /= probs.sum(-1, keepdims=True)
             assert np.isfinite(probs).all()

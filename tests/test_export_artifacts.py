@@ -16,11 +16,22 @@ import pytest
 import tensorflow as tf
 
 from tinybert_tf.config import BertConfig
-from tinybert_tf.export import (FORMATS, ExportError, TFLiteRunner, check_formats, convert_tflite,
-                                custom_ops, export_all, export_saved_model)
-from tinybert_tf.export.common import make_tokenizer, tokenize
+from tinybert_tf.export import (
+    DEFAULT_FORMATS,
+    FLAVOURS,
+    ExportError,
+    TFLiteRunner,
+    check_formats,
+    convert_tflite,
+    custom_ops,
+    export_all,
+    export_saved_model,
+)
+from tinybert_tf.export.common import tokenize
 from tinybert_tf.export.tflite import operators
 from tinybert_tf.models import INPUT_NAMES, BertModel
+from tinybert_tf.models.checkpoint import load_tokenizer
+from tinybert_tf.tasks import Regression
 
 L = 16
 NEUTRAL = "the a movie film is was plot actor story cat dog sat on mat very".split()
@@ -55,7 +66,7 @@ def fit_toy_classifier(vocab, steps=40, seed=0):
     model = BertModel(small_config(vocab), head="classifier", num_labels=2, vocab=vocab,
                       label_names=["neg", "pos"])
     train, y = toy_task(256, rng)
-    x = tokenize(make_tokenizer(model, L), train, None, L)
+    x = tokenize(load_tokenizer(model, L), train, None, L)
     opt = keras.optimizers.Adam(3e-3)
 
     @tf.function
@@ -85,7 +96,7 @@ def exported(tmp_path_factory, tiny_vocab):
 
 
 def keras_probs(model, texts):
-    x = tokenize(make_tokenizer(model, L), texts, None, L)
+    x = tokenize(load_tokenizer(model, L), texts, None, L)
     return tf.nn.softmax(model(x, training=False)["logits"]).numpy()
 
 
@@ -139,13 +150,13 @@ def reference_ids(text, vocab, max_len):
 
 def test_layout_and_parity_json(exported):
     d = exported["dir"]
-    expected = {"saved_model", "parity.json"} | {f"model_{f}.tflite" for f in FORMATS[1:]}
+    expected = {"saved_model", "parity.json"} | {f"model_{f}.tflite" for f in FLAVOURS}
     assert set(os.listdir(d)) == expected  # no temporaries left behind
     with open(os.path.join(d, "parity.json")) as f:
         on_disk = json.load(f)
     assert on_disk == json.loads(json.dumps(exported["parity"]))
     rows = on_disk["formats"]
-    assert set(rows) == {"keras", *FORMATS}
+    assert set(rows) == {"keras", *DEFAULT_FORMATS}
     assert on_disk["metric_name"] == "accuracy" and on_disk["num_examples"] == 80
     for name, r in rows.items():
         assert r["size_bytes"] > 0 and r["latency_ms_b1"] > 0, name
@@ -167,7 +178,7 @@ def test_int8_agrees_with_keras_labels(exported):
     model, dev = exported["model"], exported["dev"]
     ref = keras_probs(model, dev)
     runner = TFLiteRunner(os.path.join(exported["dir"], "model_int8.tflite"))
-    out = runner.predict(tokenize(make_tokenizer(model, L), dev, None, L))
+    out = runner.predict(tokenize(load_tokenizer(model, L), dev, None, L))
     agreement = np.mean(out.argmax(-1) == ref.argmax(-1))
     assert agreement >= 0.95
     assert exported["parity"]["formats"]["int8"]["label_agreement"] == pytest.approx(agreement)
@@ -177,7 +188,7 @@ def test_int8_agrees_with_keras_labels(exported):
 
 def test_tflite_tensor_names_and_shapes(exported):
     from ai_edge_litert.interpreter import Interpreter
-    for fmt in FORMATS[1:]:
+    for fmt in FLAVOURS:
         it = Interpreter(model_path=os.path.join(exported["dir"], f"model_{fmt}.tflite"))
         ins = it.get_input_details()
         assert [d["name"] for d in ins] == list(INPUT_NAMES), fmt
@@ -190,7 +201,7 @@ def test_tflite_tensor_names_and_shapes(exported):
 
 def test_float32_tflite_within_1e4(exported):
     model, dev = exported["model"], exported["dev"]
-    x = tokenize(make_tokenizer(model, L), dev[:20], None, L)
+    x = tokenize(load_tokenizer(model, L), dev[:20], None, L)
     out = TFLiteRunner(os.path.join(exported["dir"], "model_float32.tflite")).predict(x)
     np.testing.assert_allclose(out, keras_probs(model, dev[:20]), atol=1e-4)
     # Rows sum to 1: the output is probabilities, not logits.
@@ -273,7 +284,7 @@ def test_pair_regressor_saved_model(tmp_path, tiny_vocab):
     assert set(fn.structured_outputs) == {"logits", "score"}
     a, b = ["a cat sat on the mat", "the dog"], ["the cat sat", "a dog ran on the mat"]
     out = fn(text=tf.constant(a), text_b=tf.constant(b))
-    x = make_tokenizer(model, L)(a, b, max_seq_len=L)
+    x = load_tokenizer(model, L)(a, b, max_seq_len=L)
     expected = model(x, training=False)["logits"].numpy()[:, 0]
     np.testing.assert_allclose(out["score"].numpy(), expected, atol=1e-5)
     assert x["input_type_ids"].numpy().max() == 1  # the pair really has two segments
@@ -302,7 +313,7 @@ def test_bad_inputs_raise_clear_errors(tmp_path, tiny_vocab):
     with pytest.raises(ExportError, match="pair"):
         export_all(clf, str(tmp_path / "e"), max_seq_len=L, dev_texts=["a cat"], is_pair=True)
     with pytest.raises(ExportError, match="regression"):
-        export_all(clf, str(tmp_path / "f"), max_seq_len=L, dev_texts=["a"], is_regression=True)
+        export_all(clf, str(tmp_path / "f"), max_seq_len=L, dev_texts=["a"], task=Regression())
 
 
 def test_failed_saved_model_export_leaves_previous_export_intact(tmp_path, tiny_vocab,

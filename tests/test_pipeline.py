@@ -7,10 +7,10 @@ import shutil
 import numpy as np
 import pytest
 
-from pipeline_helpers import load_weights, read_json, tiny_flags
-from tinybert_tf.pipeline.main import run
 from tinybert_tf.pipeline.preflight import PreflightError
 from tinybert_tf.pipeline.state import OutputDirError
+
+from pipeline_helpers import load_weights, read_json, run, tiny_flags
 
 STAGES = ("general", "finetune_teacher", "augment", "task", "evaluate", "export")
 

@@ -12,9 +12,16 @@ import subprocess
 import numpy as np
 import pytest
 
-from pipeline_helpers import (REPO, distill_command, load_weights, tiny_flags,
-                              write_flagfile, write_student_config, write_teacher)
-from tinybert_tf.pipeline.main import run
+from pipeline_helpers import (
+    REPO,
+    distill_command,
+    load_weights,
+    run,
+    tiny_flags,
+    write_flagfile,
+    write_student_config,
+    write_teacher,
+)
 
 
 @pytest.fixture(scope="module")

@@ -10,8 +10,15 @@ import time
 
 import numpy as np
 
-from pipeline_helpers import (REPO, distill_command, load_weights, run_distill, tiny_flags,
-                              write_flagfile, write_teacher)
+from pipeline_helpers import (
+    REPO,
+    distill_command,
+    load_weights,
+    run_distill,
+    tiny_flags,
+    write_flagfile,
+    write_teacher,
+)
 
 
 def _first_checkpoint(out: str):

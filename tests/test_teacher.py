@@ -14,8 +14,8 @@ from safetensors.numpy import load_file
 from scipy.special import erf
 
 from tinybert_tf.models.checkpoint import load_model, load_tokenizer
-from tinybert_tf.models.hf_io import export_hf
 from tinybert_tf.models.encoder import BertModel
+from tinybert_tf.models.hf_io import export_hf
 
 
 def numpy_bert(w, ids, mask, types, num_layers, num_heads, eps=1e-12, prefix=""):
@@ -53,7 +53,7 @@ def numpy_bert(w, ids, mask, types, num_layers, num_heads, eps=1e-12, prefix="")
         e = np.exp(s + additive - (s + additive).max(-1, keepdims=True))
         probs = e / e.sum(-1, keepdims=True)
         ctx = (probs @ v).transpose(0, 2, 1, 3).reshape(b, n, hsz)
-        x = layer_norm(x + linear(ctx, p + "attention.output.dense"), p + "attention.output.LayerNorm")
+        x = layer_norm(x + linear(ctx, p + "attention.output.dense"), p + "attention.output.LayerNorm")  # noqa: E501
         inter = linear(x, p + "intermediate.dense")
         inter = 0.5 * inter * (1.0 + erf(inter / np.sqrt(2.0)))
         x = layer_norm(x + linear(inter, p + "output.dense"), p + "output.LayerNorm")

@@ -124,4 +124,4 @@ def test_bad_vocab(tmp_path):
     with pytest.raises(VocabError, match="appears twice"):
         Tokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b", "a"])
     with pytest.raises(ValueError, match="max_seq_len"):
-        Tokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "x", "y"], max_seq_len=4)(["x"], ["y"])
+        Tokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "x", "y"], max_seq_len=4)(["x"], ["y"])  # noqa: E501

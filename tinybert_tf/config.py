@@ -11,6 +11,8 @@ import json
 import os
 from typing import Any
 
+from tinybert_tf import files
+
 # Activation names understood by the encoder.
 #   "gelu"      exact erf GELU, as in Google's and Hugging Face's BERT checkpoints.
 #   "gelu_tanh" tanh approximation, as in keras-hub's BertBackbone.
@@ -153,7 +155,8 @@ class BertConfig:
                     initializer_range=data.get("initializer_range", 0.02),
                 )
         except KeyError as e:
-            raise ConfigError(f"{source}: Hugging Face config lacks required key {e.args[0]!r}.") from e
+            raise ConfigError(f"{source}: Hugging Face config lacks required key "
+                              f"{e.args[0]!r}.") from e
         if act not in _HF_ACTIVATIONS:
             raise ConfigError(f"{source}: activation {act!r} is not supported; "
                               f"supported: {sorted(_HF_ACTIVATIONS)}.")
@@ -190,18 +193,7 @@ class BertConfig:
 
 def read_json(path: str) -> dict[str, Any]:
     """Read a JSON object, raising ConfigError that names the file and line."""
-    if not os.path.isfile(path):
-        raise ConfigError(f"{path}: file not found.")
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"{path}:{e.lineno}: invalid JSON ({e.msg}); fix or regenerate the file.") from e
-    except UnicodeDecodeError as e:
-        raise ConfigError(f"{path}: not UTF-8 text ({e.reason}).") from e
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a JSON object at the top level.")
-    return data
+    return files.read_json(path, error=ConfigError, expect=dict)
 
 
 # all-MiniLM-L6-v2's width: its presets differ only in depth.

@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from typing import Any, Iterator
+from typing import Any, Iterator, Optional
 
 
 @contextlib.contextmanager
@@ -41,15 +41,46 @@ def write_bytes_atomic(path: str, data: bytes) -> None:
             os.fsync(f.fileno())
 
 
+def json_text(data: Any) -> str:
+    """The one JSON layout of the package: indented, key-sorted, non-JSON values via str."""
+    return json.dumps(data, indent=2, sort_keys=True, default=str) + "\n"
+
+
+def write_json(path: str, data: Any) -> None:
+    """`data` as JSON to `path` (inside a folder that is itself published atomically)."""
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(json_text(data))
+
+
 def write_json_atomic(path: str, data: Any) -> None:
-    """`data` as indented, key-sorted JSON (non-JSON values via str)."""
-    text = json.dumps(data, indent=2, sort_keys=True, default=str) + "\n"
-    write_bytes_atomic(path, text.encode("utf-8"))
+    """`data` as JSON, whole or not at all."""
+    write_bytes_atomic(path, json_text(data).encode("utf-8"))
 
 
-def read_json(path: str, default: Any = None) -> Any:
-    """The JSON in `path`, or `default` when there is no such file."""
+_MISSING = object()
+
+
+def read_json(path: str, default: Any = _MISSING, error: type[Exception] = ValueError,
+              expect: Optional[type] = None) -> Any:
+    """The JSON in `path`.
+
+    A missing file returns `default` when one is given, else raises `error`;
+    invalid JSON, bad UTF-8 or (with `expect`) another top-level type raise
+    `error` naming the file, the line and the fix.
+    """
     if not os.path.isfile(path):
-        return default
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
+        if default is not _MISSING:
+            return default
+        raise error(f"{path}: file not found.")
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except json.JSONDecodeError as e:
+        raise error(f"{path}:{e.lineno}: invalid JSON ({e.msg}); fix the file, or delete it "
+                    "to have it regenerated.") from None
+    except UnicodeDecodeError as e:
+        raise error(f"{path}: not UTF-8 text ({e.reason}).") from None
+    if expect is not None and not isinstance(data, expect):
+        raise error(f"{path}: expected a JSON {expect.__name__} at the top level, got "
+                    f"{type(data).__name__}.")
+    return data

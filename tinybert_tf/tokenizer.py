@@ -116,6 +116,18 @@ class Tokenizer(tf.Module):
         texts = tf.convert_to_tensor(texts, tf.string)
         return self._wordpiece.tokenize(texts)
 
+    def tokenize_with_offsets(self, texts
+                              ) -> tuple[tf.RaggedTensor, tf.RaggedTensor, tf.RaggedTensor]:
+        """texts: string [B] -> (ids, starts, ends), each ragged [B, (pieces)].
+
+        ids: int32 WordPiece ids, the same as `tokenize`. starts/ends: int64
+        UTF-8 byte offsets of each piece in its ORIGINAL input string (before
+        lower-casing and accent stripping), end exclusive. Span QA uses them to
+        map predicted pieces back to a slice of the context text.
+        """
+        texts = tf.convert_to_tensor(texts, tf.string)
+        return self._wordpiece.tokenize_with_offsets(texts)
+
     def pack(self, segments: Sequence[tf.RaggedTensor],
              max_seq_len: Optional[int] = None) -> dict[str, tf.Tensor]:
         """Ragged id segments (1 or 2 of [B, (n)]) -> dict of int32 [B, max_seq_len].

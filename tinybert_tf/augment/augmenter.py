@@ -1,4 +1,4 @@
-"""TinyBERT data augmentation (paper Algorithm 1) over a GLUE task, streamed and resumable.
+"""TinyBERT data augmentation (paper Algorithm 1) of a task's training file, streamed and resumable.
 
 For each example and each text field:
   1. split the text into words (BERT basic tokenisation, `words.WordSplitter`);
@@ -37,10 +37,18 @@ from typing import Any, Iterator, Optional, Sequence, Union
 import numpy as np
 
 from tinybert_tf.augment.candidates import MLMCandidates, MLMError
-from tinybert_tf.augment.vectors import (DEFAULT_VOCAB_LIMIT, NeighbourIndex, fingerprint,
-                                         resolve_vectors)
+from tinybert_tf.augment.vectors import (
+    DEFAULT_VOCAB_LIMIT,
+    NeighbourIndex,
+    fingerprint,
+    resolve_vectors,
+)
 from tinybert_tf.augment.words import WordSplitter, is_eligible
-from tinybert_tf.files import write_json_atomic
+from tinybert_tf.data import sources
+from tinybert_tf.data.examples import DataError
+from tinybert_tf.files import read_json, write_json_atomic
+from tinybert_tf.models.checkpoint import load_model
+from tinybert_tf.tokenizer import read_vocab
 
 logger = logging.getLogger(__name__)
 
@@ -209,7 +217,6 @@ def parse_shard(shard: Optional[str]) -> tuple[int, int]:
 
 def load_mlm_model(path: str):
     """Load `path` keeping its stored head; it must be an MLM head (never a fresh one)."""
-    from tinybert_tf.models.checkpoint import load_model
     model = load_model(path)
     if model.head_type != "mlm":
         raise MLMError(f"--mlm_model={path}: the checkpoint has no MLM head (head: "
@@ -220,7 +227,6 @@ def load_mlm_model(path: str):
 
 
 def _check_vocab(mlm: MLMCandidates, vocab: Union[str, Sequence[str]]) -> None:
-    from tinybert_tf.tokenizer import read_vocab
     name = vocab if isinstance(vocab, str) else "the task tokenizer"
     tokens = read_vocab(vocab) if isinstance(vocab, str) else list(vocab)
     if tokens == mlm.vocab:
@@ -264,38 +270,36 @@ def _mlm_fingerprint(mlm: Optional[MLMCandidates]) -> Optional[str]:
 
 
 def _read_progress(path: str) -> Optional[dict]:
+    """The progress record, or None when absent or unreadable (then we start over)."""
     try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except (OSError, ValueError):
+        return read_json(path, default=None, expect=dict)
+    except ValueError:
         return None
 
 
-def _chunk_bytes(rows: list[list[str]], tmp: str) -> bytes:
-    """Rows as GLUE TSV bytes, formatted by `glue.write_rows` (the one TSV writer)."""
-    from tinybert_tf.data import glue
-    glue.write_rows(tmp, None, rows)
-    try:
-        with open(tmp, "rb") as f:
-            return f.read()
-    finally:
-        os.remove(tmp)
+def augment_task(task: str, data_dir: str, output_path: str, **kwargs: Any) -> dict[str, Any]:
+    """Augment a GLUE-style task's train split (`sources.glue_source(task, data_dir)`:
+    a GLUE folder, or "" for the embedded polarity task) into `output_path`.
+    See `augment_source` for the arguments."""
+    return augment_source(sources.glue_source(task, data_dir), output_path, **kwargs)
 
 
-def augment_task(task: str, data_dir: str, output_path: str, *,
-                 mlm_model: Any = None, word_vectors: Any = None, corpus: Any = None,
-                 num_aug: int = 20, replace_prob: float = 0.4, num_candidates: int = 15,
-                 seed: int = 42, shard: Optional[str] = None, batch_size: int = 256,
-                 vector_cache_dir: Optional[str] = None, progress: bool = True,
-                 vocab: Union[None, str, Sequence[str]] = None, chunk_size: int = CHUNK_SIZE,
-                 vocab_limit: int = DEFAULT_VOCAB_LIMIT, stop_after_chunks: Optional[int] = None
-                 ) -> dict[str, Any]:
-    """Augment a task's train.tsv into `output_path` (GLUE layout, same header/columns).
+def augment_source(source: sources.DataSource, output_path: str, *,
+                   mlm_model: Any = None, word_vectors: Any = None, corpus: Any = None,
+                   num_aug: int = 20, replace_prob: float = 0.4, num_candidates: int = 15,
+                   seed: int = 42, shard: Optional[str] = None, batch_size: int = 256,
+                   vector_cache_dir: Optional[str] = None, progress: bool = True,
+                   vocab: Union[None, str, Sequence[str]] = None, chunk_size: int = CHUNK_SIZE,
+                   vocab_limit: int = DEFAULT_VOCAB_LIMIT, stop_after_chunks: Optional[int] = None
+                   ) -> dict[str, Any]:
+    """Augment a data source's training rows into `output_path`, in the source's
+    own format (same header and columns), so `source.augmented(output_path)`
+    reads it back.
 
     Args:
-      task: task name (glue.get_task); data_dir: its GLUE folder ("" for the
-        polarity demo: written next to the output).
-      output_path: the file to write (`train_aug.tsv` to load it as split "train_aug").
+      source: a `tinybert_tf.data.sources.DataSource` whose `augment_table()` gives
+        its training rows (GLUE TSV, the polarity demo, CSV / JSON lines, ...).
+      output_path: the file to write (the source names it, e.g. `train_aug.tsv`).
       mlm_model: a BertModel with an MLM head, a model directory, or None (word
         vectors then serve every word; the result's "mode" says so).
       word_vectors: a vector file path, a gensim KeyedVectors, or None (Word2Vec
@@ -314,32 +318,22 @@ def augment_task(task: str, data_dir: str, output_path: str, *,
       stats: examples, written (rows in the file), eligible/mlm/vector/skipped
       words, examples_per_s, mode, shard, resumed_chunks, complete.
     """
-    from tinybert_tf.data import glue
     _validate(num_aug, replace_prob, num_candidates, seed, batch_size, chunk_size)
     shard_i, shard_n = parse_shard(shard)
-    spec = glue.get_task(task)
     output_path = os.path.abspath(output_path)
     out_dir = os.path.dirname(output_path)
-    if data_dir == glue.TFDS:
-        raise AugmentError("--data_dir=tfds: augmentation reads and writes GLUE TSV files; "
-                           "point --data_dir at the task's GLUE folder (train.tsv).")
-    if not data_dir and spec.name == "polarity":  # the embedded demo task
-        from tinybert_tf.data import polarity
-        data_dir = os.path.join(out_dir, "polarity_task")
-        if not os.path.isfile(os.path.join(data_dir, "train.tsv")):
-            polarity.write_task_dir(data_dir)
-    layout = spec.layout("train")
-    cols = [c for c in (layout.text_a_col, layout.text_b_col) if c is not None]
-    train_path = os.path.join(data_dir, layout.file)
+    table = source.augment_table()
+    cols = table.text_columns
+    train_path = table.path
 
     # Count and check rows first: a malformed row fails before anything is written.
-    header, rows = glue.read_rows(spec, data_dir, "train")
     total = 0
-    for no, fields in rows:
-        if len(fields) != layout.num_columns:
-            raise glue.DataError(f"{train_path}:{no}: {len(fields)} tab-separated column(s), "
-                                 f"expected {layout.num_columns} (GLUE {spec.name} layout).")
+    for no, fields in table.rows():
+        if table.num_columns is not None and len(fields) != table.num_columns:
+            raise DataError(f"{train_path}:{no}: {len(fields)} column(s), expected "
+                            f"{table.num_columns} (the file's layout).")
         total += 1
+    header = table.header
     os.makedirs(out_dir, exist_ok=True)
 
     # Models.
@@ -365,10 +359,10 @@ def augment_task(task: str, data_dir: str, output_path: str, *,
     num_chunks = math.ceil(total / chunk_size)
     c_begin = shard_i * num_chunks // shard_n
     c_end = (shard_i + 1) * num_chunks // shard_n
-    st = os.stat(train_path)
+    facts = table.fingerprint()
     identity = {
-        "version": _PROGRESS_VERSION, "task": spec.name, "train": os.path.abspath(train_path),
-        "train_size": st.st_size, "train_mtime_ns": st.st_mtime_ns, "examples": total,
+        "version": _PROGRESS_VERSION, "source": source.kind, "train": facts["path"],
+        "train_size": facts["size"], "train_mtime_ns": facts["mtime_ns"], "examples": total,
         "shard": [shard_i, shard_n], "chunk_size": chunk_size, "num_aug": num_aug,
         "replace_prob": float(replace_prob), "num_candidates": num_candidates, "seed": seed,
         "batch_size": batch_size, "mode": mode, "mlm": _mlm_fingerprint(mlm),
@@ -387,8 +381,7 @@ def augment_task(task: str, data_dir: str, output_path: str, *,
         if state:
             logger.warning("augment: %s was started with other settings or data; starting "
                            "over.", progress_path)
-        head = (_chunk_bytes([header], partial + ".chunk")
-                if header is not None and shard_i == 0 else b"")
+        head = table.encode([header]) if header is not None and shard_i == 0 else b""
         with open(partial, "wb") as f:
             f.write(head)
             f.flush()
@@ -404,8 +397,7 @@ def augment_task(task: str, data_dir: str, output_path: str, *,
     bar = _progress_bar(progress, shard_examples, first_example - c_begin * chunk_size, mode)
     started, processed, chunks_now = time.perf_counter(), 0, 0
     try:
-        _, rows = glue.read_rows(spec, data_dir, "train")
-        it = _examples(rows, first_example, last_example)
+        it = _examples(table.rows(), first_example, last_example)
         chunk_no = c_begin + resumed
         while chunk_no < c_end:
             if stop_after_chunks is not None and chunks_now >= stop_after_chunks:
@@ -417,7 +409,7 @@ def augment_task(task: str, data_dir: str, output_path: str, *,
             out_rows = []
             for (_, fields), per_field in zip(chunk, variants):
                 out_rows += example_rows(fields, cols, per_field)
-            data = _chunk_bytes(out_rows, partial + ".chunk")
+            data = table.encode(out_rows)
             with open(partial, "ab") as f:
                 f.write(data)
                 f.flush()

@@ -175,7 +175,7 @@ class MLMCandidates:
         and a bounded number of distinct shapes. Depends only on `rows`.
         """
         order = sorted(range(len(rows)), key=lambda i: (len(rows[i].ids), i))
-        out, part = [], []
+        out, part, part_len = [], [], 0
         for i in order:
             length = -(-len(rows[i].ids) // 8) * 8
             if part and len(part) + 1 > self._rows_per_batch(length):

@@ -24,6 +24,7 @@ from typing import Any, Iterable, Optional, Sequence, Union
 import numpy as np
 
 from tinybert_tf.augment.words import WordSplitter
+from tinybert_tf.data import corpus as corpus_lib
 from tinybert_tf.files import atomic_path
 
 logger = logging.getLogger(__name__)
@@ -93,7 +94,6 @@ def _corpus_key(corpus: Any, seed: int, lower_case: bool) -> str:
 def _documents(corpus: Any) -> Iterable[Sequence[str]]:
     """Documents (lists of sentence strings) of a corpus source or an iterable of them."""
     if isinstance(corpus, str):
-        from tinybert_tf.data import corpus as corpus_lib
         return corpus_lib.iter_documents(corpus)
     return corpus
 
@@ -162,7 +162,6 @@ def resolve_vectors(word_vectors: Union[None, str, Any], corpus: Any = None,
     """KeyedVectors from a path, an existing KeyedVectors, or Word2Vec on `corpus`."""
     if word_vectors is None or (isinstance(word_vectors, str) and not word_vectors):
         if corpus is None:
-            from tinybert_tf.data import corpus as corpus_lib
             corpus = corpus_lib.default_corpus_path()
         return train_word2vec(corpus, cache_dir, seed, lower_case)
     if isinstance(word_vectors, str):

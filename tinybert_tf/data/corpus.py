@@ -24,6 +24,9 @@ import os
 import re
 from typing import Iterator, Optional, Sequence, Union
 
+import tensorflow as tf
+
+from tinybert_tf.data import pretrain, tfrecords
 from tinybert_tf.data.examples import DataError
 
 logger = logging.getLogger(__name__)
@@ -47,6 +50,20 @@ def detect_format(source: str) -> str:
     if ".xml" in s:
         return "wiki"
     return "text"
+
+
+def source_facts(source: str) -> list[list]:
+    """[path, size, mtime_ns] of every file of a corpus source ([] for tfds:NAME):
+    the identity of cached counts, so a changed corpus is counted again."""
+    if detect_format(source) == "tfds":
+        return []
+    files = (tfrecords.resolve_files(source) if detect_format(source) == "tfrecord"
+             else resolve_files(source))
+    out = []
+    for path in files:
+        st = os.stat(path)
+        out.append([os.path.abspath(path), st.st_size, st.st_mtime_ns])
+    return out
 
 
 def resolve_files(source: Union[str, Sequence[str]]) -> list[str]:
@@ -267,15 +284,12 @@ def packed_dataset(source: Optional[str], tokenizer, max_seq_len: int = 128,
                    tfds_data_dir: Optional[str] = None, num_shards: int = 1, index: int = 0,
                    repeat: bool = False):
     """Unbatched packed sequences (dict of int32 [max_seq_len]) of one shard of the corpus."""
-    import tensorflow as tf
-    from tinybert_tf.data import pretrain
 
     if pack not in ("pair", "single"):
         raise ValueError(f"pack must be 'pair' or 'single', not {pack!r}.")
     source = source or default_corpus_path()
     fmt = detect_format(source) if fmt == "auto" else fmt
     if fmt == "tfrecord":
-        from tinybert_tf.data import tfrecords
         ctx = (tf.distribute.InputContext(num_shards, index) if num_shards > 1 else None)
         ds = tfrecords.record_dataset(source, max_seq_len, input_context=ctx,
                                       shuffle=False, seed=seed, tokenizer=tokenizer)
@@ -325,8 +339,6 @@ def general_dataset(source: Optional[str], tokenizer, max_seq_len: int = 128,
     pipeline reads its disjoint shard and yields per-replica batches.
     shuffle_buffer: packed sequences held for shuffling (0 = no shuffle).
     """
-    import tensorflow as tf
-    from tinybert_tf.data import pretrain
 
     num, idx = _shard_of(input_context)
     if input_context is not None:
@@ -358,7 +370,6 @@ def count_sequences(source: Optional[str], tokenizer, max_seq_len: int = 128,
     source = source or default_corpus_path()
     fmt = detect_format(source) if fmt == "auto" else fmt
     if fmt == "tfrecord":
-        from tinybert_tf.data import tfrecords
         meta = tfrecords.read_meta(source)
         if meta is not None and len(tfrecords.resolve_files(source)) == len(meta["shards"]):
             return int(meta["num_sequences"])

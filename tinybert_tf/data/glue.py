@@ -23,7 +23,6 @@ from typing import Iterable, Iterator, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
-from tinybert_tf.data import metrics as M
 from tinybert_tf.data.examples import DataError, Example, Examples
 from tinybert_tf.files import atomic_path
 
@@ -125,6 +124,8 @@ def _train_dev(layout: FileLayout, extra: Optional[dict] = None) -> dict[str, Fi
 _ACC = (("accuracy",), "accuracy")
 _ACC_F1 = (("accuracy", "f1", "accuracy_f1_mean"), "accuracy")
 _SINGLE, _PAIR = 64, 128
+# CoLA's and SST-2's test.tsv: index, sentence.
+_SENTENCE_TEST = FileLayout("test.tsv", 2, 1, None, None, ("sentence", None, None))
 
 
 def _mnli_layout(file: str, ncols: int, labelled: bool) -> FileLayout:
@@ -149,7 +150,7 @@ _register(TaskSpec(
     name="cola", label_names=("0", "1"), is_pair=False, is_regression=False,
     metric_names=("mcc",), primary_metric="mcc", default_max_seq_len=_SINGLE,
     layouts=_train_dev(FileLayout("train.tsv", 4, 3, None, 1, None),
-                       {"test": FileLayout("test.tsv", 2, 1, None, None, ("sentence", None, None))}),
+                       {"test": _SENTENCE_TEST}),
     dev_splits=("dev",), tfds_name="glue/cola", tfds_features=("sentence", None),
     tfds_label_names=("unacceptable", "acceptable"),
     tfds_to_ours={"unacceptable": "0", "acceptable": "1"}))
@@ -157,7 +158,7 @@ _register(TaskSpec(
     name="sst-2", label_names=("0", "1"), is_pair=False, is_regression=False,
     metric_names=_ACC[0], primary_metric=_ACC[1], default_max_seq_len=_SINGLE,
     layouts=_train_dev(FileLayout("train.tsv", 2, 0, None, 1, ("sentence", None, "label")),
-                       {"test": FileLayout("test.tsv", 2, 1, None, None, ("sentence", None, None))}),
+                       {"test": _SENTENCE_TEST}),
     dev_splits=("dev",), tfds_name="glue/sst2", tfds_features=("sentence", None),
     tfds_label_names=("negative", "positive"), tfds_to_ours={"negative": "0", "positive": "1"}))
 _register(TaskSpec(
@@ -369,14 +370,14 @@ def write_rows(path: str, header: Optional[Sequence[str]], rows: Iterable[Sequen
     with atomic_path(path) as tmp:
         with open(tmp, "w", encoding="utf-8", newline="\n") as f:
             if header is not None:
-                f.write(_tsv_line(header, path, "header"))
+                f.write(tsv_line(header, path, "header"))
             for fields in rows:
                 n += 1
-                f.write(_tsv_line(fields, path, f"row {n}"))
+                f.write(tsv_line(fields, path, f"row {n}"))
     return n
 
 
-def _tsv_line(fields: Sequence[str], path: str, what: str) -> str:
+def tsv_line(fields: Sequence[str], path: str, what: str) -> str:
     for v in fields:
         if any(c in str(v) for c in "\t\n\r"):
             raise ValueError(f"{path}: {what} has a field with a tab or newline ({str(v)[:40]!r}); "
@@ -402,8 +403,9 @@ def load_examples(task: Union[str, TaskSpec], data_dir: str, split: str,
 
     Args:
       task: task name (case-insensitive) or spec.
-      data_dir: a GLUE-layout directory; "tfds" for TFDS glue/* (under
-        `tfds_data_dir`); "" for the embedded polarity task read from gensim.
+      data_dir: a GLUE-layout directory, or "tfds" for TFDS glue/* (under
+        `tfds_data_dir`). (The embedded polarity task's own file is read by
+        `tinybert_tf.data.sources.glue_source(task, "")`.)
       split: the file: train, dev, test, train_aug, dev_matched, dev_mismatched,
         test_matched, test_mismatched ("dev"/"test" on MNLI = the matched ones).
       skip_bad_rows: log and count malformed rows instead of raising `DataError`;
@@ -414,9 +416,6 @@ def load_examples(task: Union[str, TaskSpec], data_dir: str, split: str,
     spec = get_task(task)
     if data_dir == TFDS:
         return load_tfds_examples(spec, split, tfds_data_dir)
-    if spec.name == "polarity" and not data_dir:
-        from tinybert_tf.data import polarity
-        return polarity.load_examples(split)
     path, layout, _, rows = _read(spec, data_dir, split)
     out, bad = [], 0
     first_bad = None
@@ -449,9 +448,11 @@ def _row_to_example(spec: TaskSpec, layout: FileLayout, split: str, no: int,
         try:
             label = _parse_label(spec, raw)
         except ValueError:
-            want = "a finite float score" if spec.is_regression else f"one of {list(spec.label_names)}"
-            raise DataError(f"{path}:{no}: unknown label {raw!r} in column "
-                            f"{layout.label_col % layout.num_columns + 1}; expected {want}.") from None
+            want = ("a finite float score" if spec.is_regression
+                    else f"one of {list(spec.label_names)}")
+            column = layout.label_col % layout.num_columns + 1
+            raise DataError(f"{path}:{no}: unknown label {raw!r} in column {column}; "
+                            f"expected {want}.") from None
     text_b = fields[layout.text_b_col] if layout.text_b_col is not None else None
     return Example(guid=f"{split}-{no}", text_a=fields[layout.text_a_col], text_b=text_b,
                    label=label)
@@ -516,91 +517,3 @@ def load_tfds_examples(task: Union[str, TaskSpec], split: str,
     if not out:
         raise DataError(f"TFDS {name} split {tsplit} is empty.")
     return Examples(out, source=f"tfds:{name}/{tsplit}")
-
-
-# ---------------------------------------------------------------------------
-# Metrics.
-
-def compute_metrics(task: Union[str, TaskSpec], predictions, labels) -> dict[str, float]:
-    """GLUE metrics of one split: class ids (or STS-B floats) [N] vs labels [N].
-
-    CoLA: mcc; MRPC/QQP: accuracy, f1, accuracy_f1_mean; STS-B: pearson,
-    spearman, pearson_spearman_mean; others: accuracy. MNLI is scored per dev
-    file: call once on dev_matched and once on dev_mismatched (the pipeline
-    reports them as mnli-m / mnli-mm accuracy; checkpoints select on matched).
-    """
-    spec = get_task(task)
-    labels = np.asarray(labels)
-    if labels.dtype == object and any(v is None for v in labels.reshape(-1)):
-        raise ValueError(f"task {spec.name}: labels contain None (unlabelled test data "
-                         f"cannot be scored).")
-    p = np.asarray(predictions)
-    if spec.is_regression:
-        p, y = p.astype(np.float64).reshape(-1), labels.astype(np.float64).reshape(-1)
-        pr, sp = M.pearson(p, y), M.spearman(p, y)
-        return {"pearson": pr, "spearman": sp, "pearson_spearman_mean": (pr + sp) / 2.0}
-    if p.ndim == 2:  # logits given: take the arg-max class
-        p = p.argmax(axis=-1)
-    p, y = p.astype(np.int64).reshape(-1), labels.astype(np.int64).reshape(-1)
-    if spec.name == "cola":
-        return {"mcc": M.matthews_corrcoef(p, y)}
-    acc = M.accuracy(p, y)
-    if "f1" in spec.metric_names:
-        f = M.f1(p, y, positive=1)
-        return {"accuracy": acc, "f1": f, "accuracy_f1_mean": (acc + f) / 2.0}
-    return {"accuracy": acc}
-
-
-# ---------------------------------------------------------------------------
-# tf.data.
-
-def make_dataset(examples: Sequence[Example], tokenizer, max_seq_len: int, batch_size: int,
-                 shuffle: bool = False, seed: int = 0, repeat: bool = False,
-                 drop_remainder: bool = False, input_context=None,
-                 is_regression: Optional[bool] = None):
-    """Examples -> tf.data of (inputs, labels), tokenised in graph.
-
-    inputs: dict of int32 [B, max_seq_len] input_word_ids / input_mask /
-    input_type_ids; labels: int32 [B] class ids (float32 for regression), -1
-    for unlabelled examples. `batch_size` is global: with a
-    `tf.distribute.InputContext` each input pipeline takes its shard of the
-    examples (by index) and yields per-replica batches.
-    `is_regression` defaults to "some label is a float".
-    """
-    import tensorflow as tf
-
-    if not len(examples):
-        raise DataError("make_dataset: no examples.")
-    has_b = [e.text_b is not None for e in examples]
-    if any(has_b) and not all(has_b):
-        raise DataError("make_dataset: some examples have text_b and some do not; a task is "
-                        "either single-sentence or pair.")
-    if is_regression is None:
-        is_regression = any(isinstance(e.label, float) for e in examples)
-    if is_regression:
-        labels = np.array([-1.0 if e.label is None else float(e.label) for e in examples],
-                          np.float32)
-    else:
-        labels = np.array([-1 if e.label is None else int(e.label) for e in examples], np.int32)
-    columns = {"text_a": np.array([e.text_a for e in examples], dtype=object)}
-    if has_b[0]:
-        columns["text_b"] = np.array([e.text_b for e in examples], dtype=object)
-    ds = tf.data.Dataset.from_tensor_slices((columns, labels))
-    if input_context is not None:
-        ds = ds.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
-        batch_size = input_context.get_per_replica_batch_size(batch_size)
-    if shuffle:
-        ds = ds.shuffle(len(examples), seed=seed, reshuffle_each_iteration=True)
-    if repeat:
-        ds = ds.repeat()
-    ds = ds.batch(batch_size, drop_remainder=drop_remainder)
-
-    static_batch = batch_size if drop_remainder else None
-
-    def encode(cols, y):
-        inputs = tokenizer(cols["text_a"], cols.get("text_b"), max_seq_len=max_seq_len)
-        for v in inputs.values():  # static shapes for XLA / TPU
-            v.set_shape([static_batch, max_seq_len])
-        return inputs, y
-
-    return ds.map(encode, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)

@@ -89,3 +89,15 @@ def spearman(predictions, labels) -> float:
     """Spearman's rho: Pearson's r of the average ranks (ties averaged)."""
     p, y = _pair(predictions, labels)
     return pearson(_average_ranks(p.astype(np.float64)), _average_ranks(y.astype(np.float64)))
+
+
+def per_class_f1(predictions, labels, num_classes: int) -> list[float]:
+    """One-vs-rest F1 of every class 0..num_classes-1 (0.0 for a class never
+    predicted nor present, as scikit-learn's zero_division=0)."""
+    p, y = _pair(predictions, labels)
+    return [f1(p, y, positive=c) for c in range(int(num_classes))]
+
+
+def macro_f1(predictions, labels, num_classes: int) -> float:
+    """Unweighted mean of the per-class F1 over all `num_classes` classes."""
+    return float(np.mean(per_class_f1(predictions, labels, num_classes)))

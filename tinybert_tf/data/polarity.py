@@ -16,6 +16,7 @@ import os
 from typing import Optional
 
 from tinybert_tf.data import glue
+from tinybert_tf.data.examples import DataError, Example, Examples
 
 FILE_NAME = "pang_lee_polarity.cor"
 DEV_EVERY = 5
@@ -31,7 +32,7 @@ def default_path() -> str:
 def _read(path: str) -> list[tuple[int, str, int]]:
     """(line number, sentence, label id) of every line of the .cor file."""
     if not os.path.isfile(path):
-        raise glue.DataError(f"{path}: the demo task file is missing; it ships with gensim's "
+        raise DataError(f"{path}: the demo task file is missing; it ships with gensim's "
                              f"test data (pip install --force-reinstall gensim), or pass a "
                              f"--data_dir in GLUE layout.")
     names = glue.get_task("polarity").label_names
@@ -44,18 +45,18 @@ def _read(path: str) -> list[tuple[int, str, int]]:
                 try:  # the original release is Windows-1252 (six lines: em dash, e-acute, ...)
                     line = raw.decode("cp1252").strip()
                 except UnicodeDecodeError:
-                    raise glue.DataError(f"{path}:{no}: neither UTF-8 nor Windows-1252 "
+                    raise DataError(f"{path}:{no}: neither UTF-8 nor Windows-1252 "
                                          f"text.") from None
             if not line:
                 continue
             tag, _, text = line.partition(" ")
             label = tag[len("__label__"):] if tag.startswith("__label__") else None
             if label not in names or not text.strip():
-                raise glue.DataError(f"{path}:{no}: expected '__label__neg <text>' or "
+                raise DataError(f"{path}:{no}: expected '__label__neg <text>' or "
                                      f"'__label__pos <text>', got {line[:60]!r}.")
             out.append((no, text.strip(), names.index(label)))
     if not out:
-        raise glue.DataError(f"{path}: empty file.")
+        raise DataError(f"{path}: empty file.")
     return out
 
 
@@ -71,13 +72,13 @@ def split_rows(path: Optional[str] = None) -> dict[str, list[tuple[int, str, int
     return out
 
 
-def load_examples(split: str, path: Optional[str] = None) -> glue.Examples:
+def load_examples(split: str, path: Optional[str] = None) -> Examples:
     """Examples of the fixed split, read straight from gensim's file."""
     if split not in SPLITS:
-        raise glue.DataError(f"the polarity demo task has splits {SPLITS}, not '{split}' "
+        raise DataError(f"the polarity demo task has splits {SPLITS}, not '{split}' "
                              f"(write_task_dir() then --data_dir for train_aug).")
     rows = split_rows(path)[split]
-    return glue.Examples([glue.Example(f"{split}-{no}", text, None, label)
+    return Examples([Example(f"{split}-{no}", text, None, label)
                           for no, text, label in rows], source=path or default_path())
 
 

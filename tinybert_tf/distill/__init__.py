@@ -1,9 +1,22 @@
-"""Transformer distillation: layer mapping, losses, the Distiller, the optimizer."""
+"""Transformer distillation: layer mapping, losses, loss terms, the Distiller, the optimizer."""
 from tinybert_tf.distill.distilbert import init_student_from_teacher
-from tinybert_tf.distill.distiller import Distiller, parse_loss_terms
+from tinybert_tf.distill.distiller import Distiller, trackable
 from tinybert_tf.distill.mapping import layer_map
 from tinybert_tf.distill.optimizer import WarmupSchedule, create_optimizer
 from tinybert_tf.distill.projections import Projections
+from tinybert_tf.distill.terms import (
+    PHASES,
+    TERMS,
+    HardLabelTerm,
+    LossTerm,
+    PredictionTerm,
+    make_term,
+    make_terms,
+    register_term,
+    resolve_names,
+)
 
-__all__ = ["Distiller", "Projections", "WarmupSchedule", "create_optimizer",
-           "init_student_from_teacher", "layer_map", "parse_loss_terms"]
+__all__ = ["Distiller", "HardLabelTerm", "LossTerm", "PHASES", "PredictionTerm", "Projections",
+           "TERMS", "WarmupSchedule", "create_optimizer", "init_student_from_teacher",
+           "layer_map", "make_term", "make_terms", "register_term", "resolve_names",
+           "trackable"]

@@ -1,69 +1,60 @@
 """`Distiller`: a `keras.Model` whose `train_step` distils a teacher into a student.
 
 Like `keras.distillation.Distiller` it holds a frozen `teacher` and a trained
-`student`, is `compile`d with an optimizer and trained with `fit`; the trained
-model is `distiller.student`. Unlike it, the losses are TinyBERT's layer-wise
-losses (or DistilBERT's), which need every hidden state and attention map, and
-it adds learned projections, global-batch loss averaging under any
-`tf.distribute` strategy, global-norm clipping of the full-batch gradient,
-in-step gradient accumulation and loss scaling.
+`student`, takes a list of loss objects, is `compile`d with an optimizer and
+trained with `fit`; the trained model is `distiller.student`. Unlike it, the
+terms (`tinybert_tf.distill.terms`) read every hidden state and attention map,
+it owns the learned projections W_e/W_h, and it owns `train_step` because each
+term is averaged over the GLOBAL batch: sum of elements / element count summed
+over all replicas and all accumulation micro-batches, so 1 replica, N replicas
+and k accumulation steps make the same update. It also clips the global norm
+of the full-batch gradient (Keras would clip each replica's part) and applies
+loss scaling for float16.
 
-Phases:
-  "intermediate" (alias "general"): embd + attn + hidn (paper's GD and the first
-                 step of task distillation).
-  "prediction":  pred only (soft cross-entropy, or MSE for regression).
-  "distilbert":  alpha_ce * L_ce + alpha_mlm * L_mlm + alpha_cos * L_cos.
-`loss_terms` overrides a phase's default terms (the paper's ablations).
+    distiller = Distiller(student=student, teacher=teacher,
+                          terms=make_terms("embd,attn,hidn"))
+    distiller.compile(optimizer=create_optimizer(5e-5, 1000))
+    distiller.fit(dataset)
 
-Data: `fit` takes a dataset of input dicts (`input_word_ids`, `input_mask`,
+Data: a dataset of input dicts (`input_word_ids`, `input_mask`,
 `input_type_ids`; DistilBERT adds `masked_lm_positions`, `masked_lm_ids`,
-`masked_lm_weights`) or of (inputs, labels) tuples. Labels never enter the
-distillation loss; in the prediction phase they feed an `accuracy` metric.
+`masked_lm_weights`) or of (inputs, labels) tuples; labels reach the terms as
+`inputs["labels"]` and update `label_metrics` (e.g. accuracy).
 
-Normalisation: each term is sum-of-elements / element-count where the count is
-taken over the GLOBAL batch (all replicas and all accumulation micro-batches),
-so 1 replica, N replicas and k accumulation steps make the same update.
+A term that needs no teacher (`hard`, `mlm`) lets `teacher=None`: teacher
+fine-tuning is a Distiller with the `hard` term alone.
+
+Variables that receive no gradient in a phase (the pooler and classifier in
+the intermediate phase) are left out of the optimizer update, so AdamW does
+not decay them (as BERT's and the reference's optimizers skip them).
 """
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Optional, Sequence
 
 import keras
 import tensorflow as tf
 
-from tinybert_tf.distill import losses
 from tinybert_tf.distill.keras_compat import MultiWorkerBuildMixin
-from tinybert_tf.distill.mapping import layer_map
 from tinybert_tf.distill.projections import Projections
+from tinybert_tf.distill.terms import LossTerm
 
-PHASES = ("intermediate", "general", "prediction", "distilbert")
-TINYBERT_TERMS = ("embd", "attn", "hidn", "pred")
-DISTILBERT_TERMS = ("ce", "mlm", "cos")
-_DEFAULT_TERMS = {"intermediate": ("embd", "attn", "hidn"), "general": ("embd", "attn", "hidn"),
-                  "prediction": ("pred",), "distilbert": DISTILBERT_TERMS}
-MLM_KEYS = ("masked_lm_ids", "masked_lm_weights")
+# Keys of the batch dict the encoder reads; everything else is for the terms.
+MODEL_INPUT_KEYS = ("input_word_ids", "input_mask", "input_type_ids", "masked_lm_positions")
 
 
-def parse_loss_terms(terms: Union[str, Sequence[str], None], phase: str) -> tuple[str, ...]:
-    """Normalise `--loss_terms` ("trm" = attn + hidn) and validate it for `phase`."""
-    if terms is None or (not isinstance(terms, str) and len(terms) == 0):
-        return _DEFAULT_TERMS[phase]
-    if isinstance(terms, str):
-        terms = [t for t in terms.split(",")]
-    allowed = DISTILBERT_TERMS if phase == "distilbert" else TINYBERT_TERMS
-    out: list[str] = []
-    for raw in terms:
-        term = raw.strip().lower()
-        expanded = ("attn", "hidn") if term == "trm" else (term,)
-        for t in expanded:
-            if t not in allowed:
-                raise ValueError(
-                    f"--loss_terms: unknown term {raw!r} for phase {phase!r}; use any of "
-                    f"{', '.join(allowed)}" + (" ('trm' = attn,hidn)." if phase != "distilbert"
-                                               else "."))
-            if t not in out:
-                out.append(t)
-    return tuple(out)
+def trackable(variables) -> dict[str, Any]:
+    """Variables keyed by position, for `tf.train.Checkpoint`.
+
+    The one checkpoint convention of the package. A Keras 3 model's Python
+    list of layers is not followed by TF's object graph (only direct layer
+    attributes are), so checkpointing the model object silently skips the
+    transformer layers (it only seems to work when an optimizer that tracks
+    every variable is checkpointed alongside). Listing the variables (weights
+    and dropout seed states, in their fixed creation order) saves everything
+    and restores by position, whatever Keras names them.
+    """
+    return {f"v{i:05d}": v for i, v in enumerate(variables)}
 
 
 def _slice_batch(structure, start, size):
@@ -71,126 +62,79 @@ def _slice_batch(structure, start, size):
 
 
 class Distiller(MultiWorkerBuildMixin, keras.Model):
-    """Distils `teacher` into `student` (both `tinybert_tf.models.BertModel`).
+    """Distils `teacher` into `student` (both `tinybert_tf.models.BertModel`) with `terms`.
 
     Args:
-      student: the model to train (a classifier/regressor head for the
-        prediction phase, an MLM head for DistilBERT's L_ce/L_mlm).
-      teacher: frozen; run with training=False outside the gradient tape.
-      phase: "intermediate" | "general" | "prediction" | "distilbert".
-      loss_terms: terms to use (default: the phase's); "trm" = attn + hidn.
-      layer_mapping: see `tinybert_tf.distill.mapping.layer_map`.
-      layer_weights: lambda_m for m = 0 (embd), 1..M (attn, hidn), M+1 (pred);
-        M + 2 numbers, default all 1.
-      share_hidden_projection: one W_h for all layers (reference) or one per layer.
-      mask_padding: restrict intermediate losses to real tokens (deviation from
-        the reference; see docs/distillation.md).
-      temperature: softmax temperature of the prediction loss / DistilBERT's L_ce.
-      is_regression: MSE prediction loss; default: student head is "regressor".
+      student: the model to train.
+      teacher: frozen, run with training=False outside the gradient tape; may be
+        None when no term needs it.
+      terms: `LossTerm` instances (see `tinybert_tf.distill.terms.make_terms`).
       clip_norm: global-norm clipping of the full-batch gradient (0/None = off).
       grad_accum_steps: split every replica's batch into this many micro-batches
         and apply one update per batch (the dataset yields the effective batch).
-      alpha_ce, alpha_mlm, alpha_cos: DistilBERT's loss weights.
+      share_hidden_projection: one W_h for every layer (reference code) or one per layer.
       projection_use_bias: add a bias to W_e/W_h (the reference code does).
+      label_metrics: keras metrics updated with (labels, student logits) when
+        the data carries labels (e.g. the task type's accuracy).
     """
 
-    def __init__(self, student: keras.Model, teacher: keras.Model,
-                 phase: str = "intermediate",
-                 loss_terms: Union[str, Sequence[str], None] = None,
-                 layer_mapping: Union[str, Sequence[int]] = "uniform",
-                 layer_weights: Optional[Sequence[float]] = None,
-                 share_hidden_projection: bool = True, mask_padding: bool = False,
-                 temperature: float = 1.0, is_regression: Optional[bool] = None,
-                 clip_norm: Optional[float] = 1.0, grad_accum_steps: int = 1,
-                 alpha_ce: float = 5.0, alpha_mlm: float = 2.0, alpha_cos: float = 1.0,
-                 projection_use_bias: bool = False, name: str = "distiller", **kwargs):
+    def __init__(self, *, student: keras.Model, teacher: Optional[keras.Model] = None,
+                 terms: Sequence[LossTerm], clip_norm: Optional[float] = 1.0,
+                 grad_accum_steps: int = 1, share_hidden_projection: bool = True,
+                 projection_use_bias: bool = False,
+                 label_metrics: Sequence[keras.metrics.Metric] = (),
+                 name: str = "distiller", **kwargs):
         super().__init__(name=name, **kwargs)
-        if phase not in PHASES:
-            raise ValueError(f"phase must be one of {PHASES}, got {phase!r}.")
+        terms = list(terms)
+        if not terms:
+            raise ValueError("--loss_terms: the Distiller needs at least one loss term.")
+        for term in terms:
+            if not isinstance(term, LossTerm):
+                raise TypeError(f"terms must be LossTerm instances, got {type(term).__name__} "
+                                "(build them with tinybert_tf.distill.make_terms).")
+        names = [t.name for t in terms]
+        if len(set(names)) != len(names):
+            raise ValueError(f"--loss_terms: a term appears twice in {names}.")
         for role, model in (("student", student), ("teacher", teacher)):
-            if not hasattr(model, "bert_config"):
+            if model is not None and not hasattr(model, "bert_config"):
                 raise TypeError(f"{role} must be a tinybert_tf.models.BertModel, got "
                                 f"{type(model).__name__}.")
+        if teacher is None and any(t.needs_teacher for t in terms):
+            need = [t.name for t in terms if t.needs_teacher]
+            raise ValueError(f"the loss terms {need} compare with a teacher; pass teacher=.")
         self.student = student
         self.teacher = teacher
-        self.teacher.trainable = False
-        self.phase = "intermediate" if phase == "general" else phase
-        self.loss_terms = parse_loss_terms(loss_terms, phase)
-        s_cfg, t_cfg = student.bert_config, teacher.bert_config
-        self.num_student_layers, self.num_teacher_layers = s_cfg.num_layers, t_cfg.num_layers
-        self.mask_padding = bool(mask_padding)
-        self.temperature = float(temperature)
-        if self.temperature <= 0:
-            raise ValueError(f"--temperature must be > 0, got {temperature}.")
-        self.is_regression = (student.head_type == "regressor" if is_regression is None
-                              else bool(is_regression))
+        if teacher is not None:
+            teacher.trainable = False
+        for term in terms:
+            term.build(student, teacher)
+        self.terms = terms
         self.clip_norm = float(clip_norm) if clip_norm else 0.0
         if self.clip_norm < 0:
             raise ValueError(f"--clip_norm must be >= 0, got {clip_norm}.")
         if int(grad_accum_steps) < 1:
             raise ValueError(f"--grad_accum_steps must be >= 1, got {grad_accum_steps}.")
         self.grad_accum_steps = int(grad_accum_steps)
-        self.alphas = {"ce": float(alpha_ce), "mlm": float(alpha_mlm), "cos": float(alpha_cos)}
-        self.layer_mapping = layer_map(layer_mapping, s_cfg.num_layers, t_cfg.num_layers)
-        m = s_cfg.num_layers
-        if layer_weights is None or len(layer_weights) == 0:
-            self.layer_weights = [1.0] * (m + 2)
-        else:
-            if len(layer_weights) != m + 2:
-                raise ValueError(
-                    f"--layer_weights: expected {m + 2} numbers (lambda_0 for embeddings, "
-                    f"lambda_1..lambda_{m} for the student layers, lambda_{m + 1} for the "
-                    f"prediction layer), got {len(layer_weights)}.")
-            self.layer_weights = [float(w) for w in layer_weights]
-        self.attention_heads = losses.attention_heads(s_cfg.num_heads, t_cfg.num_heads)
-        self._validate_heads()
-        # W_e / W_h (TinyBERT) or the cosine-loss projection (DistilBERT, widths differ).
-        needs_proj = (self.phase != "distilbert"
-                      and any(t in self.loss_terms for t in ("embd", "hidn")))
-        needs_cos_proj = (self.phase == "distilbert" and "cos" in self.loss_terms
-                          and s_cfg.hidden_size != t_cfg.hidden_size)
-        if needs_proj or needs_cos_proj:
+        if any(t.needs_projections for t in terms):
+            s_cfg, t_cfg = student.bert_config, teacher.bert_config
             self.projections = Projections(
-                s_cfg.hidden_size, t_cfg.hidden_size, m, share_hidden=share_hidden_projection,
-                use_bias=projection_use_bias, dtype=student.dtype_policy)
+                s_cfg.hidden_size, t_cfg.hidden_size, s_cfg.num_layers,
+                share_hidden=share_hidden_projection, use_bias=projection_use_bias,
+                dtype=student.dtype_policy)
         else:
             self.projections = None
         # One Mean tracker per term (its weighted contribution) plus the total.
         self.loss_tracker = keras.metrics.Mean(name="loss")
-        self.term_trackers = {t: keras.metrics.Mean(name=f"{t}_loss") for t in self.loss_terms}
-        self.accuracy_tracker = (keras.metrics.SparseCategoricalAccuracy(name="accuracy")
-                                 if self.phase == "prediction" and not self.is_regression
-                                 else None)
+        self.term_trackers = {t.name: keras.metrics.Mean(name=f"{t.name}_loss") for t in terms}
+        self.label_metrics = list(label_metrics)
+        self._no_gradient: Optional[tuple[int, ...]] = None
         self.built = True
 
-    # --- validation -------------------------------------------------------------
-    def _validate_heads(self) -> None:
-        s, t = self.student, self.teacher
-        if self.phase == "distilbert":
-            if ("ce" in self.loss_terms or "mlm" in self.loss_terms) and s.head_type != "mlm":
-                raise ValueError("the DistilBERT recipe's L_ce/L_mlm need a student with an MLM "
-                                 "head (BertModel(config, head='mlm')).")
-            if "ce" in self.loss_terms and t.head_type != "mlm":
-                raise ValueError(
-                    "the DistilBERT recipe's L_ce needs a teacher with an MLM head, and this "
-                    "teacher has none (e.g. the embedded all-MiniLM-L6-v2); load a teacher "
-                    "with `cls.predictions.*` weights or set --alpha_ce=0.")
-            if "ce" in self.loss_terms and (s.bert_config.vocab_size
-                                            != t.bert_config.vocab_size):
-                raise ValueError(f"L_ce needs one vocabulary: student vocab_size="
-                                 f"{s.bert_config.vocab_size}, teacher "
-                                 f"{t.bert_config.vocab_size}.")
-            return
-        if "pred" in self.loss_terms:
-            for role, model in (("student", s), ("teacher", t)):
-                if model.head_type not in ("classifier", "regressor"):
-                    raise ValueError(f"the prediction loss needs a {role} with a classifier or "
-                                     f"regressor head (got head={model.head_type!r}).")
-            if s.num_labels != t.num_labels:
-                raise ValueError(f"student has {s.num_labels} outputs, teacher "
-                                 f"{t.num_labels}; they must predict the same labels.")
-
     # --- public helpers ---------------------------------------------------------
+    @property
+    def loss_terms(self) -> tuple[str, ...]:
+        return tuple(t.name for t in self.terms)
+
     @property
     def projection_variables(self) -> list:
         """W_e / W_h variables (trained, never exported with the student)."""
@@ -205,29 +149,27 @@ class Distiller(MultiWorkerBuildMixin, keras.Model):
     def trainable_weights(self) -> list:
         return self.trainable_variables
 
-    def checkpoint_items(self) -> dict[str, Any]:
-        """What a `tf.train.Checkpoint` must hold to resume (the teacher is not
-        included: it never changes): student, projections, optimizer."""
-        items: dict[str, Any] = {"student": self.student}
+    def checkpoint_items(self, model_key: str = "student") -> dict[str, Any]:
+        """What a `tf.train.Checkpoint` must hold to resume (`trackable` variable
+        lists; the teacher never changes): the trained model (under `model_key`),
+        projections, optimizer."""
+        items: dict[str, Any] = {model_key: trackable(self.student.variables)}
         if self.projections is not None:
-            items["projections"] = self.projections
+            items["projections"] = trackable(self.projection_variables)
         if getattr(self, "optimizer", None) is not None:
             items["optimizer"] = self.optimizer
         return items
 
     @property
     def metrics(self) -> list:
-        out = [self.loss_tracker] + list(self.term_trackers.values())
-        if self.accuracy_tracker is not None:
-            out.append(self.accuracy_tracker)
-        return out
+        return [self.loss_tracker] + list(self.term_trackers.values()) + self.label_metrics
 
     def call(self, inputs, training=None):
         """Forward pass of the student."""
         return self.student(inputs, training=training)
 
-    def compile(self, optimizer="adamw", jit_compile: Union[bool, str] = False,
-                steps_per_execution: int = 1, **kwargs) -> None:
+    def compile(self, optimizer="adamw", jit_compile=False, steps_per_execution: int = 1,
+                **kwargs) -> None:
         """Compile with `optimizer`; with a float16 student it is wrapped in a
         `LossScaleOptimizer`. Builds the optimizer now, so a checkpoint can be
         restored before the first step."""
@@ -239,121 +181,60 @@ class Distiller(MultiWorkerBuildMixin, keras.Model):
                         steps_per_execution=steps_per_execution, **kwargs)
         self.optimizer.build(self.trainable_variables)
 
-    # --- losses -------------------------------------------------------------------
-    def _labels_and_inputs(self, data):
+    def get_config(self) -> dict[str, Any]:
+        return {"name": self.name, "terms": [t.get_config() for t in self.terms],
+                "clip_norm": self.clip_norm, "grad_accum_steps": self.grad_accum_steps}
+
+    # --- one batch ------------------------------------------------------------------
+    @staticmethod
+    def _batch(data) -> dict[str, Any]:
+        """The batch as one dict: model inputs, extra keys, and `labels` when given."""
         x, y, _ = keras.utils.unpack_x_y_sample_weight(data)
         if not isinstance(x, dict) or "input_word_ids" not in x:
             raise ValueError("Distiller expects input dicts with `input_word_ids`, "
                              "`input_mask`, `input_type_ids` (optionally as (inputs, labels)).")
-        if self.phase == "distilbert":
-            x = dict(x)
-            for key in MLM_KEYS:
-                if key not in x and isinstance(y, dict) and key in y:
-                    x[key] = y[key]
-            if "mlm" in self.loss_terms and "masked_lm_ids" not in x:
-                raise ValueError("the DistilBERT recipe needs `masked_lm_positions` and "
-                                 "`masked_lm_ids` (and `masked_lm_weights`) in the inputs.")
-            y = None
+        x = dict(x)
+        if isinstance(y, dict):
+            for key, value in y.items():
+                x.setdefault(key, value)
+        elif y is not None:
+            x["labels"] = y
         if "input_mask" not in x:
-            x = dict(x)
             x["input_mask"] = tf.ones_like(x["input_word_ids"])
-        return x, y
+        return x
 
     @staticmethod
     def _model_inputs(x):
-        keys = ("input_word_ids", "input_mask", "input_type_ids", "masked_lm_positions")
-        return {k: x[k] for k in keys if k in x}
-
-    def _local_counts(self, x) -> dict[str, tf.Tensor]:
-        """Per-term element counts of this replica's whole batch (see losses)."""
-        mask = x["input_mask"]
-        t_width = self.teacher.bert_config.hidden_size
-        counts = {}
-        for term in self.loss_terms:
-            if term in ("embd", "hidn"):
-                counts[term] = losses.hidden_count(mask, t_width, self.mask_padding)
-            elif term == "attn":
-                counts[term] = losses.attention_count(mask, self.attention_heads,
-                                                      self.mask_padding)
-            elif term == "pred":
-                rows = tf.cast(tf.shape(mask)[0], tf.float32)
-                counts[term] = rows * float(self.student.num_labels) if self.is_regression \
-                    else rows
-            elif term in ("ce", "mlm"):
-                w = x.get("masked_lm_weights")
-                if w is None:
-                    w = tf.ones(tf.shape(x["masked_lm_positions"]), tf.float32)
-                counts[term] = tf.reduce_sum(tf.cast(w, tf.float32))
-            elif term == "cos":
-                counts[term] = tf.reduce_sum(tf.cast(mask, tf.float32))
-        return counts
-
-    def _term_sums(self, x, s_out, t_out) -> dict[str, tf.Tensor]:
-        """Weighted per-term numerators (reduction="sum") for one (micro-)batch."""
-        mask = x["input_mask"]
-        lam, g = self.layer_weights, self.layer_mapping
-        hid_mask = mask if self.mask_padding else None
-        sums = {}
-        if "embd" in self.loss_terms:
-            sums["embd"] = lam[0] * losses.hidden_loss(
-                self.projections.embedding(s_out["embeddings"]), t_out["embeddings"],
-                hid_mask, reduction="sum")
-        if "attn" in self.loss_terms:
-            sums["attn"] = tf.add_n([
-                lam[m] * losses.attention_loss(
-                    s_out["attention_scores"][m - 1], t_out["attention_scores"][g[m] - 1],
-                    mask, reduction="sum", mask_queries=self.mask_padding)
-                for m in range(1, self.num_student_layers + 1)])
-        if "hidn" in self.loss_terms:
-            sums["hidn"] = tf.add_n([
-                lam[m] * losses.hidden_loss(
-                    self.projections.hidden(m, s_out["hidden_states"][m]),
-                    t_out["hidden_states"][g[m]], hid_mask, reduction="sum")
-                for m in range(1, self.num_student_layers + 1)])
-        if "pred" in self.loss_terms:
-            fn = (losses.prediction_mse(s_out["logits"], t_out["logits"], reduction="sum")
-                  if self.is_regression else
-                  losses.soft_cross_entropy(s_out["logits"], t_out["logits"],
-                                            self.temperature, reduction="sum"))
-            sums["pred"] = lam[-1] * fn
-        weights = x.get("masked_lm_weights")
-        if "ce" in self.loss_terms:
-            sums["ce"] = self.alphas["ce"] * losses.distilbert_ce(
-                s_out["logits"], t_out["logits"], weights, self.temperature, reduction="sum")
-        if "mlm" in self.loss_terms:
-            sums["mlm"] = self.alphas["mlm"] * losses.mlm_loss(
-                s_out["logits"], x["masked_lm_ids"], weights, reduction="sum")
-        if "cos" in self.loss_terms:
-            s_last = s_out["sequence_output"]
-            if self.projections is not None:
-                s_last = self.projections.hidden(self.num_student_layers, s_last)
-            sums["cos"] = self.alphas["cos"] * losses.cosine_loss(
-                s_last, t_out["sequence_output"], mask, reduction="sum")
-        return sums
+        return {k: x[k] for k in MODEL_INPUT_KEYS if k in x}
 
     def _teacher_outputs(self, x):
+        if self.teacher is None:
+            return None
         out = self.teacher(self._model_inputs(x), training=False)
         return tf.nest.map_structure(tf.stop_gradient, out)
 
-    def _global_counts(self, x):
-        counts = self._local_counts(x)
+    def _global_counts(self, x) -> dict[str, tf.Tensor]:
+        counts = {t.name: tf.cast(t.count(x), tf.float32) for t in self.terms}
         ctx = tf.distribute.get_replica_context()
         if ctx is not None and ctx.num_replicas_in_sync > 1:
             counts = ctx.all_reduce(tf.distribute.ReduceOp.SUM, counts)
         return counts
 
+    def _terms(self, x, s_out, t_out, counts) -> dict[str, tf.Tensor]:
+        """Each term's share of its global mean from this (micro-)batch."""
+        return {t.name: tf.math.divide_no_nan(
+            tf.cast(t.sum(x, s_out, t_out, self.projections), tf.float32), counts[t.name])
+            for t in self.terms}
+
     def compute_losses(self, data, training: bool = False) -> dict[str, tf.Tensor]:
-        """Every term of the phase (weighted; disabled TinyBERT terms are 0) and
-        "loss", their sum, for one batch, without touching metrics or weights."""
-        x, _ = self._labels_and_inputs(data)
+        """Every term (weighted) and "loss", their sum, for one batch, without
+        touching metrics or weights."""
+        x = self._batch(data)
         counts = self._global_counts(x)
         t_out = self._teacher_outputs(x)
         s_out = self.student(self._model_inputs(x), training=training)
-        sums = self._term_sums(x, s_out, t_out)
-        terms = {t: tf.math.divide_no_nan(sums[t], counts[t]) for t in sums}
-        all_terms = DISTILBERT_TERMS if self.phase == "distilbert" else TINYBERT_TERMS
-        out = {t: terms.get(t, tf.constant(0.0)) for t in all_terms}
-        out["loss"] = tf.add_n(list(terms.values()))
+        out = self._terms(x, s_out, t_out, counts)
+        out["loss"] = tf.add_n(list(out.values()))
         return out
 
     # --- training -------------------------------------------------------------------
@@ -365,15 +246,18 @@ class Distiller(MultiWorkerBuildMixin, keras.Model):
         return tf.constant(float(factor) if factor else 1.0)
 
     def _micro_step(self, x, counts, variables, scale):
-        """Gradients (of the scaled loss) and term losses of one micro-batch."""
+        """Gradients (of the scaled loss) and term losses of one micro-batch.
+
+        Records, at trace time, which variables get no gradient from these
+        terms; they are left out of the update (see the module docstring).
+        """
         t_out = self._teacher_outputs(x)
         with tf.GradientTape() as tape:
             s_out = self.student(self._model_inputs(x), training=True)
-            sums = self._term_sums(x, s_out, t_out)
-            terms = {t: tf.math.divide_no_nan(sums[t], counts[t]) for t in sums}
-            loss = tf.add_n(list(terms.values()))
-            scaled = loss * scale
+            terms = self._terms(x, s_out, t_out, counts)
+            scaled = tf.add_n(list(terms.values())) * scale
         grads = tape.gradient(scaled, variables)
+        self._no_gradient = tuple(i for i, g in enumerate(grads) if g is None)
         grads = [tf.zeros_like(v) if g is None else tf.convert_to_tensor(g)
                  for g, v in zip(grads, variables)]
         return grads, terms, s_out
@@ -392,7 +276,7 @@ class Distiller(MultiWorkerBuildMixin, keras.Model):
             size = (batch + k - 1) // k
             take = lambda i: _slice_batch(x, i * size, size)  # noqa: E731
         zeros_g = [tf.zeros(v.shape, tf.float32) for v in variables]
-        zeros_t = {t: tf.constant(0.0) for t in self.loss_terms}
+        zeros_t = {t.name: tf.constant(0.0) for t in self.terms}
 
         def body(i, acc_g, acc_t):
             grads, terms, _ = self._micro_step(take(i), counts, variables, scale)
@@ -406,7 +290,7 @@ class Distiller(MultiWorkerBuildMixin, keras.Model):
 
     def _apply(self, grads, variables, scale):
         """All-reduce (when clipping across replicas), clip the full-batch
-        gradient by global norm, apply."""
+        gradient by global norm, apply to the variables that have a gradient."""
         ctx = tf.distribute.get_replica_context()
         replicas = ctx.num_replicas_in_sync if ctx is not None else 1
         reduced = False
@@ -421,24 +305,27 @@ class Distiller(MultiWorkerBuildMixin, keras.Model):
         if reduced:
             # The optimizer sums over replicas again; every replica holds the full sum.
             grads = [g / float(replicas) for g in grads]
-        self.optimizer.apply(grads, variables)
+        skip = set(self._no_gradient or ())
+        pairs = [(g, v) for i, (g, v) in enumerate(zip(grads, variables)) if i not in skip]
+        if pairs:
+            self.optimizer.apply([g for g, _ in pairs], [v for _, v in pairs])
 
-    def _update_metrics(self, terms, y, s_logits):
+    def _update_metrics(self, terms, x, s_logits):
         ctx = tf.distribute.get_replica_context()
         replicas = ctx.num_replicas_in_sync if ctx is not None else 1
         # Metrics average over replicas; each replica's term is its share of the
         # global mean, so scale by the replica count (keras' unscale_loss_for_distribution).
         total = tf.add_n(list(terms.values()))
         self.loss_tracker.update_state(total * float(replicas))
-        for t, tracker in self.term_trackers.items():
-            tracker.update_state(terms[t] * float(replicas))
-        if self.accuracy_tracker is not None and y is not None and s_logits is not None:
-            labels = tf.reshape(tf.cast(y, tf.int32), [-1])
-            self.accuracy_tracker.update_state(labels, tf.cast(s_logits, tf.float32))
+        for name, tracker in self.term_trackers.items():
+            tracker.update_state(terms[name] * float(replicas))
+        if self.label_metrics and "labels" in x and s_logits is not None:
+            for metric in self.label_metrics:
+                metric.update_state(x["labels"], tf.cast(s_logits, tf.float32))
         return {m.name: m.result() for m in self.metrics}
 
     def train_step(self, data):
-        x, y = self._labels_and_inputs(data)
+        x = self._batch(data)
         variables = self.trainable_variables
         counts = self._global_counts(x)
         scale = self._loss_scale()
@@ -448,25 +335,15 @@ class Distiller(MultiWorkerBuildMixin, keras.Model):
         else:
             grads, terms = self._accumulate(x, counts, variables, scale)
             s_logits = None
-            if self.accuracy_tracker is not None and y is not None:
-                s_logits = self.student(self._model_inputs(x), training=False)["logits"]
+            if self.label_metrics and "labels" in x:
+                s_logits = self.student(self._model_inputs(x), training=False).get("logits")
         self._apply(grads, variables, scale)
-        return self._multi_worker_logs(self._update_metrics(terms, y, s_logits))
+        return self._multi_worker_logs(self._update_metrics(terms, x, s_logits))
 
     def test_step(self, data):
-        x, y = self._labels_and_inputs(data)
+        x = self._batch(data)
         counts = self._global_counts(x)
         t_out = self._teacher_outputs(x)
         s_out = self.student(self._model_inputs(x), training=False)
-        sums = self._term_sums(x, s_out, t_out)
-        terms = {t: tf.math.divide_no_nan(sums[t], counts[t]) for t in sums}
-        return self._multi_worker_logs(self._update_metrics(terms, y, s_out.get("logits")))
-
-    def get_config(self) -> dict[str, Any]:
-        return {"name": self.name, "phase": self.phase, "loss_terms": list(self.loss_terms),
-                "layer_mapping": self.layer_mapping[1:], "layer_weights": self.layer_weights,
-                "mask_padding": self.mask_padding, "temperature": self.temperature,
-                "is_regression": self.is_regression, "clip_norm": self.clip_norm,
-                "grad_accum_steps": self.grad_accum_steps, **{
-                    f"alpha_{k}": v for k, v in self.alphas.items()}}
-
+        terms = self._terms(x, s_out, t_out, counts)
+        return self._multi_worker_logs(self._update_metrics(terms, x, s_out.get("logits")))

@@ -205,3 +205,27 @@ def cosine_loss(student_hidden, teacher_hidden, input_mask=None,
     mask = (tf.ones(tf.shape(per_token), tf.float32) if input_mask is None
             else _f32(input_mask))
     return _reduce(tf.reduce_sum(per_token * mask), tf.reduce_sum(mask), reduction)
+
+
+# --- Supervised (ground-truth) losses ---------------------------------------------
+def label_cross_entropy(logits, labels, reduction: str = "mean") -> tf.Tensor:
+    """Cross-entropy of gold class ids: mean over labelled positions of
+    -log_softmax(z)[y]; positions with label < 0 (unlabelled, or word-piece
+    continuations in token classification) are ignored.
+
+    Args:
+      logits: [..., C] (e.g. [B, C] sentences, [B, L, C] tokens).
+      labels: int [...] class ids, < 0 = ignore.
+    """
+    z = _f32(logits)
+    y = tf.cast(labels, tf.int32)
+    keep = tf.cast(y >= 0, tf.float32)
+    ce = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=tf.maximum(y, 0), logits=z)
+    return _reduce(tf.reduce_sum(ce * keep), tf.reduce_sum(keep), reduction)
+
+
+def label_mse(predictions, targets, reduction: str = "mean") -> tf.Tensor:
+    """MSE to gold scores (regression fine-tuning): [B, 1] or [B] vs [B]."""
+    p = tf.reshape(_f32(predictions), [-1])
+    y = tf.reshape(_f32(targets), [-1])
+    return _reduce(tf.reduce_sum(tf.square(p - y)), tf.size(p), reduction)

@@ -1,9 +1,11 @@
-"""Deployment exports: SavedModel (TF Serving), TFLite (Android), parity checks."""
-from tinybert_tf.export.common import FORMATS, TFLITE_FORMATS, ExportError, check_formats
-from tinybert_tf.export.parity import export_all, format_table
+"""Deployment exports: the format table, SavedModel (TF Serving), TFLite (Android), parity."""
+from tinybert_tf.export.common import ExportError, export_task
+from tinybert_tf.export.formats import FORMATS, ExportFormat, check_formats, register_format
+from tinybert_tf.export.parity import DEFAULT_FORMATS, export_all, format_table
 from tinybert_tf.export.saved_model import custom_ops, export_saved_model
-from tinybert_tf.export.tflite import TFLiteRunner, convert as convert_tflite
+from tinybert_tf.export.tflite import FLAVOURS, TFLiteRunner
+from tinybert_tf.export.tflite import convert as convert_tflite
 
-__all__ = ["FORMATS", "TFLITE_FORMATS", "ExportError", "check_formats", "export_all",
-           "format_table", "custom_ops", "export_saved_model", "TFLiteRunner",
-           "convert_tflite"]
+__all__ = ["DEFAULT_FORMATS", "FLAVOURS", "FORMATS", "ExportError", "ExportFormat",
+           "TFLiteRunner", "check_formats", "convert_tflite", "custom_ops", "export_all",
+           "export_saved_model", "export_task", "format_table", "register_format"]

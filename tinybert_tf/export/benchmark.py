@@ -18,14 +18,13 @@ import numpy as np
 import tensorflow as tf
 
 from tinybert_tf.config import BertConfig
-from tinybert_tf.export import tflite as tfl
-from tinybert_tf.export.common import TFLITE_FORMATS, ExportError
-from tinybert_tf.export.saved_model import IDS_SIGNATURE, export_saved_model
+from tinybert_tf.export.common import ExportError
+from tinybert_tf.export.formats import FORMATS
 from tinybert_tf.files import atomic_path, write_bytes_atomic
 from tinybert_tf.models.encoder import INPUT_NAMES, BertModel, count_params, flops_per_example
+from tinybert_tf.timing import median_ms
 from tinybert_tf.tokenizer import SPECIAL_TOKENS
 
-RUNTIMES = ("keras", "saved_model") + TFLITE_FORMATS
 PAPER = {"smaller": 7.5, "faster": 9.4}
 
 
@@ -43,30 +42,18 @@ def random_inputs(config: BertConfig, batch: int, seq_len: int, seed: int = 0
             "input_type_ids": np.zeros((batch, seq_len), np.int32)}
 
 
-def time_call(fn, runs: int, budget_s: float) -> float:
-    """Median milliseconds of fn() over up to `runs` calls after one untimed
-    warm-up call; stops early once `budget_s` seconds are spent (after at
-    least 3 calls, or 1 when a single call already takes the whole budget)."""
-    fn()
-    times, start = [], time.perf_counter()
-    while len(times) < max(1, runs):
-        t = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t) * 1e3)
-        spent = time.perf_counter() - start
-        if spent > budget_s and (len(times) >= 3 or times[0] / 1e3 > budget_s / 2):
-            break
-    return float(np.median(times))
-
-
 def benchmark_model(name: str, config: BertConfig, seq_len: int, batch_sizes: Sequence[int],
                     runtimes: Sequence[str], runs: int, budget_s: float,
                     num_threads: Optional[int], work_dir: str) -> dict[str, Any]:
-    """Params, FLOPs and {runtime: {batch: latency ms, throughput ex/s}} of one config."""
-    unknown = [r for r in runtimes if r not in RUNTIMES]
+    """Params, FLOPs and {runtime: {batch: latency ms, throughput ex/s}} of one config.
+
+    Runtimes: "keras" (a tf.function-compiled call with fixed shapes) and every
+    format of the export table that can be timed (`ExportFormat.timer`).
+    """
+    unknown = [r for r in runtimes if r not in runtime_names()]
     if unknown:
         raise ExportError(f"--benchmark_formats: unknown runtime(s) {unknown}; use any of "
-                          f"{', '.join(RUNTIMES)}.")
+                          f"{', '.join(runtime_names())}.")
     model = BertModel(config, head="classifier", num_labels=2,
                       vocab=synthetic_vocab(config.vocab_size), name="bert")
     result: dict[str, Any] = {"name": name, "params": count_params(model),
@@ -75,39 +62,38 @@ def benchmark_model(name: str, config: BertConfig, seq_len: int, batch_sizes: Se
     inputs = {b: random_inputs(config, b, seq_len, seed=b) for b in batch_sizes}
     for runtime in runtimes:
         t0 = time.perf_counter()
-        per_batch: dict[str, Any] = {}
-        size = None
-        if runtime == "keras":
-            for b in batch_sizes:
-                spec = {k: tf.TensorSpec([b, seq_len], tf.int32) for k in INPUT_NAMES}
-                fn = tf.function(lambda x: model(x, training=False)["logits"],
-                                 input_signature=[spec])
-                x = {k: tf.constant(v) for k, v in inputs[b].items()}
-                per_batch[b] = time_call(lambda: fn(x), runs, budget_s)
-            size = sum(v.numpy().nbytes for v in model.weights)
-        elif runtime == "saved_model":
-            path = export_saved_model(model, os.path.join(work_dir, f"{name}_saved_model"),
-                                      max_seq_len=seq_len)
-            fn = tf.saved_model.load(path).signatures[IDS_SIGNATURE]
-            for b in batch_sizes:
-                x = {k: tf.constant(v) for k, v in inputs[b].items()}
-                per_batch[b] = time_call(lambda: fn(**x), runs, budget_s)
-        else:
-            rep = [random_inputs(config, 8, seq_len, seed=99)] if runtime == "int8" else None
-            for b in batch_sizes:  # one conversion per batch size: TFLite shapes are fixed
-                flat = tfl.convert(model, runtime, seq_len, rep, batch_size=b)
-                size = size or len(flat)
-                runner = tfl.TFLiteRunner(flat, batch_size=b, num_threads=num_threads)
-                x = inputs[b]
-                per_batch[b] = time_call(lambda: runner(x), runs, budget_s)
-                del runner, flat
+        per_batch: dict[int, float] = {}
+        for b in batch_sizes:
+            fn = (_keras_timer(model, seq_len, b) if runtime == "keras"
+                  else FORMATS[runtime].timer(model, work_dir, seq_len, b))
+            per_batch[b] = median_ms(lambda: _block(fn(inputs[b])), runs, warmup=1,
+                                     budget_s=budget_s)
         result["runtimes"][runtime] = {
             "latency_ms": {str(b): ms for b, ms in per_batch.items()},
             "throughput": {str(b): b * 1e3 / ms for b, ms in per_batch.items()},
-            "size_bytes": size, "seconds": time.perf_counter() - t0}
+            "seconds": time.perf_counter() - t0}
         print(f"  {name:<18} {runtime:<13} " + "  ".join(
             f"b{b}: {ms:8.2f} ms" for b, ms in per_batch.items()), flush=True)
     return result
+
+
+def runtime_names() -> tuple[str, ...]:
+    """What bin/benchmark can time: Keras, then every timed format of the table."""
+    return ("keras",) + tuple(n for n, f in FORMATS.items() if f.timer is not None)
+
+
+def _keras_timer(model, seq_len: int, batch: int):
+    spec = {k: tf.TensorSpec([batch, seq_len], tf.int32) for k in INPUT_NAMES}
+    fn = tf.function(lambda x: model(x, training=False)["logits"], input_signature=[spec])
+    return lambda x: fn({k: tf.constant(v) for k, v in x.items()})
+
+
+def _block(out: Any) -> Any:
+    """Wait for a result: TF tensors (and dicts of them) compute asynchronously."""
+    for v in (out.values() if isinstance(out, dict) else [out]):
+        if hasattr(v, "numpy"):
+            v.numpy()
+    return out
 
 
 def ratios(teacher: dict[str, Any], student: dict[str, Any]) -> dict[str, Any]:

@@ -1,7 +1,7 @@
-"""What every exporter shares: format names, input checks, text handling.
+"""What every exporter shares: input checks, text handling, the Keras reference outputs.
 
-Exports serve task models only: a `BertModel` with a classifier head (outputs
-class probabilities) or a regressor head (outputs one score).
+Exports serve task models: a `BertModel` with a task head. Its task type
+(`tinybert_tf.tasks`) decides the outputs (class probabilities, a score, ...).
 """
 from __future__ import annotations
 
@@ -9,12 +9,11 @@ import os
 from typing import Optional, Sequence, Union
 
 import numpy as np
+import tensorflow as tf
 
 from tinybert_tf.models.encoder import INPUT_NAMES, BertModel
+from tinybert_tf.tasks import TaskType, task_type_of
 from tinybert_tf.tokenizer import Tokenizer
-
-FORMATS = ("saved_model", "float32", "float16", "dynamic_int8", "int8")
-TFLITE_FORMATS = FORMATS[1:]
 
 Text = Union[str, tuple]  # "text" or ("text a", "text b" | None)
 
@@ -23,60 +22,44 @@ class ExportError(ValueError):
     """Bad export input; the message names the model/flag/file at fault and the fix."""
 
 
-def check_formats(formats: Sequence[str], flag: str = "--export_formats") -> tuple[str, ...]:
-    """Validate format names; returns them de-duplicated, in the given order."""
-    if isinstance(formats, str):
-        formats = [f for f in formats.split(",") if f.strip()]
-    out = []
-    for f in formats:
-        f = f.strip()
-        if f not in FORMATS:
-            raise ExportError(f"{flag}: unknown export format {f!r}; use any of "
-                              f"{', '.join(FORMATS)}.")
-        if f not in out:
-            out.append(f)
-    if not out:
-        raise ExportError(f"{flag}: no export format given; use any of {', '.join(FORMATS)}.")
-    return tuple(out)
+def export_task(model: BertModel, task: Optional[TaskType] = None,
+                source: str = "model") -> TaskType:
+    """The task type an export of `model` serves; raises unless `model` has a
+    task head and a vocab, and (when `task` is given) the task's head.
 
-
-def check_task_model(model: BertModel, is_regression: Optional[bool] = None,
-                     source: str = "model") -> bool:
-    """Raise unless `model` has a classifier/regressor head and a vocab.
-
-    Returns True for a regressor. `is_regression`, when given (from the task
-    spec), must agree with the head.
+    Without `task`, the model's own head and label names decide.
     """
     head = getattr(model, "head_type", None)
-    if head not in ("classifier", "regressor"):
+    try:
+        own = task_type_of(model)
+    except ValueError:
         raise ExportError(
-            f"{source}: has head={head!r}; export needs a task model with a classifier or "
-            "regressor head (a model directory written by the task stage, or "
-            "load_model(dir, head='classifier', num_labels=N) after fine-tuning).")
-    regression = head == "regressor"
-    if is_regression is not None and bool(is_regression) != regression:
-        kind = "a regression" if is_regression else "a classification"
-        raise ExportError(f"{source}: the task is {kind} task but the model has a {head} "
-                          "head; export the model distilled for this task.")
+            f"{source}: has head={head!r}; export needs a task model with a task head (a "
+            "model directory written by the task stage, or load_model(dir, "
+            "head='classifier', num_labels=N) after fine-tuning).") from None
+    if task is not None and task.head != head:
+        raise ExportError(f"{source}: the task is a {task.kind} task but the model has a "
+                          f"{head} head; export the model distilled for this task.")
     if not getattr(model, "vocab", None):
         raise ExportError(f"{source}: the model carries no WordPiece vocab; load it from a "
                           "model directory that has vocab.txt (load_model(dir)).")
-    return regression
+    return task or own
 
 
-def label_names(model: BertModel) -> list[str]:
-    """Class names for a classifier (stored ones or "0".."C-1"); ["score"] for a regressor."""
-    if model.head_type == "regressor":
-        return ["score"]
-    if model.label_names:
-        return [str(n) for n in model.label_names]
-    return [str(i) for i in range(model.num_labels)]
+def keras_outputs(model: BertModel, task: TaskType, inputs: dict[str, np.ndarray],
+                  batch_size: int = 64) -> np.ndarray:
+    """The Keras model's outputs in the task's export space (`task.tflite_output`:
+    probabilities, score, ...), [N, ...], over packed inputs."""
 
+    @tf.function(reduce_retracing=True)
+    def run(batch):
+        logits = tf.cast(model(batch, training=False)["logits"], tf.float32)
+        return task.tflite_output(logits)
 
-def make_tokenizer(model: BertModel, max_seq_len: int) -> Tokenizer:
-    """The model's own WordPiece tokenizer (its vocab, its casing)."""
-    return Tokenizer(model.vocab, lower_case=model.bert_config.lower_case,
-                     max_seq_len=max_seq_len)
+    n = len(inputs[INPUT_NAMES[0]])
+    outs = [run({k: tf.constant(v[s:s + batch_size]) for k, v in inputs.items()}).numpy()
+            for s in range(0, n, batch_size)]
+    return np.concatenate(outs, 0) if outs else np.zeros((0, task.num_outputs), np.float32)
 
 
 def check_seq_len(model: BertModel, max_seq_len: int, flag: str = "--max_seq_len") -> int:

@@ -5,10 +5,11 @@ Signatures (all outputs float32 unless noted):
                    tokenised in graph by the model's own `Tokenizer`
                    (tensorflow-text FastBertTokenizer + packing ops).
   serve_ids        input_word_ids, input_mask, input_type_ids: int32 [B, L].
-Outputs: classifier  logits [B, C], probabilities [B, C], label: string [B]
+Outputs: the task type's `serving_outputs` (tinybert_tf.tasks), e.g.
+         classifier  logits [B, C], probabilities [B, C], label: string [B]
                      (the arg-max class name);
          regressor   logits [B, 1], score [B].
-Assets: vocab.txt (the WordPiece vocab) and labels.txt (class names, one a line).
+Assets: vocab.txt (the WordPiece vocab) and labels.txt (label names, one a line).
 
 The custom ops the text signature needs are listed by `custom_ops(path)`; all
 come from tensorflow-text's ops library, which TF Serving links into
@@ -18,12 +19,15 @@ from __future__ import annotations
 
 import os
 import tempfile
+from typing import Optional
+
 import tensorflow as tf
 
-from tinybert_tf.export.common import (ExportError, check_seq_len, check_task_model,
-                                       label_names, make_tokenizer)
-from tinybert_tf.models.checkpoint import atomic_directory
+from tinybert_tf.export.common import ExportError, check_seq_len, export_task
+from tinybert_tf.models.checkpoint import load_tokenizer
 from tinybert_tf.models.encoder import INPUT_NAMES, BertModel
+from tinybert_tf.models.model_dir import atomic_directory
+from tinybert_tf.tasks import TaskType
 from tinybert_tf.tokenizer import write_vocab
 
 VOCAB_ASSET = "vocab.txt"
@@ -36,21 +40,23 @@ class ServingModule(tf.Module):
     """Holds the model, its tokenizer and assets; builds both serving functions.
 
     Args:
-      model: a `BertModel` with a classifier or regressor head and a vocab.
+      model: a `BertModel` with a task head and a vocab.
       max_seq_len: the packed length of the text signature.
       is_pair: whether the text signature takes `text_b` as well.
       asset_dir: an existing directory where vocab.txt/labels.txt are written
         (tf.saved_model.save copies them into the SavedModel's assets/).
+      task: the task type (default: the model's own head and label names).
     """
 
-    def __init__(self, model: BertModel, max_seq_len: int, is_pair: bool, asset_dir: str):
+    def __init__(self, model: BertModel, max_seq_len: int, is_pair: bool, asset_dir: str,
+                 task: Optional[TaskType] = None):
         super().__init__(name="tinybert_serving")
-        self.regression = check_task_model(model)
+        self.task = export_task(model, task)
         self.model = model
         self.max_seq_len = check_seq_len(model, max_seq_len)
         self.is_pair = bool(is_pair)
-        self.tokenizer = make_tokenizer(model, self.max_seq_len)
-        names = label_names(model)
+        self.tokenizer = load_tokenizer(model, self.max_seq_len)
+        names = list(self.task.label_names)
         vocab_path = os.path.join(asset_dir, VOCAB_ASSET)
         labels_path = os.path.join(asset_dir, LABELS_ASSET)
         write_vocab(model.vocab, vocab_path)
@@ -72,10 +78,7 @@ class ServingModule(tf.Module):
     def outputs(self, inputs: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
         """Packed inputs [B, L] -> the named serving outputs."""
         logits = tf.cast(self.model(inputs, training=False)["logits"], tf.float32)
-        if self.regression:
-            return {"logits": logits, "score": logits[:, 0]}
-        return {"logits": logits, "probabilities": tf.nn.softmax(logits, axis=-1),
-                "label": tf.gather(self._label_names, tf.argmax(logits, axis=-1))}
+        return self.task.serving_outputs(logits, self._label_names)
 
     def _serve_ids(self, input_word_ids, input_mask, input_type_ids):
         return self.outputs({"input_word_ids": input_word_ids, "input_mask": input_mask,
@@ -93,16 +96,16 @@ class ServingModule(tf.Module):
 
 
 def export_saved_model(model: BertModel, directory: str, max_seq_len: int,
-                       is_pair: bool = False) -> str:
+                       is_pair: bool = False, task: Optional[TaskType] = None) -> str:
     """Write the TF Serving SavedModel to `directory` (atomically); returns its path.
 
     The directory is built under a temporary sibling and renamed into place
     only when complete; an existing export there is replaced at that moment.
     For TF Serving, put it under a numeric version folder (MODEL_BASE/1/).
     """
-    check_task_model(model)
+    task = export_task(model, task)
     with tempfile.TemporaryDirectory(prefix="tinybert-assets-") as asset_dir:
-        module = ServingModule(model, max_seq_len, is_pair, asset_dir)
+        module = ServingModule(model, max_seq_len, is_pair, asset_dir, task)
         with atomic_directory(directory) as tmp:
             tf.saved_model.save(module, tmp, signatures=module.signatures())
             _make_readable(tmp)

@@ -2,11 +2,12 @@
 
 Every flavour has the TFLite Task Library `BertNLClassifier` interface:
 inputs `input_word_ids`, `input_mask`, `input_type_ids`, int32 [1, L] (in that
-order), and one float32 output: `probabilities` [1, C] (a regressor: `score`
-[1, 1]). The converter names tensors `serving_default_input_word_ids:0` and
-orders them alphabetically; we rename and reorder them in the flatbuffer so
-the plain names are the tensor names (the SignatureDef, which refers to
-tensors by index, stays valid).
+order), and one float32 output named by the task type (`probabilities` [1, C]
+for a classifier, `score` [1, 1] for a regressor). `FLAVOURS` is the table of
+flavours and their converter settings. The converter names tensors
+`serving_default_input_word_ids:0` and orders them alphabetically; we rename
+and reorder them in the flatbuffer so the plain names are the tensor names
+(the SignatureDef, which refers to tensors by index, stays valid).
 
 The graph is the model at batch 1 and a fixed length, with its variables
 frozen to constants first (`convert_variables_to_constants_v2`): handing the
@@ -26,20 +27,63 @@ the same task). The float flavours keep -10000.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
-from typing import Iterable, Optional, Sequence, Union
+from typing import Any, Callable, Iterable, Optional, Sequence, Union
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.lite.tools import flatbuffer_utils
+from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
-from tinybert_tf.export.common import (TFLITE_FORMATS, ExportError, check_seq_len,
-                                       check_task_model)
+from tinybert_tf.export.common import ExportError, check_seq_len, export_task
+from tinybert_tf.files import write_bytes_atomic
 from tinybert_tf.models.encoder import INPUT_NAMES, BertModel
 from tinybert_tf.models.layers import MASK_VALUE
+from tinybert_tf.tasks import TaskType
 
 
-def output_name(model: BertModel) -> str:
-    return "score" if model.head_type == "regressor" else "probabilities"
+@dataclasses.dataclass(frozen=True)
+class Flavour:
+    """A TFLite flavour: how the converter is set up, and whether it needs
+    representative task text to calibrate activation ranges."""
+
+    description: str
+    configure: Callable[[Any, Optional[list]], None]
+    calibrated: bool = False
+
+
+def _float32(converter, rows) -> None:
+    """No optimisation: the float graph as is."""
+
+
+def _float16(converter, rows) -> None:
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    converter.target_spec.supported_types = [tf.float16]
+
+
+def _dynamic_int8(converter, rows) -> None:
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+
+
+def _int8(converter, rows) -> None:
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    converter.representative_dataset = lambda: iter(rows)
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+    # The ids stay int32 and the probabilities float32: the Task Library
+    # feeds int32 ids and reads float scores.
+
+
+FLAVOURS: dict[str, Flavour] = {
+    "float32": Flavour("TFLite float32", _float32),
+    "float16": Flavour("TFLite with float16 weights", _float16),
+    "dynamic_int8": Flavour("TFLite with int8 weights, float activations", _dynamic_int8),
+    "int8": Flavour("TFLite full-integer int8 (calibrated)", _int8, calibrated=True),
+}
+
+
+def tflite_file(flavour: str) -> str:
+    return f"model_{flavour}.tflite"
 
 
 MASK_MARGIN = 20.0  # padded keys get weight < e^-20 of the best real key
@@ -68,15 +112,12 @@ def calibrated_mask_value(model: BertModel, rows: Sequence[dict[str, np.ndarray]
 
 
 def model_function(model: BertModel, max_seq_len: int, batch_size: int = 1,
-                   mask_value: Optional[float] = None):
-    """A frozen concrete function: 3 x int32 [batch, L] -> {probabilities|score}.
+                   mask_value: Optional[float] = None, task: Optional[TaskType] = None):
+    """A frozen concrete function: 3 x int32 [batch, L] -> {task.output_name: output}.
 
     mask_value: the additive attention mask to trace with (None: the encoder's).
     """
-    from tensorflow.python.framework.convert_to_constants import (
-        convert_variables_to_constants_v2)
-
-    regression = check_task_model(model)
+    task = export_task(model, task)
     value = MASK_VALUE if mask_value is None else float(mask_value)
     spec = [tf.TensorSpec([batch_size, max_seq_len], tf.int32, name=n) for n in INPUT_NAMES]
 
@@ -85,15 +126,14 @@ def model_function(model: BertModel, max_seq_len: int, batch_size: int = 1,
         inputs = {"input_word_ids": input_word_ids, "input_mask": input_mask,
                   "input_type_ids": input_type_ids}
         logits = tf.cast(model(inputs, training=False, mask_value=value)["logits"], tf.float32)
-        out = logits if regression else tf.nn.softmax(logits, axis=-1)
-        return {output_name(model): out}
+        return {task.output_name: task.tflite_output(logits)}
 
     return convert_variables_to_constants_v2(predict.get_concrete_function())
 
 
 def convert(model: BertModel, fmt: str, max_seq_len: int,
             representative: Optional[Iterable[dict[str, np.ndarray]]] = None,
-            batch_size: int = 1) -> bytes:
+            batch_size: int = 1, task: Optional[TaskType] = None) -> bytes:
     """Convert `model` to one TFLite flavour; returns the flatbuffer bytes.
 
     Args:
@@ -105,28 +145,20 @@ def convert(model: BertModel, fmt: str, max_seq_len: int,
         Library; larger only for throughput benchmarks: TFLite graphs cannot be
         resized afterwards, their reshapes are fixed at conversion).
     """
-    if fmt not in TFLITE_FORMATS:
-        raise ExportError(f"unknown TFLite format {fmt!r}; use one of {', '.join(TFLITE_FORMATS)}.")
+    if fmt not in FLAVOURS:
+        raise ExportError(f"unknown TFLite format {fmt!r}; use one of {', '.join(FLAVOURS)}.")
+    flavour = FLAVOURS[fmt]
+    task = export_task(model, task)
     max_seq_len = check_seq_len(model, max_seq_len)
     rows, mask_value = None, None
-    if fmt == "int8":
+    if flavour.calibrated:
         rows = _representative_rows(representative, max_seq_len, batch_size)
         mask_value = calibrated_mask_value(model, rows)
-    fn = model_function(model, max_seq_len, batch_size, mask_value=mask_value)
+    fn = model_function(model, max_seq_len, batch_size, mask_value=mask_value, task=task)
     converter = tf.lite.TFLiteConverter.from_concrete_functions([fn], tf.Module())
-    if fmt == "float16":
-        converter.optimizations = [tf.lite.Optimize.DEFAULT]
-        converter.target_spec.supported_types = [tf.float16]
-    elif fmt == "dynamic_int8":
-        converter.optimizations = [tf.lite.Optimize.DEFAULT]
-    elif fmt == "int8":
-        converter.optimizations = [tf.lite.Optimize.DEFAULT]
-        converter.representative_dataset = lambda: iter(rows)
-        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
-        # The ids stay int32 and the probabilities float32: the Task Library
-        # feeds int32 ids and reads float scores.
+    flavour.configure(converter, rows)
     flat = converter.convert()
-    return name_io(flat, output_name(model))
+    return name_io(flat, task.output_name)
 
 
 def _representative_rows(representative, max_seq_len: int, batch_size: int = 1
@@ -157,7 +189,6 @@ def _representative_rows(representative, max_seq_len: int, batch_size: int = 1
 
 def name_io(flat: bytes, out_name: str) -> bytes:
     """Rename the inputs to INPUT_NAMES (in that order) and the output to `out_name`."""
-    from tensorflow.lite.tools import flatbuffer_utils
 
     model = flatbuffer_utils.read_model_from_bytearray(bytearray(flat))
     if len(model.subgraphs) != 1:
@@ -237,7 +268,6 @@ class TFLiteRunner:
 
 def tensor_types(flat: Union[str, bytes]) -> dict[str, int]:
     """How many tensors of each type the model holds (e.g. to see int8 coverage)."""
-    from tensorflow.lite.tools import flatbuffer_utils
 
     if isinstance(flat, str):
         with open(flat, "rb") as f:
@@ -252,7 +282,6 @@ def tensor_types(flat: Union[str, bytes]) -> dict[str, int]:
 
 def operators(flat: Union[str, bytes]) -> list[str]:
     """Sorted builtin/custom operator names used by the model."""
-    from tensorflow.lite.tools import flatbuffer_utils
 
     if isinstance(flat, str):
         with open(flat, "rb") as f:
@@ -263,7 +292,6 @@ def operators(flat: Union[str, bytes]) -> list[str]:
 
 
 def write_tflite(flat: bytes, path: str) -> str:
-    from tinybert_tf.files import write_bytes_atomic
     write_bytes_atomic(path, flat)
     return os.path.abspath(path)
 

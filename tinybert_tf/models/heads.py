@@ -1,19 +1,85 @@
-"""Task heads on top of the encoder: classifier, regressor, masked-LM."""
+"""Task heads on top of the encoder, and their registry.
+
+A head is a Keras layer that turns the encoder's outputs into `logits`. Each
+head class is registered under the name stored in a model directory's
+`config.json` ("head"); its `layer_name` is the prefix of its weight paths
+(`classifier_head/classifier/kernel`), which checkpoints and converters key on.
+
+  classifier        pooled [B, H] -> [B, C] class logits
+  regressor         pooled [B, H] -> [B, 1] score (the classifier with one output)
+  mlm               sequence at masked positions [B, P, H] -> [B, P, V] (tied decoder)
+  token_classifier  sequence [B, L, H] -> [B, L, C] tag logits
+  span              sequence [B, L, H] -> [B, L, 2] start / end logits
+
+Task types (`tinybert_tf.tasks`) name the head they train; a new head is a
+new registered class here.
+"""
 from __future__ import annotations
+
+from typing import Any, ClassVar, Optional, Sequence
 
 import keras
 from keras import ops
 
 from tinybert_tf.models.layers import activation_fn, initializer
 
-HEAD_TYPES = ("classifier", "regressor", "mlm")
+HEADS: dict[str, type["Head"]] = {}
 
 
-class ClassifierHead(keras.layers.Layer):
-    """pooled_output [B, H] -> dropout -> dense -> logits [B, num_labels].
+def register_head(cls: type["Head"]) -> type["Head"]:
+    """Class decorator: make a head available to `BertModel(head=kind)` by its `kind`."""
+    HEADS[cls.kind] = cls
+    return cls
 
-    A regressor is the same head with one output (STS-B).
+
+def get_head(kind: str) -> type["Head"]:
+    if kind not in HEADS:
+        raise ValueError(f"unknown head {kind!r}; use one of {', '.join(HEADS)} or None.")
+    return HEADS[kind]
+
+
+def head_prefixes() -> tuple[str, ...]:
+    """Weight-path prefixes of every registered head (e.g. "classifier_head/")."""
+    return tuple(sorted({f"{cls.layer_name}/" for cls in HEADS.values()}))
+
+
+class Head(keras.layers.Layer):
+    """Base class of a registered head.
+
+    kind: the name in config.json; layer_name: its weight-path prefix;
+    has_labels: whether it predicts named labels (then `num_labels` is its width).
     """
+
+    kind: ClassVar[str] = ""
+    layer_name: ClassVar[str] = ""
+    has_labels: ClassVar[bool] = True
+    # Extra dummy inputs the encoder needs to build this head (e.g. MLM positions).
+    build_inputs: ClassVar[dict[str, int]] = {}
+
+    @classmethod
+    def resolve_num_labels(cls, num_labels: Optional[int],
+                           label_names: Optional[Sequence[str]]) -> Optional[int]:
+        """The head's output width from the arguments, or a ValueError."""
+        if num_labels is None and label_names:
+            num_labels = len(label_names)
+        if num_labels is None or num_labels < 2:
+            raise ValueError(f"a {cls.kind} head needs num_labels >= 2 (or label_names).")
+        return int(num_labels)
+
+    @classmethod
+    def create(cls, config, num_labels: Optional[int], token_embedding, dtype) -> "Head":
+        raise NotImplementedError
+
+    def select(self, outputs: dict[str, Any], inputs: dict[str, Any]):
+        """The encoder output this head reads (a tensor), e.g. the pooled output."""
+        raise NotImplementedError
+
+
+class _DenseHead(Head):
+    """dropout -> dense (BERT's fine-tuning heads), on the pooled or sequence output."""
+
+    reads = "pooled_output"
+    dense_name = "classifier"
 
     def __init__(self, num_labels: int, dropout: float = 0.1,
                  initializer_range: float = 0.02, **kwargs):
@@ -21,28 +87,90 @@ class ClassifierHead(keras.layers.Layer):
         self.num_labels = num_labels
         self.dropout_rate = dropout
         self.dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
-        self.classifier = keras.layers.Dense(
+        setattr(self, self.dense_name, keras.layers.Dense(
             num_labels, kernel_initializer=initializer(initializer_range),
-            dtype=self.dtype_policy, name="classifier")
+            dtype=self.dtype_policy, name=self.dense_name))
+
+    @classmethod
+    def create(cls, config, num_labels, token_embedding, dtype):
+        return cls(num_labels, config.hidden_dropout, config.initializer_range, dtype=dtype,
+                   name=cls.layer_name)
 
     def build(self, input_shape):
-        self.classifier.build(input_shape)
+        getattr(self, self.dense_name).build(input_shape)
         self.built = True
 
-    def call(self, pooled, training=None):
-        return self.classifier(self.dropout(pooled, training=training))
+    def select(self, outputs, inputs):
+        return outputs[self.reads]
+
+    def call(self, x, training=None):
+        return getattr(self, self.dense_name)(self.dropout(x, training=training))
 
     def get_config(self):
         return {**super().get_config(), "num_labels": self.num_labels,
                 "dropout": self.dropout_rate}
 
 
-class MaskedLMHead(keras.layers.Layer):
+@register_head
+class ClassifierHead(_DenseHead):
+    """pooled_output [B, H] -> dropout -> dense -> logits [B, num_labels]."""
+
+    kind = "classifier"
+    layer_name = "classifier_head"
+
+
+@register_head
+class RegressorHead(ClassifierHead):
+    """The classifier head with one output: a score [B, 1] (STS-B)."""
+
+    kind = "regressor"
+
+    @classmethod
+    def resolve_num_labels(cls, num_labels, label_names):
+        return 1
+
+
+@register_head
+class TokenClassifierHead(_DenseHead):
+    """sequence_output [B, L, H] -> dropout -> dense -> tag logits [B, L, num_labels]."""
+
+    kind = "token_classifier"
+    layer_name = "token_classifier_head"
+    reads = "sequence_output"
+
+
+@register_head
+class SpanHead(_DenseHead):
+    """sequence_output [B, L, H] -> dense -> [B, L, 2]: start ([..., 0]) and end
+    ([..., 1]) logits of the answer span (BERT's SQuAD head has no dropout)."""
+
+    kind = "span"
+    layer_name = "span_head"
+    reads = "sequence_output"
+    dense_name = "qa_outputs"
+
+    @classmethod
+    def resolve_num_labels(cls, num_labels, label_names):
+        return 2
+
+    @classmethod
+    def create(cls, config, num_labels, token_embedding, dtype):
+        return cls(2, 0.0, config.initializer_range, dtype=dtype, name=cls.layer_name)
+
+
+@register_head
+class MaskedLMHead(Head):
     """BERT's MLM head: dense + activation + LayerNorm, decoder tied to the
     token embedding matrix [V, H], plus an output bias [V].
 
-    hidden [B, P, H] -> logits [B, P, V].
+    hidden [B, P, H] (the sequence at `masked_lm_positions`, or every position
+    when none are given) -> logits [B, P, V].
     """
+
+    kind = "mlm"
+    layer_name = "mlm_head"
+    has_labels = False
+    build_inputs = {"masked_lm_positions": 1}
 
     def __init__(self, token_embedding: keras.layers.Embedding, hidden_act: str = "gelu",
                  layer_norm_epsilon: float = 1e-12, initializer_range: float = 0.02,
@@ -54,6 +182,15 @@ class MaskedLMHead(keras.layers.Layer):
         self.mlm_layer_norm = keras.layers.LayerNormalization(
             epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="mlm_layer_norm")
         self.initializer_range = initializer_range
+
+    @classmethod
+    def resolve_num_labels(cls, num_labels, label_names):
+        return None
+
+    @classmethod
+    def create(cls, config, num_labels, token_embedding, dtype):
+        return cls(token_embedding, config.hidden_act, config.layer_norm_epsilon,
+                   config.initializer_range, dtype=dtype, name=cls.layer_name)
 
     def build(self, input_shape):
         hidden = input_shape[-1]
@@ -68,7 +205,15 @@ class MaskedLMHead(keras.layers.Layer):
                                            initializer="zeros")
         self.built = True
 
-    def call(self, hidden):
+    def select(self, outputs, inputs):
+        hidden = outputs["sequence_output"]
+        positions = inputs.get("masked_lm_positions")
+        if positions is None:
+            return hidden
+        return ops.take_along_axis(
+            hidden, ops.expand_dims(ops.cast(positions, "int32"), -1), axis=1)
+
+    def call(self, hidden, training=None):
         x = self.mlm_layer_norm(self.mlm_dense(hidden))
         table = ops.cast(self.token_embedding.embeddings, x.dtype)
         logits = ops.einsum("bph,vh->bpv", x, table)

@@ -22,10 +22,18 @@ from typing import Any, Optional
 import numpy as np
 
 from tinybert_tf.config import BertConfig, ConfigError
-from tinybert_tf.models.checkpoint import (CONFIG_FILE, VOCAB_FILE, CheckpointError,
-                                           CheckpointSpec, _model_vocab, _read_json,
-                                           _read_vocab, atomic_directory, read_safetensors,
-                                           write_json)
+from tinybert_tf.files import write_json
+from tinybert_tf.models.model_dir import (
+    CONFIG_FILE,
+    VOCAB_FILE,
+    CheckpointError,
+    CheckpointSpec,
+    atomic_directory,
+    model_vocab,
+    read_model_json,
+    read_model_vocab,
+    read_safetensors,
+)
 from tinybert_tf.tokenizer import write_vocab
 
 SAFETENSORS = "model.safetensors"
@@ -37,10 +45,96 @@ _IGNORED = re.compile(r"^(embeddings\.position_ids|embeddings\.token_type_ids|"
                       r"cls\.seq_relationship\..*|cls\.predictions\.decoder\.(weight|bias))$")
 
 
+class _HFHead:
+    """How one of our heads is stored by Hugging Face: the model class written
+    to config.json and our weight path -> (HF key, kind, HF shape)."""
+
+    def __init__(self, architecture: str, layer: str, keys):
+        self.architecture = architecture
+        self.layer = layer  # the HF module of the head ("classifier", "qa_outputs", ...)
+        self._keys = keys
+
+    def keys(self, config: BertConfig, n: int) -> dict[str, tuple[str, str, tuple[int, ...]]]:
+        return self._keys(config, n)
+
+
+def _dense_head(ours: str, hf: str):
+    def keys(config: BertConfig, n: int):
+        H = config.hidden_size
+        return {f"{ours}/kernel": (f"{hf}.weight", "dense", (n, H)),
+                f"{ours}/bias": (f"{hf}.bias", "copy", (n,))}
+    return keys
+
+
+def _mlm_keys(config: BertConfig, n: int):
+    H, p = config.hidden_size, "cls.predictions."
+    return {"mlm_head/mlm_dense/kernel": (p + "transform.dense.weight", "dense", (H, H)),
+            "mlm_head/mlm_dense/bias": (p + "transform.dense.bias", "copy", (H,)),
+            "mlm_head/mlm_layer_norm/gamma": (p + "transform.LayerNorm.weight", "copy", (H,)),
+            "mlm_head/mlm_layer_norm/beta": (p + "transform.LayerNorm.bias", "copy", (H,)),
+            "mlm_head/output_bias": (p + "bias", "copy", (config.vocab_size,))}
+
+
+# Our head name -> its Hugging Face layout (BertFor* classes).
+_HF_HEADS = {
+    "classifier": _HFHead("BertForSequenceClassification", "classifier",
+                          _dense_head("classifier_head/classifier", "classifier")),
+    "regressor": _HFHead("BertForSequenceClassification", "classifier",
+                         _dense_head("classifier_head/classifier", "classifier")),
+    "token_classifier": _HFHead("BertForTokenClassification", "classifier",
+                                _dense_head("token_classifier_head/classifier", "classifier")),
+    "span": _HFHead("BertForQuestionAnswering", "qa_outputs",
+                    _dense_head("span_head/qa_outputs", "qa_outputs")),
+    "mlm": _HFHead("BertForMaskedLM", "cls.predictions", _mlm_keys),
+}
+# Our head name -> its layer (weight-path prefix), for keys stored without `bert.`.
+_HEAD_LAYERS = {"classifier": "classifier_head", "regressor": "classifier_head",
+                "token_classifier": "token_classifier_head", "span": "span_head",
+                "mlm": "mlm_head"}
+_ARCHITECTURE_HEADS = {"BertForSequenceClassification": "classifier",
+                       "BertForTokenClassification": "token_classifier",
+                       "BertForQuestionAnswering": "span", "BertForMaskedLM": "mlm",
+                       "BertForPreTraining": "mlm"}
+
+
+def _detect_head(data: dict[str, Any], shapes: dict[str, tuple[int, ...]], config_path: str
+                 ) -> tuple[Optional[str], Optional[int]]:
+    """(our head, its width) from config.json's `architectures` and the weight keys."""
+    archs = data.get("architectures") or []
+    named = _ARCHITECTURE_HEADS.get(archs[0]) if archs else None
+    if "qa_outputs.weight" in shapes:
+        return "span", 2
+    if "classifier.weight" in shapes:
+        n = int(shapes["classifier.weight"][0])
+        if named == "token_classifier":
+            return "token_classifier", n
+        regression = data.get("problem_type") == "regression" or n == 1
+        if regression and n != 1:
+            raise CheckpointError(f"{config_path}: problem_type 'regression' but the classifier "
+                                  f"has {n} outputs.")
+        return ("regressor" if regression else "classifier"), n
+    if any(k.startswith("cls.predictions.") for k in shapes):
+        return "mlm", None
+    return None, None
+
+
+def _label_names(data: dict[str, Any], head: Optional[str], n: Optional[int]
+                 ) -> Optional[list[str]]:
+    """id2label names in id order, or None when absent or generic (LABEL_0, ...)."""
+    id2label = data.get("id2label")
+    if head not in ("classifier", "token_classifier") or not isinstance(id2label, dict) \
+            or len(id2label) != n:
+        return None
+    names = [str(id2label.get(str(i), id2label.get(i, ""))) for i in range(n)]
+    if names == [f"LABEL_{i}" for i in range(n)] or not all(names):
+        return None
+    return names
+
+
 def _name_map(config: BertConfig, head: Optional[str], num_labels: Optional[int]
               ) -> dict[str, tuple[str, str, tuple[int, ...]]]:
     """our weight path -> (HF key without `bert.`, kind, HF shape)."""
-    H, I, h, d = config.hidden_size, config.intermediate_size, config.num_heads, config.head_size
+    H, inter = config.hidden_size, config.intermediate_size
     m: dict[str, tuple[str, str, tuple[int, ...]]] = {
         "token_embedding/embeddings": ("embeddings.word_embeddings.weight", "copy",
                                        (config.vocab_size, H)),
@@ -68,28 +162,19 @@ def _name_map(config: BertConfig, head: Optional[str], num_labels: Optional[int]
         m[f"{ours}self_attention_layer_norm/beta"] = (
             f"{hf}attention.output.LayerNorm.bias", "copy", (H,))
         m[f"{ours}feedforward_intermediate_dense/kernel"] = (
-            f"{hf}intermediate.dense.weight", "dense", (I, H))
+            f"{hf}intermediate.dense.weight", "dense", (inter, H))
         m[f"{ours}feedforward_intermediate_dense/bias"] = (
-            f"{hf}intermediate.dense.bias", "copy", (I,))
-        m[f"{ours}feedforward_output_dense/kernel"] = (f"{hf}output.dense.weight", "dense", (H, I))
+            f"{hf}intermediate.dense.bias", "copy", (inter,))
+        m[f"{ours}feedforward_output_dense/kernel"] = (f"{hf}output.dense.weight", "dense",
+                                                       (H, inter))
         m[f"{ours}feedforward_output_dense/bias"] = (f"{hf}output.dense.bias", "copy", (H,))
         m[f"{ours}feedforward_layer_norm/gamma"] = (f"{hf}output.LayerNorm.weight", "copy", (H,))
         m[f"{ours}feedforward_layer_norm/beta"] = (f"{hf}output.LayerNorm.bias", "copy", (H,))
     if config.use_pooler:
         m["pooled_dense/kernel"] = ("pooler.dense.weight", "dense", (H, H))
         m["pooled_dense/bias"] = ("pooler.dense.bias", "copy", (H,))
-    if head in ("classifier", "regressor"):
-        n = int(num_labels or 1)
-        m["classifier_head/classifier/kernel"] = ("classifier.weight", "dense", (n, H))
-        m["classifier_head/classifier/bias"] = ("classifier.bias", "copy", (n,))
-    elif head == "mlm":
-        m["mlm_head/mlm_dense/kernel"] = ("cls.predictions.transform.dense.weight", "dense", (H, H))
-        m["mlm_head/mlm_dense/bias"] = ("cls.predictions.transform.dense.bias", "copy", (H,))
-        m["mlm_head/mlm_layer_norm/gamma"] = ("cls.predictions.transform.LayerNorm.weight",
-                                              "copy", (H,))
-        m["mlm_head/mlm_layer_norm/beta"] = ("cls.predictions.transform.LayerNorm.bias",
-                                             "copy", (H,))
-        m["mlm_head/output_bias"] = ("cls.predictions.bias", "copy", (config.vocab_size,))
+    if head is not None:
+        m.update(_HF_HEADS[head].keys(config, int(num_labels or 1)))
     return m
 
 
@@ -133,10 +218,10 @@ def read_lower_case(path: str) -> bool:
     else whether the model name says "cased" (default: uncased, like BERT)."""
     tok_cfg = os.path.join(path, "tokenizer_config.json")
     if os.path.isfile(tok_cfg):
-        data = _read_json(tok_cfg)
+        data = read_model_json(tok_cfg)
         if "do_lower_case" in data:
             return bool(data["do_lower_case"])
-    name = str(_read_json(os.path.join(path, CONFIG_FILE)).get("_name_or_path", "")).lower()
+    name = str(read_model_json(os.path.join(path, CONFIG_FILE)).get("_name_or_path", "")).lower()
     return not ("cased" in name and "uncased" not in name)
 
 
@@ -148,7 +233,7 @@ def _read_weights(path: str) -> tuple[dict[str, np.ndarray], str, dict[str, str]
         arrays = read_safetensors(single)
         return arrays, single, {k: single for k in arrays}
     if os.path.isfile(index):
-        data = _read_json(index)
+        data = read_model_json(index)
         weight_map = data.get("weight_map")
         if not isinstance(weight_map, dict) or not weight_map:
             raise CheckpointError(f"{index}: key 'weight_map' is missing or empty.")
@@ -177,7 +262,7 @@ def _read_weights(path: str) -> tuple[dict[str, np.ndarray], str, dict[str, str]
 def read_hf(path: str) -> CheckpointSpec:
     """Read a Hugging Face BERT directory into a `CheckpointSpec` (our layout)."""
     config_path = os.path.join(path, CONFIG_FILE)
-    data = _read_json(config_path)
+    data = read_model_json(config_path)
     if data.get("model_type", "bert") != "bert":
         raise CheckpointError(f"{config_path}: model_type {data.get('model_type')!r} is not "
                               "supported; load_model reads BERT checkpoints (model_type 'bert').")
@@ -207,25 +292,12 @@ def read_hf(path: str) -> CheckpointSpec:
             "head ties its decoder to the token embeddings, so an untied decoder cannot load.")
     config.use_pooler = "pooler.dense.weight" in tensors
     config.lower_case = read_lower_case(path)
-    head, num_labels = None, None
-    if "classifier.weight" in tensors:
-        num_labels = int(tensors["classifier.weight"].shape[0])
-        regression = data.get("problem_type") == "regression" or num_labels == 1
-        head = "regressor" if regression else "classifier"
-        if regression and num_labels != 1:
-            raise CheckpointError(f"{config_path}: problem_type 'regression' but the classifier "
-                                  f"has {num_labels} outputs.")
-    elif any(k.startswith("cls.predictions.") for k in tensors):
-        head = "mlm"
+    head, num_labels = _detect_head(data, {k: v.shape for k, v in tensors.items()},
+                                    config_path)
     if head != "mlm":
-        # A classifier checkpoint may still ship MLM weights; they are not ours to keep.
+        # A task checkpoint may still ship MLM weights; they are not ours to keep.
         tensors = {k: v for k, v in tensors.items() if not k.startswith("cls.predictions.")}
-    label_names = None
-    id2label = data.get("id2label")
-    if head == "classifier" and isinstance(id2label, dict) and len(id2label) == num_labels:
-        names = [str(id2label.get(str(i), id2label.get(i, ""))) for i in range(num_labels)]
-        if names != [f"LABEL_{i}" for i in range(num_labels)] and all(names):
-            label_names = names
+    label_names = _label_names(data, head, num_labels)
 
     name_map = _name_map(config, head, num_labels)
     by_hf = {hf: (ours, kind, shape) for ours, (hf, kind, shape) in name_map.items()}
@@ -249,11 +321,52 @@ def read_hf(path: str) -> CheckpointSpec:
         source_keys[ours] = key
     for ours, (hf, _, _) in name_map.items():
         source_keys.setdefault(ours, hf)
-    vocab = _read_vocab(os.path.join(path, VOCAB_FILE))
+    vocab = read_model_vocab(os.path.join(path, VOCAB_FILE))
     return CheckpointSpec(config, vocab, weights, weights_file, head=head,
                           num_labels=num_labels, label_names=label_names,
                           metadata={"source": os.path.abspath(path), "source_format": "hf"},
                           source_keys=source_keys)
+
+
+def inspect_hf(path: str) -> CheckpointSpec:
+    """Config, vocab, head and label names of a Hugging Face directory, reading
+    only the weight files' headers (key names and shapes), not the weights.
+    The returned spec has no weights."""
+    from safetensors import safe_open
+
+    config_path = os.path.join(path, CONFIG_FILE)
+    data = read_model_json(config_path)
+    if data.get("model_type", "bert") != "bert":
+        raise CheckpointError(f"{config_path}: model_type {data.get('model_type')!r} is not "
+                              "supported; load_model reads BERT checkpoints (model_type 'bert').")
+    try:
+        config = BertConfig.from_hf_dict(data, source=config_path)
+    except ConfigError as e:
+        raise CheckpointError(str(e)) from e
+    single, index = os.path.join(path, SAFETENSORS), os.path.join(path, SAFETENSORS_INDEX)
+    if os.path.isfile(single):
+        files = [single]
+    elif os.path.isfile(index):
+        weight_map = read_model_json(index).get("weight_map") or {}
+        files = sorted({os.path.join(path, str(f)) for f in weight_map.values()})
+    else:
+        _read_weights(path)  # raises the reader's error for missing/unreadable weights
+        files = []
+    shapes: dict[str, tuple[int, ...]] = {}
+    for fname in files:
+        try:
+            with safe_open(fname, framework="np") as f:
+                for key in f.keys():
+                    shapes[_normalise_key(key)] = tuple(f.get_slice(key).get_shape())
+        except Exception as e:  # safetensors raises several types for bad files
+            raise CheckpointError(f"{fname}: cannot read the safetensors header ({e}); the "
+                                  "file is corrupt or truncated.") from e
+    config.use_pooler = "pooler.dense.weight" in shapes
+    config.lower_case = read_lower_case(path)
+    head, n = _detect_head(data, shapes, config_path)
+    return CheckpointSpec(config, read_model_vocab(os.path.join(path, VOCAB_FILE)), {},
+                          single if files == [single] else index, head=head, num_labels=n,
+                          label_names=_label_names(data, head, n))
 
 
 def export_hf(model: Any, directory: str) -> str:
@@ -270,8 +383,8 @@ def export_hf(model: Any, directory: str) -> str:
 
     config: BertConfig = model.bert_config
     head = model.head_type
-    vocab = _model_vocab(model, "export_hf")
-    if head in ("classifier", "regressor") and not config.use_pooler:
+    vocab = model_vocab(model, "export_hf")
+    if head in ("classifier", "regressor") and not config.use_pooler:  # pooled-output heads
         raise CheckpointError(
             f"export_hf({directory}): Hugging Face BertForSequenceClassification classifies the "
             "pooled output, but this model has no pooler (use_pooler=false); export it without "
@@ -282,23 +395,22 @@ def export_hf(model: Any, directory: str) -> str:
         hf_key, kind, shape = name_map[path]
         value = np.ascontiguousarray(_to_hf(kind, np.asarray(var.numpy(), np.float32)))
         assert value.shape == shape, (path, value.shape, shape)
-        is_head = path.startswith(("classifier_head/", "mlm_head/"))
+        is_head = head is not None and path.startswith(_HEAD_LAYERS[head] + "/")
         arrays[hf_key if is_head else "bert." + hf_key] = value
     if config.type_vocab_size == 0:
         arrays["bert.embeddings.token_type_embeddings.weight"] = np.zeros(
             (1, config.hidden_size), np.float32)
     hf_config = config.to_hf_dict()
-    if head in ("classifier", "regressor"):
-        hf_config["architectures"] = ["BertForSequenceClassification"]
+    if head is not None:
+        hf_config["architectures"] = [_HF_HEADS[head].architecture]
+    if model.num_labels and head != "span":
         n = model.num_labels
         names = model.label_names or [f"LABEL_{i}" for i in range(n)]
         hf_config["num_labels"] = n
         hf_config["id2label"] = {str(i): str(names[i]) for i in range(n)}
         hf_config["label2id"] = {str(names[i]): i for i in range(n)}
-        if head == "regressor":
-            hf_config["problem_type"] = "regression"
-    elif head == "mlm":
-        hf_config["architectures"] = ["BertForMaskedLM"]
+    if head == "regressor":
+        hf_config["problem_type"] = "regression"
     with atomic_directory(directory) as tmp:
         save_file(arrays, os.path.join(tmp, SAFETENSORS), metadata={"format": "pt"})
         write_json(os.path.join(tmp, CONFIG_FILE), hf_config)

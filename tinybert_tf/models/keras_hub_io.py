@@ -17,16 +17,22 @@ directory works offline).
 """
 from __future__ import annotations
 
-import json
 import os
 from typing import Any, Optional
 
 import numpy as np
 
 from tinybert_tf.config import BertConfig
-from tinybert_tf.models.checkpoint import (CONFIG_FILE, CheckpointError, CheckpointSpec,
-                                           _model_vocab, _read_json, _read_vocab,
-                                           atomic_directory)
+from tinybert_tf.files import write_json
+from tinybert_tf.models.model_dir import (
+    CONFIG_FILE,
+    CheckpointError,
+    CheckpointSpec,
+    atomic_directory,
+    model_vocab,
+    read_model_json,
+    read_model_vocab,
+)
 
 VOCAB_ASSET = os.path.join("assets", "tokenizer", "vocabulary.txt")
 KERAS_HUB_LAYER_NORM_EPSILON = 1e-12
@@ -48,11 +54,11 @@ def read_vocab_and_case(path: str) -> tuple[Optional[list[str]], bool]:
     """The preset's tokenizer vocabulary (None when it has no tokenizer) and
     its lower-casing (tokenizer.json `lowercase`; True when unknown)."""
     vocab_path = os.path.join(path, VOCAB_ASSET)
-    vocab = _read_vocab(vocab_path) if os.path.isfile(vocab_path) else None
+    vocab = read_model_vocab(vocab_path) if os.path.isfile(vocab_path) else None
     lower = True
     tok_json = os.path.join(path, "tokenizer.json")
     if os.path.isfile(tok_json):
-        lower = bool(_read_json(tok_json).get("config", {}).get("lowercase", True))
+        lower = bool(read_model_json(tok_json).get("config", {}).get("lowercase", True))
     return vocab, lower
 
 
@@ -65,7 +71,7 @@ def read_keras_hub(path: str) -> CheckpointSpec:
     import keras_hub
 
     config_path = os.path.join(path, CONFIG_FILE)
-    data = _read_json(config_path)
+    data = read_model_json(config_path)
     if data.get("class_name") != "BertBackbone":
         raise CheckpointError(f"{config_path}: class_name {data.get('class_name')!r}; only "
                               "keras-hub BertBackbone presets are supported.")
@@ -77,7 +83,7 @@ def read_keras_hub(path: str) -> CheckpointSpec:
     task_weights = os.path.join(path, "task.weights.h5")
     task_class = None
     if os.path.isfile(task_json) and os.path.isfile(task_weights):
-        task_class = _read_json(task_json).get("class_name")
+        task_class = read_model_json(task_json).get("class_name")
     source = weights_file
     try:
         if task_class == "BertTextClassifier":
@@ -121,7 +127,7 @@ def read_keras_hub(path: str) -> CheckpointSpec:
     label_names = None
     ours_json = os.path.join(path, "tinybert_tf.json")
     if os.path.isfile(ours_json) and head == "classifier":
-        names = _read_json(ours_json).get("label_names")
+        names = read_model_json(ours_json).get("label_names")
         if isinstance(names, list) and len(names) == num_labels:
             label_names = [str(n) for n in names]
     source_keys = {p: f"{p} ({source if p in _OURS_TO_TASK else weights_file})"
@@ -131,6 +137,12 @@ def read_keras_hub(path: str) -> CheckpointSpec:
                           metadata={"source": os.path.abspath(path),
                                     "source_format": "keras_hub"},
                           source_keys=source_keys)
+
+
+def inspect_keras_hub(path: str) -> CheckpointSpec:
+    """Config, vocab and head of a keras-hub preset. keras-hub offers no way to
+    read a preset's shapes without building it, so this reads the weights too."""
+    return read_keras_hub(path)
 
 
 def export_keras_hub(model: Any, directory: str, sequence_length: Optional[int] = None,
@@ -150,7 +162,7 @@ def export_keras_hub(model: Any, directory: str, sequence_length: Optional[int] 
     import keras_hub
 
     config: BertConfig = model.bert_config
-    vocab = _model_vocab(model, "export_keras_hub")
+    vocab = model_vocab(model, "export_keras_hub")
     where = f"export_keras_hub({directory})"
     if config.hidden_act == "relu":
         raise CheckpointError(f"{where}: keras-hub's BERT has no ReLU variant; a model with "
@@ -165,6 +177,9 @@ def export_keras_hub(model: Any, directory: str, sequence_length: Optional[int] 
         raise CheckpointError(f"{where}: layer_norm_epsilon={config.layer_norm_epsilon} but "
                               f"keras-hub's BERT is fixed at {KERAS_HUB_LAYER_NORM_EPSILON}.")
     head = model.head_type
+    if head not in (None, "classifier", "regressor", "mlm"):
+        raise CheckpointError(f"{where}: keras-hub has no BERT task for a {head!r} head; "
+                              "export this model with --export_formats=hf instead.")
     if head in ("classifier", "regressor") and not config.use_pooler:
         raise CheckpointError(f"{where}: keras-hub's BertTextClassifier reads the pooled "
                               "output, but this model has no pooler (use_pooler=false).")
@@ -215,7 +230,7 @@ def export_keras_hub(model: Any, directory: str, sequence_length: Optional[int] 
         else:
             backbone.save_to_preset(tmp)
             tokenizer.save_to_preset(tmp)
-        with open(os.path.join(tmp, "tinybert_tf.json"), "w", encoding="utf-8") as f:
-            json.dump({"exported_from": "tinybert_tf", "hidden_act": config.hidden_act,
-                       "label_names": model.label_names}, f, indent=2)
+        write_json(os.path.join(tmp, "tinybert_tf.json"),
+                   {"exported_from": "tinybert_tf", "hidden_act": config.hidden_act,
+                    "label_names": model.label_names})
     return os.path.abspath(directory)

@@ -3,47 +3,61 @@
   general          GD: pre-trained teacher -> student on the general corpus (embd+attn+hidn),
                    or the DistilBERT recipe (--recipe=distilbert)
   finetune_teacher the teacher fine-tuned on the task (skipped when --task_teacher is given)
-  augment          Algorithm 1 -> OUTPUT/augment/train_aug.tsv
+  augment          Algorithm 1 -> OUTPUT/augment/<the source's augmented file>
   task             TD: intermediate layers on the (augmented) task data, then prediction layer
   evaluate         dev metrics, params, FLOPs, latency -> report.json, loss_curves.png
-  export           SavedModel + TFLite + parity.json under OUTPUT/export
+  export           every --export_formats artefact + parity.json under OUTPUT/export
 
 Every stage writes its model as a model directory (`load_model` reads it back),
 so a user can start anywhere by pointing the next stage at an explicit path.
+Each training phase is first described by a `PhaseSpec` (sizes, batches,
+steps, schedule, loss terms) from the configs and the data sizes alone; the
+dry run prints the same specs the stages train with.
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
-import os
-from typing import Any
+from typing import Any, Callable, Optional
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-from tinybert_tf.config import get_config
+from tinybert_tf.augment.augmenter import augment_source
+from tinybert_tf.config import BertConfig, get_config
 from tinybert_tf.data import corpus as corpus_lib
-from tinybert_tf.data import glue
+from tinybert_tf.distill.distilbert import init_student_from_teacher
 from tinybert_tf.distill.distiller import Distiller
+from tinybert_tf.distill.mapping import layer_map
 from tinybert_tf.distill.optimizer import create_optimizer
+from tinybert_tf.distill.terms import HardLabelTerm, LossTerm, PredictionTerm, make_terms
+from tinybert_tf.export.parity import export_all
 from tinybert_tf.files import read_json, write_json_atomic
 from tinybert_tf.models import BertModel
-from tinybert_tf.models.checkpoint import load_model, load_tokenizer, save_model
-from tinybert_tf.pipeline import evaluation
+from tinybert_tf.models.checkpoint import inspect_model, load_model, load_tokenizer, save_model
+from tinybert_tf.pipeline import evaluation, report
+from tinybert_tf.pipeline.configs import PipelineConfig
 from tinybert_tf.pipeline.state import RunState
 from tinybert_tf.pipeline.strategy import is_chief
-from tinybert_tf.pipeline.training import Phase, run_phase, schedule_steps, trackable
-from tinybert_tf.tokenizer import Tokenizer
+from tinybert_tf.pipeline.training import Phase, run_phase, schedule_steps
+from tinybert_tf.tasks.catalog import Task
 
 log = logging.getLogger("tinybert_tf")
+
+STAGES = ("general", "finetune_teacher", "augment", "task", "evaluate", "export")
+# Stages that train nothing: under multi_worker only the chief runs them.
+CHIEF_ONLY_STAGES = ("augment", "evaluate", "export")
 
 
 @dataclasses.dataclass
 class Context:
-    """What every stage needs: the flag values, the output folder, the strategy."""
+    """What every stage needs: the configs, the resolved task, the output folder,
+    the strategy."""
 
-    flags: Any  # absl FlagValues or any object with the same attributes
+    config: PipelineConfig
+    task: Task
     state: RunState
     strategy: tf.distribute.Strategy
 
@@ -52,41 +66,51 @@ class Context:
         return is_chief(self.strategy)
 
     @property
-    def spec(self) -> glue.TaskSpec:
-        return glue.get_task(self.flags.task)
+    def replicas(self) -> int:
+        return int(self.strategy.num_replicas_in_sync)
 
     @property
     def max_seq_len(self) -> int:
-        return self.flags.max_seq_len or self.spec.default_max_seq_len
+        return self.task.max_seq_len(self.config.task.max_seq_len)
 
-    def task_data_dir(self) -> str:
-        """The task's GLUE-layout folder; the demo task is written out once."""
-        if self.flags.data_dir:
-            return self.flags.data_dir
-        if self.spec.name != "polarity":
-            raise ValueError(f"--data_dir is required for --task={self.flags.task}: point it at "
-                             "the task's GLUE folder (train.tsv, dev.tsv, ...) or use 'tfds'.")
-        from tinybert_tf.data import polarity
-        target = self.state.path("data", "polarity")
-        if not os.path.isfile(os.path.join(target, "dev.tsv")):
-            polarity.write_task_dir(target)
-        return target
+    @functools.cached_property
+    def tokenizer(self):
+        """The task tokenizer at the task length: the teacher's vocab and casing (read
+        from --task_teacher when given, else --teacher: fine-tuning keeps the vocab)."""
+        models = self.config.models
+        return load_tokenizer(models.task_teacher or models.teacher, self.max_seq_len)
+
+    def augmented_path(self) -> str:
+        return self.state.path("augment", self.task.source.augmented_name)
 
     def examples(self, split: str):
-        data_dir = self.state.path("augment") if split == "train_aug" else self.task_data_dir()
-        kwargs = {}
-        if data_dir == "tfds":
-            kwargs["tfds_data_dir"] = self.flags.tfds_data_dir or None
-        return glue.load_examples(self.flags.task, data_dir, split, **kwargs)
-
-    def dev_splits(self) -> tuple[str, ...]:
-        return tuple(getattr(self.spec, "dev_splits", None) or ("dev",))
+        task = self.task
+        if split == "train_aug":
+            task = task.with_augmented(self.augmented_path())
+        return task.examples(split)
 
     def teacher_path(self) -> str:
-        return self.flags.task_teacher or self.state.path("finetune_teacher", "model")
+        return self.config.models.task_teacher or self.state.path("finetune_teacher", "model")
+
+    def general_path(self) -> str:
+        return self.config.models.general_model or self.state.path("general", "model")
 
     def student_path(self) -> str:
         return self.state.path("task", "model")
+
+
+def upstream(stage: str, config: PipelineConfig) -> list[str]:
+    """The earlier stages whose output `stage` reads under `config`."""
+    m, d = config.models, config.distill
+    if stage == "task":
+        return ([] if m.general_model else ["general"]) + \
+               ([] if m.task_teacher else ["finetune_teacher"]) + \
+               (["augment"] if d.use_augmented else [])
+    if stage == "evaluate":
+        return ([] if m.task_teacher else ["finetune_teacher"]) + ["task"]
+    if stage == "export":
+        return ["task"]
+    return []
 
 
 def epoch_order(examples, seed: int, epoch: int):
@@ -100,296 +124,398 @@ def epoch_order(examples, seed: int, epoch: int):
     return [examples[i] for i in order]
 
 
-def _tokenizer(model: BertModel, max_seq_len: int) -> Tokenizer:
-    if model.vocab is None:
-        raise ValueError("the model has no vocabulary; load it from a model directory.")
-    return Tokenizer(model.vocab, lower_case=model.bert_config.lower_case,
-                     max_seq_len=max_seq_len)
+# --- phase specs ---------------------------------------------------------------------
+
+@dataclasses.dataclass
+class PhaseSpec:
+    """A training phase as planned: sizes, batches, steps, schedule and terms."""
+
+    stage: str
+    name: str
+    directory: str
+    data: str
+    examples: int
+    global_batch: int
+    accumulation: int
+    replicas: int
+    epochs: float
+    max_steps: int
+    lr: float
+    schedule: str
+    warmup_fraction: float
+    terms: list[LossTerm]
+    batch_flag: str
+    note: str = ""
+
+    @property
+    def micro_batch(self) -> float:
+        """Rows per replica per accumulation micro-batch."""
+        return self.global_batch / (self.replicas * self.accumulation)
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return self.examples // self.global_batch
+
+    @property
+    def total_steps(self) -> int:
+        return schedule_steps(self.epochs, self.steps_per_epoch, self.max_steps)
+
+    @property
+    def warmup_steps(self) -> int:
+        return int(self.warmup_fraction * self.total_steps)
+
+    def check(self) -> None:
+        """Raise ValueError naming the flag when the batch cannot be split or filled."""
+        if self.global_batch < 1:
+            raise ValueError(f"{self.batch_flag}={self.global_batch}: must be >= 1.")
+        if self.global_batch % (self.replicas * self.accumulation):
+            raise ValueError(
+                f"{self.batch_flag}={self.global_batch} is the effective global batch of one "
+                f"update; it must divide into {self.replicas} replica(s) x "
+                f"{self.accumulation} accumulation step(s) (--grad_accum_steps): use a "
+                f"multiple of {self.replicas * self.accumulation}.")
+        if self.steps_per_epoch < 1:
+            raise ValueError(f"{self.batch_flag}={self.global_batch}: the {self.data} has "
+                             f"{self.examples} examples, not one full batch; lower "
+                             f"{self.batch_flag}.")
+
+    def optimizer(self, weight_decay: float) -> keras.optimizers.Optimizer:
+        # max(1, .): --pred_epochs=0 (no prediction phase) still builds a valid schedule.
+        return create_optimizer(self.lr, max(1, self.total_steps),
+                                warmup_steps=self.warmup_steps, weight_decay=weight_decay,
+                                schedule=self.schedule)
+
+    def describe(self) -> dict[str, Any]:
+        return {"stage": self.stage, "phase": self.name, "folder": self.directory,
+                "data": self.data, "examples": self.examples,
+                "global_batch": self.global_batch, "micro_batch": self.micro_batch,
+                "accumulation": self.accumulation, "replicas": self.replicas,
+                "steps_per_epoch": self.steps_per_epoch, "epochs": self.epochs,
+                "steps": self.total_steps,
+                "learning_rate": {"peak": self.lr, "schedule": self.schedule,
+                                  "warmup_steps": self.warmup_steps},
+                "loss_terms": [t.get_config() for t in self.terms],
+                **({"note": self.note} if self.note else {})}
 
 
-def _task_head(spec: glue.TaskSpec) -> dict[str, Any]:
-    if spec.is_regression:
-        return {"head": "regressor", "num_labels": 1}
-    return {"head": "classifier", "num_labels": len(spec.label_names),
-            "label_names": list(spec.label_names)}
+def _phase(ctx: Context, stage: str, name: str, data: str, examples: int, batch: int,
+           batch_flag: str, epochs: float, max_steps: int, lr: float, schedule: str,
+           warmup: float, terms: list[LossTerm]) -> PhaseSpec:
+    return PhaseSpec(stage, name, ctx.state.path(stage, name), data, int(examples), int(batch),
+                     int(ctx.config.optim.grad_accum_steps), ctx.replicas, float(epochs),
+                     int(max_steps), float(lr), schedule, float(warmup), terms, batch_flag)
 
+
+def _corpus_source(ctx: Context) -> str:
+    return ctx.config.general.corpus or corpus_lib.default_corpus_path()
+
+
+def general_terms(ctx: Context) -> list[LossTerm]:
+    c, loss = ctx.config.general, ctx.config.loss
+    if c.distilbert:
+        return make_terms("ce,mlm,cos", temperature=c.distil_temperature,
+                          weights={"ce": c.alpha_ce, "mlm": c.alpha_mlm, "cos": c.alpha_cos})
+    return make_terms(loss.loss_terms, layer_mapping=loss.layer_mapping,
+                      layer_weights=loss.lambdas, mask_padding=loss.mask_padding)
+
+
+def general_phase(ctx: Context, count: Optional[int] = None) -> PhaseSpec:
+    """The general stage's phase; `count` = packed sequences per epoch (counted
+    and cached in the stage folder when not given)."""
+    c = ctx.config.general
+    if count is None:
+        count = corpus_sequences(ctx)
+    return _phase(ctx, "general", "distill", f"corpus {_corpus_source(ctx)}", count,
+                  c.batch_size, "--general_batch_size", c.epochs, c.max_steps, c.lr, "linear",
+                  c.warmup, general_terms(ctx))
+
+
+def corpus_sequences(ctx: Context) -> int:
+    """Packed sequences per epoch of the corpus, cached by path, size and mtime."""
+    c = ctx.config.general
+    source = _corpus_source(ctx)
+    pack = "single" if c.distilbert else "pair"
+    key = {"source": source, "max_seq_len": c.max_seq_len, "pack": pack,
+           "files": corpus_lib.source_facts(source)}
+    count_path = ctx.state.path("general", "corpus_count.json")
+    counted = read_json(count_path, default=None)
+    if counted is not None and counted.get("key") == key:
+        return int(counted["sequences"])
+    print(f"[general] counting sequences of {source} ...", flush=True)
+    tokenizer = load_tokenizer(ctx.config.models.teacher, c.max_seq_len)
+    n = corpus_lib.count_sequences(source, tokenizer, c.max_seq_len, pack=pack)
+    if ctx.chief:
+        write_json_atomic(count_path, {"key": key, "sequences": int(n)})
+    return int(n)
+
+
+def finetune_phase(ctx: Context, train_size: int) -> PhaseSpec:
+    c = ctx.config.finetune
+    return _phase(ctx, "finetune_teacher", "train", "task train split", train_size,
+                  c.batch_size, "--teacher_batch_size", c.epochs, 0, c.lr, "linear",
+                  ctx.config.optim.warmup_proportion,
+                  [HardLabelTerm(task=ctx.task.type)])
+
+
+def intermediate_phase(ctx: Context, train_size: int) -> PhaseSpec:
+    d, loss = ctx.config.distill, ctx.config.loss
+    terms = make_terms(loss.loss_terms, layer_mapping=loss.layer_mapping,
+                       layer_weights=loss.lambdas, mask_padding=loss.mask_padding)
+    data = "augmented train split" if d.use_augmented else "task train split"
+    # The reference trains the intermediate phase at a constant rate.
+    return _phase(ctx, "task", "intermediate", data, train_size, d.batch_size,
+                  "--task_batch_size", d.intermediate_epochs, d.max_steps, d.intermediate_lr,
+                  "constant", 0.0, terms)
+
+
+def prediction_phase(ctx: Context, train_size: int) -> PhaseSpec:
+    d, loss = ctx.config.distill, ctx.config.loss
+    terms: list[LossTerm] = [PredictionTerm(task=ctx.task.type, temperature=loss.temperature,
+                                            layer_weights=loss.lambdas)]
+    if loss.hard_label_weight > 0:
+        terms.append(HardLabelTerm(task=ctx.task.type, weight=loss.hard_label_weight))
+    data = ("augmented train split" if d.use_augmented and not prediction_on_original(ctx)
+            else "task train split")
+    return _phase(ctx, "task", "prediction", data, train_size, d.batch_size,
+                  "--task_batch_size", d.pred_epochs, d.max_steps, d.pred_lr, "linear",
+                  ctx.config.optim.warmup_proportion, terms)
+
+
+def prediction_on_original(ctx: Context) -> bool:
+    return ctx.config.distill.use_augmented and ctx.task.type.predict_on_original_data
+
+
+# --- shared helpers --------------------------------------------------------------------
 
 def _run(ctx: Context, phase: Phase) -> dict[str, Any]:
-    f = ctx.flags
-    return run_phase(phase, ctx.strategy, checkpoint_every=f.checkpoint_every,
-                     keep_checkpoints=f.keep_checkpoints, log_every=1, verbose=1)
+    r = ctx.config.run
+    return run_phase(phase, ctx.strategy, checkpoint_every=r.checkpoint_every,
+                     keep_checkpoints=r.keep_checkpoints, log_every=1, verbose=1)
 
 
-def _steps(examples: int, batch_size: int, what: str) -> int:
-    steps = examples // batch_size
-    if steps < 1:
-        raise ValueError(f"{what}: {examples} examples make no full batch of {batch_size}; "
-                         "lower the batch size flag.")
-    return steps
+def _distiller(ctx: Context, student, teacher, spec: PhaseSpec,
+               label_metrics=()) -> Distiller:
+    o, loss = ctx.config.optim, ctx.config.loss
+    distiller = Distiller(student=student, teacher=teacher, terms=spec.terms,
+                          clip_norm=o.clip_norm or None, grad_accum_steps=o.grad_accum_steps,
+                          share_hidden_projection=loss.share_hidden_projection,
+                          label_metrics=list(label_metrics))
+    distiller.compile(optimizer=spec.optimizer(o.weight_decay),
+                      jit_compile=ctx.config.numerics.jit_compile)
+    return distiller
 
 
-def _loss_terms(values) -> tuple[str, ...]:
-    terms: list[str] = []
-    for t in values:
-        terms.extend(["attn", "hidn"] if t == "trm" else [t])
-    return tuple(dict.fromkeys(terms))
+def _task_dataset(ctx: Context, examples, batch_size: int) -> Callable[[int], tf.data.Dataset]:
+    seed = ctx.config.numerics.seed
+
+    def make(epoch: int) -> tf.data.Dataset:
+        return ctx.task.type.dataset(epoch_order(examples, seed, epoch), ctx.tokenizer,
+                                     ctx.max_seq_len, batch_size, drop_remainder=True)
+    return make
 
 
-def _distiller_kwargs(f) -> dict[str, Any]:
-    return dict(layer_mapping=f.layer_mapping,
-                layer_weights=[float(w) for w in f.layer_weights] or None,
-                share_hidden_projection=f.share_hidden_projection,
-                mask_padding=f.mask_padding, clip_norm=f.clip_norm or None,
-                grad_accum_steps=f.grad_accum_steps)
+def _evaluator(ctx: Context, model, examples) -> Callable[[], dict[str, float]]:
+    batch = ctx.config.run.eval_batch_size
+    return lambda: ctx.task.type.evaluate(model, examples, ctx.tokenizer, ctx.max_seq_len,
+                                          batch)
 
 
-# --- general distillation ------------------------------------------------------
+def load_task_teacher(ctx: Context) -> BertModel:
+    """The fine-tuned teacher, its outputs in the task's label order."""
+    return load_model(ctx.teacher_path())
+
+
+# --- general distillation ------------------------------------------------------------
 
 def general(ctx: Context) -> dict[str, Any]:
-    f, stage_dir = ctx.flags, ctx.state.stage_dir("general")
-    distilbert = f.recipe == "distilbert"
-    source = f.corpus or corpus_lib.default_corpus_path()
+    c, m = ctx.config.general, ctx.config.models
+    spec = general_phase(ctx)
+    spec.check()
     with ctx.strategy.scope():
-        teacher = load_model(f.teacher, head="mlm" if distilbert else None)
-        tokenizer = _tokenizer(teacher, f.general_max_seq_len)
-        config = get_config(f.student_config).replace(vocab_size=len(teacher.vocab),
-                                                      lower_case=teacher.bert_config.lower_case)
-        student = BertModel(config, head="mlm" if distilbert else None, vocab=teacher.vocab)
-        if distilbert or f.init_from_teacher:
-            from tinybert_tf.distill.distilbert import init_student_from_teacher
-            from tinybert_tf.distill.mapping import layer_map
+        teacher = load_model(m.teacher, head="mlm" if c.distilbert else None)
+        tokenizer = load_tokenizer(teacher, c.max_seq_len)
+        config = student_config(ctx, teacher.bert_config, len(teacher.vocab))
+        student = BertModel(config, head="mlm" if c.distilbert else None, vocab=teacher.vocab)
+        if c.distilbert or m.init_from_teacher:
             # DistilBERT: every other layer; TinyBERT: the layers g(m) the student learns from.
-            layers = "every_other" if distilbert else [
-                g - 1 for g in layer_map(f.layer_mapping, config.num_layers,
+            layers = "every_other" if c.distilbert else [
+                g - 1 for g in layer_map(ctx.config.loss.layer_mapping, config.num_layers,
                                          teacher.bert_config.num_layers)[1:]]
             copied = init_student_from_teacher(student, teacher, layers=layers)
             print(f"[general] student initialised from the teacher: {len(copied)} layers "
                   "copied", flush=True)
-        count_path = os.path.join(stage_dir, "corpus_count.json")
-        counted = read_json(count_path)
-        if counted is None or counted.get("source") != source:
-            print(f"[general] counting sequences of {source} ...", flush=True)
-            n = corpus_lib.count_sequences(source, tokenizer, f.general_max_seq_len)
-            counted = {"source": source, "sequences": int(n)}
-            if ctx.chief:
-                write_json_atomic(count_path, counted)
-        steps_per_epoch = _steps(counted["sequences"], f.general_batch_size, "--corpus")
-        phase_total = schedule_steps(f.general_epochs, steps_per_epoch, f.general_max_steps)
-        if distilbert:
-            distiller = Distiller(student, teacher, phase="distilbert",
-                                  alpha_ce=f.alpha_ce, alpha_mlm=f.alpha_mlm,
-                                  alpha_cos=f.alpha_cos, temperature=f.distil_temperature,
-                                  **_distiller_kwargs(f))
-        else:
-            distiller = Distiller(student, teacher, phase="intermediate",
-                                  loss_terms=_loss_terms(f.loss_terms), **_distiller_kwargs(f))
-        optimizer = create_optimizer(f.general_lr, phase_total,
-                                     warmup_steps=int(f.general_warmup * phase_total),
-                                     weight_decay=f.weight_decay, schedule="linear")
-        distiller.compile(optimizer=optimizer, jit_compile=f.jit_compile)
+        distiller = _distiller(ctx, student, teacher, spec)
 
     def make_dataset(epoch: int) -> tf.data.Dataset:
         return corpus_lib.general_dataset(
-            source, tokenizer, max_seq_len=f.general_max_seq_len,
-            batch_size=f.general_batch_size, seed=f.seed + epoch, masking=distilbert)
+            _corpus_source(ctx), tokenizer, max_seq_len=c.max_seq_len,
+            batch_size=c.batch_size, seed=ctx.config.numerics.seed + epoch,
+            pack="single" if c.distilbert else "pair", masking=c.distilbert)
 
-    phase = Phase("general", os.path.join(stage_dir, "distill"), distiller,
-                  {"student": trackable(student.variables),
-                   "projections": trackable(distiller.projection_variables),
-                   "optimizer": optimizer}, make_dataset, steps_per_epoch,
-                  f.general_epochs, max_steps=f.general_max_steps)
+    phase = Phase("general", spec.directory, distiller, distiller.checkpoint_items(),
+                  make_dataset, spec.steps_per_epoch, spec.epochs, max_steps=spec.max_steps)
     result = _run(ctx, phase)
     if ctx.chief:
-        save_model(student, os.path.join(stage_dir, "model"),
-                   metadata={"stage": "general", "teacher": f.teacher, "recipe": f.recipe})
-    return {"steps": result["steps"], "sequences_per_epoch": counted["sequences"]}
+        save_model(student, ctx.state.path("general", "model"),
+                   metadata={"stage": "general", "teacher": m.teacher, "recipe": c.recipe})
+    return {"steps": result["steps"], "sequences_per_epoch": spec.examples}
 
 
-# --- teacher fine-tuning -------------------------------------------------------
+def student_config(ctx: Context, teacher_config: BertConfig, vocab_size: int) -> BertConfig:
+    """--student_config with the teacher's vocab size and casing (a student always
+    tokenises as its teacher does)."""
+    return get_config(ctx.config.models.student_config).replace(
+        vocab_size=vocab_size, lower_case=teacher_config.lower_case)
+
+
+# --- teacher fine-tuning -------------------------------------------------------------
 
 def finetune_teacher(ctx: Context) -> dict[str, Any]:
-    f, spec, stage_dir = ctx.flags, ctx.spec, ctx.state.stage_dir("finetune_teacher")
-    train, dev = ctx.examples("train"), ctx.examples(ctx.dev_splits()[0])
+    train, dev = ctx.examples("train"), ctx.examples(ctx.task.dev_splits[0])
+    spec = finetune_phase(ctx, len(train))
+    spec.check()
     with ctx.strategy.scope():
-        teacher = load_model(f.teacher, **_task_head(spec))
-        tokenizer = _tokenizer(teacher, ctx.max_seq_len)
-        steps_per_epoch = _steps(len(train), f.teacher_batch_size, "--teacher_batch_size")
-        total = schedule_steps(f.teacher_epochs, steps_per_epoch)
-        optimizer = create_optimizer(f.teacher_lr, total, warmup_steps=int(0.1 * total),
-                                     weight_decay=f.weight_decay, schedule="linear")
-        trainer = evaluation.ClassifierTrainer(teacher)
-        loss = (keras.losses.MeanSquaredError() if spec.is_regression else
-                keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-        trainer.compile(optimizer=optimizer, loss=loss, jit_compile=f.jit_compile,
-                        metrics=[] if spec.is_regression else ["accuracy"])
-
-    def make_dataset(epoch: int) -> tf.data.Dataset:
-        return glue.make_dataset(epoch_order(train, f.seed, epoch), tokenizer, ctx.max_seq_len,
-                                 f.teacher_batch_size, drop_remainder=True)
+        teacher = load_model(ctx.config.models.teacher, **ctx.task.type.head_kwargs())
+        distiller = _distiller(ctx, teacher, None, spec, ctx.task.type.label_metrics())
 
     # The teacher after its last epoch, as BERT fine-tuning does: on a small dev
     # set the "best" epoch is noise, and an early teacher's soft targets are
     # near uniform, which leaves the prediction-layer phase nothing to teach.
-    phase = Phase("finetune_teacher", os.path.join(stage_dir, "train"), trainer,
-                  {"teacher": trackable(teacher.variables), "optimizer": optimizer},
-                  make_dataset, steps_per_epoch, f.teacher_epochs,
-                  evaluate=lambda: evaluation.task_metrics(
-                      f.task, teacher, dev, tokenizer, ctx.max_seq_len, f.eval_batch_size))
+    phase = Phase("finetune_teacher", spec.directory, distiller,
+                  distiller.checkpoint_items(model_key="teacher"),
+                  _task_dataset(ctx, train, spec.global_batch), spec.steps_per_epoch,
+                  spec.epochs, evaluate=_evaluator(ctx, teacher, dev))
     result = _run(ctx, phase)
     last = result["evals"][-1] if result["evals"] else {}
     if ctx.chief:
-        save_model(teacher, os.path.join(stage_dir, "model"),
+        save_model(teacher, ctx.state.path("finetune_teacher", "model"),
                    metadata={"stage": "finetune_teacher", "dev": last})
     return {"dev": last}
 
 
-# --- augmentation --------------------------------------------------------------
+# --- augmentation --------------------------------------------------------------------
 
 def augment(ctx: Context) -> dict[str, Any]:
-    from tinybert_tf.augment.augmenter import augment_task
-    f, stage_dir = ctx.flags, ctx.state.stage_dir("augment")
-    # The path, not a loaded model: augment's loader refuses a checkpoint without
-    # a trained MLM head (load_model would attach a random one).
-    teacher_vocab = load_tokenizer(f.task_teacher or f.teacher).vocab
-    stats = augment_task(
-        f.task, ctx.task_data_dir(), os.path.join(stage_dir, "train_aug.tsv"),
-        mlm_model=f.mlm_model or None, word_vectors=f.word_vectors or None,
-        corpus=f.corpus or corpus_lib.default_corpus_path(), num_aug=f.num_aug,
-        replace_prob=f.replace_prob, num_candidates=f.num_candidates, seed=f.seed,
-        shard=f.shard or None, batch_size=f.augment_batch_size,
-        vector_cache_dir=os.path.join(stage_dir, "vectors"), vocab=teacher_vocab)
+    a, r = ctx.config.augment, ctx.config.run
+    # The teacher's vocab, read without weights: augmentation must tokenise as the
+    # task models do.
+    teacher_vocab = inspect_model(ctx.config.models.task_teacher
+                                  or ctx.config.models.teacher).vocab
+    stats = augment_source(
+        ctx.task.source, ctx.augmented_path(), mlm_model=a.mlm_model or None,
+        word_vectors=a.word_vectors or None, corpus=a.corpus or corpus_lib.default_corpus_path(),
+        num_aug=a.num_aug, replace_prob=a.replace_prob, num_candidates=a.num_candidates,
+        seed=ctx.config.numerics.seed, batch_size=r.augment_batch_size,
+        vector_cache_dir=ctx.state.path("augment", "vectors"), vocab=teacher_vocab,
+        vocab_limit=a.vector_vocab_limit)
+    print(f"[augment] mode: {stats['mode']} ({stats['examples']} examples -> "
+          f"{stats['written']} rows)", flush=True)
     return dict(stats)
 
 
-# --- task distillation -----------------------------------------------------------
+# --- task distillation ---------------------------------------------------------------
 
-def _student_for_task(ctx: Context) -> BertModel:
-    f, spec = ctx.flags, ctx.spec
-    if f.general_model.lower() == "none":
-        teacher_vocab = load_model(ctx.teacher_path()).vocab
-        base = get_config(f.student_config).replace(vocab_size=len(teacher_vocab))
-        return BertModel(base, vocab=teacher_vocab, **_task_head(spec))
-    path = f.general_model or ctx.state.path("general", "model")
-    return load_model(path, **_task_head(spec))
+def _student_for_task(ctx: Context, teacher: BertModel) -> BertModel:
+    head = ctx.task.type.head_kwargs()
+    if ctx.config.models.random_student:
+        config = student_config(ctx, teacher.bert_config, len(teacher.vocab))
+        return BertModel(config, vocab=teacher.vocab, **head)
+    return load_model(ctx.general_path(), **head)
 
 
 def task(ctx: Context) -> dict[str, Any]:
-    f, spec, stage_dir = ctx.flags, ctx.spec, ctx.state.stage_dir("task")
-    use_aug = f.use_augmented
-    train = ctx.examples("train_aug" if use_aug else "train")
-    # STS-B's prediction phase uses the original training set (paper, Sec. 4.2).
-    pred_train = ctx.examples("train") if (spec.is_regression and use_aug) else train
-    dev = ctx.examples(ctx.dev_splits()[0])
+    d = ctx.config.distill
+    train = ctx.examples("train_aug" if d.use_augmented else "train")
+    pred_train = ctx.examples("train") if prediction_on_original(ctx) else train
+    dev = ctx.examples(ctx.task.dev_splits[0])
     with ctx.strategy.scope():
-        teacher = load_model(ctx.teacher_path())
-        student = _student_for_task(ctx)
-        tokenizer = _tokenizer(teacher, ctx.max_seq_len)
-
-    def dataset_fn(examples):
-        def make(epoch: int) -> tf.data.Dataset:
-            return glue.make_dataset(epoch_order(examples, f.seed, epoch), tokenizer,
-                                     ctx.max_seq_len, f.task_batch_size, drop_remainder=True)
-        return make
+        teacher = load_task_teacher(ctx)
+        student = _student_for_task(ctx, teacher)
 
     out: dict[str, Any] = {"train_examples": len(train)}
-    if f.intermediate:
+    if d.intermediate:
+        spec = intermediate_phase(ctx, len(train))
+        spec.check()
         with ctx.strategy.scope():
-            steps = _steps(len(train), f.task_batch_size, "--task_batch_size")
-            total = schedule_steps(f.intermediate_epochs, steps, f.task_max_steps)
-            distiller = Distiller(student, teacher, phase="intermediate",
-                                  loss_terms=_loss_terms(f.loss_terms), **_distiller_kwargs(f))
-            # The reference trains the intermediate phase at a constant rate.
-            optimizer = create_optimizer(f.intermediate_lr, total, weight_decay=f.weight_decay,
-                                         schedule="constant")
-            distiller.compile(optimizer=optimizer, jit_compile=f.jit_compile)
-        phase = Phase("intermediate", os.path.join(stage_dir, "intermediate"), distiller,
-                      {"student": trackable(student.variables),
-                       "projections": trackable(distiller.projection_variables),
-                       "optimizer": optimizer}, dataset_fn(train), steps,
-                      f.intermediate_epochs, max_steps=f.task_max_steps)
+            distiller = _distiller(ctx, student, teacher, spec)
+        phase = Phase("intermediate", spec.directory, distiller, distiller.checkpoint_items(),
+                      _task_dataset(ctx, train, spec.global_batch), spec.steps_per_epoch,
+                      spec.epochs, max_steps=spec.max_steps)
         out["intermediate_steps"] = _run(ctx, phase)["steps"]
 
     model_dir = ctx.student_path()
+    spec = prediction_phase(ctx, len(pred_train))
+    spec.check()
     with ctx.strategy.scope():
-        steps = _steps(len(pred_train), f.task_batch_size, "--task_batch_size")
-        total = schedule_steps(f.pred_epochs, steps, f.task_max_steps)
-        distiller = Distiller(student, teacher, phase="prediction", temperature=f.temperature,
-                              is_regression=spec.is_regression, **_distiller_kwargs(f))
-        # max(1, .): --pred_epochs=0 (no prediction phase) still builds a valid schedule.
-        optimizer = create_optimizer(f.pred_lr, max(1, total),
-                                     warmup_steps=int(f.warmup_proportion * total),
-                                     weight_decay=f.weight_decay, schedule="linear")
-        distiller.compile(optimizer=optimizer, jit_compile=f.jit_compile)
+        distiller = _distiller(ctx, student, teacher, spec, ctx.task.type.label_metrics())
 
     def on_best(metrics):
         if ctx.chief:
             save_model(student, model_dir, metadata={"stage": "task", "dev": metrics})
 
-    phase = Phase("prediction", os.path.join(stage_dir, "prediction"), distiller,
-                  {"student": trackable(student.variables), "optimizer": optimizer}, dataset_fn(pred_train), steps,
-                  f.pred_epochs, max_steps=f.task_max_steps,
-                  evaluate=lambda: evaluation.task_metrics(
-                      f.task, student, dev, tokenizer, ctx.max_seq_len, f.eval_batch_size),
-                  select_metric=spec.primary_metric, on_best=on_best,
-                  eval_every=f.eval_every)
+    phase = Phase("prediction", spec.directory, distiller, distiller.checkpoint_items(),
+                  _task_dataset(ctx, pred_train, spec.global_batch), spec.steps_per_epoch,
+                  spec.epochs, max_steps=spec.max_steps,
+                  evaluate=_evaluator(ctx, student, dev),
+                  select_metric=ctx.task.type.primary_metric, on_best=on_best,
+                  eval_every=d.eval_every)
     result = _run(ctx, phase)
     out["best"] = result["best"]
     return out
 
 
-# --- evaluation and report ---------------------------------------------------------
+# --- evaluation and report -------------------------------------------------------------
 
 def evaluate(ctx: Context) -> dict[str, Any]:
-    from tinybert_tf.pipeline import report
-    f, spec = ctx.flags, ctx.spec
-    eval_dir = ctx.state.stage_dir("evaluate")
-    models = {"teacher": load_model(ctx.teacher_path()), "student": load_model(ctx.student_path())}
-    tokenizer = _tokenizer(models["teacher"], ctx.max_seq_len)
+    r = ctx.config.run
+    models = {"teacher": load_task_teacher(ctx), "student": load_model(ctx.student_path())}
+    splits = ctx.task.dev_splits
     results: dict[str, Any] = {}
     for who, model in models.items():
         dev: dict[str, float] = {}
-        for split in ctx.dev_splits():
-            metrics = evaluation.task_metrics(f.task, model, ctx.examples(split), tokenizer,
-                                              ctx.max_seq_len, f.eval_batch_size)
-            prefix = "" if len(ctx.dev_splits()) == 1 else f"{split}_"
+        for split in splits:
+            metrics = _evaluator(ctx, model, ctx.examples(split))()
+            prefix = "" if len(splits) == 1 else f"{split}_"
             dev.update({prefix + k: v for k, v in metrics.items()})
-        results[who] = {**evaluation.model_facts(model, ctx.max_seq_len, f.latency_runs),
+        results[who] = {**evaluation.model_facts(model, ctx.max_seq_len, r.latency_runs),
                         "dev": dev}
-    primary = spec.primary_metric
-    if len(ctx.dev_splits()) > 1:
-        primary = f"{ctx.dev_splits()[0]}_{primary}"
-    data = report.build_report(spec.name, results["teacher"], results["student"], primary,
+    primary = ctx.task.type.primary_metric
+    if len(splits) > 1:
+        primary = f"{splits[0]}_{primary}"
+    data = report.build_report(ctx.task.name, results["teacher"], results["student"], primary,
                                max_seq_len=ctx.max_seq_len)
     if ctx.chief:
         write_json_atomic(ctx.state.path("report.json"), data)
         report.plot_loss_curves(ctx.state.output_dir, ctx.state.path("loss_curves.png"))
-        write_json_atomic(os.path.join(eval_dir, "metrics.json"), data)
+        write_json_atomic(ctx.state.path("evaluate", "metrics.json"), data)
     print(report.summary_table(data), flush=True)
     return {"retained": data["ratios"]["retained"]}
 
 
-# --- export ---------------------------------------------------------------------------
+# --- export ------------------------------------------------------------------------------
 
 def export(ctx: Context) -> dict[str, Any]:
-    from tinybert_tf.export import export_all
-    f, spec = ctx.flags, ctx.spec
+    e, r = ctx.config.export, ctx.config.run
     student = load_model(ctx.student_path())
-    dev = ctx.examples(ctx.dev_splits()[0])
+    dev = ctx.examples(ctx.task.dev_splits[0])
     train = ctx.examples("train")
+
     def texts(examples):
-        return [(ex.text_a, ex.text_b) if spec.is_pair else ex.text_a for ex in examples]
+        return [(ex.text_a, ex.text_b) if ctx.task.is_pair else ex.text_a for ex in examples]
+
     parity = export_all(
-        student, ctx.state.path("export"), max_seq_len=ctx.max_seq_len,
-        formats=tuple(f.export_formats), dev_texts=texts(dev),
-        dev_labels=[ex.label for ex in dev],
-        representative_texts=texts(train[: f.representative_examples]),
-        is_pair=spec.is_pair, is_regression=spec.is_regression, task=f.task)
+        student, ctx.state.path("export"), max_seq_len=ctx.max_seq_len, formats=e.formats,
+        dev_texts=texts(dev), dev_labels=[ex.label for ex in dev],
+        representative_texts=texts(train[: e.representative_examples]),
+        is_pair=ctx.task.is_pair, task=ctx.task.type, task_name=ctx.task.name,
+        latency_runs=r.export_latency_runs,
+        num_threads=r.export_threads or None, max_examples=r.export_max_examples or None)
     report_path = ctx.state.path("report.json")
-    data = read_json(report_path)
+    data = read_json(report_path, default=None)
     if data is not None and ctx.chief:
         data["export"] = parity
         write_json_atomic(report_path, data)
-    return {"formats": list(f.export_formats)}
+    return {"formats": list(e.formats)}
 
 
 STAGE_FUNCTIONS = {

@@ -64,18 +64,6 @@ def schedule_steps(epochs: float, steps_per_epoch: int, max_steps: int = 0) -> i
     return min(total, max_steps) if max_steps > 0 else total
 
 
-def trackable(variables) -> dict[str, Any]:
-    """Variables keyed by position, for `tf.train.Checkpoint`.
-
-    A Keras 3 model's Python list of layers is not followed by TF's object
-    graph (only direct layer attributes are), so checkpointing the model
-    object would silently skip the transformer layers. Listing the variables
-    (weights and dropout seed states, in their fixed creation order) saves
-    everything and restores by position, whatever Keras names them.
-    """
-    return {f"v{i:05d}": v for i, v in enumerate(variables)}
-
-
 class _PhaseCallback(keras.callbacks.Callback):
     """Counts steps, saves checkpoints, logs scalars and history, evaluates."""
 

@@ -1,0 +1,102 @@
+"""The package's structure: data flows one way (no import cycles, none hidden in
+functions), every pipeline flag is read by a typed config, removed flags say what
+replaced them, and only result-affecting settings guard an output folder."""
+from __future__ import annotations
+
+import ast
+import dataclasses
+import glob
+import os
+
+import pytest
+
+from pipeline_helpers import REPO, flag_values
+
+PACKAGE = os.path.join(REPO, "tinybert_tf")
+
+
+def _module(path: str) -> str:
+    rel = os.path.relpath(path, REPO)[:-3].replace(os.sep, ".")
+    return rel[: -len(".__init__")] if rel.endswith(".__init__") else rel
+
+
+def _imports() -> tuple[dict[str, set[str]], list[str]]:
+    """Module -> package modules it imports at module level; and function-level imports."""
+    graph, hidden = {}, []
+    files = glob.glob(os.path.join(PACKAGE, "**", "*.py"), recursive=True)
+    modules = {_module(p) for p in files}
+    for path in files:
+        name = _module(path)
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+        deps = set()
+        for node in ast.walk(tree):
+            targets = []
+            if isinstance(node, ast.ImportFrom) and node.module and \
+                    node.module.startswith("tinybert_tf"):
+                targets = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                targets = [a.name for a in node.names if a.name.startswith("tinybert_tf")]
+            targets = [t for t in targets if t in modules]
+            if not targets:
+                continue
+            if node.col_offset > 0 and name != "tinybert_tf":
+                hidden.append(f"{name}:{node.lineno} imports {targets[0]} inside a function")
+            deps.update(targets)
+        graph[name] = deps - {name}
+    return graph, hidden
+
+
+def test_no_import_cycles_and_none_hidden_in_functions():
+    graph, hidden = _imports()
+    assert not hidden, hidden
+    state: dict[str, int] = {}
+
+    def visit(node, path):
+        state[node] = 1
+        for dep in graph.get(node, ()):
+            # A package imports its submodules through __init__; those edges are not cycles.
+            if node.startswith(dep + "."):
+                continue
+            if state.get(dep) == 1:
+                pytest.fail("import cycle: " + " -> ".join(path + [dep]))
+            if dep not in state:
+                visit(dep, path + [dep])
+        state[node] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+
+
+def test_every_pipeline_flag_is_read_by_a_typed_config():
+    from tinybert_tf.pipeline import flags as tb_flags
+    from tinybert_tf.pipeline.configs import _TYPES
+    fv = tb_flags.distill_flags()
+    defined = {name for name in fv} - {"flagfile", "undefok", "helpshort", "helpfull",
+                                        "helpxml", "help", "?"}
+    read = {f.metadata.get("flag", f.name) for part in _TYPES.values()
+            for f in dataclasses.fields(part)}
+    assert defined == read, {"defined, never read": sorted(defined - read),
+                             "read, never defined": sorted(read - defined)}
+
+
+def test_a_removed_flag_names_its_replacement(tmp_path):
+    from tinybert_tf.pipeline.main import UsageError, run_argv
+    with pytest.raises(UsageError, match=r"--shard:.*bin/augment --shard"):
+        run_argv(["bin/distill", f"--output_dir={tmp_path}", "--shard=0/2"])
+    with pytest.raises(UsageError, match="--model_dir.*bin/export"):
+        run_argv(["bin/distill", f"--output_dir={tmp_path}", "--model_dir=x"])
+
+
+def test_run_config_holds_exactly_the_result_affecting_settings():
+    from tinybert_tf.pipeline.configs import PipelineConfig
+    base = PipelineConfig.from_flags(flag_values(output_dir="o"))
+    for name, value in (("export_threads", 3), ("export_latency_runs", 2), ("stages", ["task"]),
+                        ("checkpoint_every", 7), ("eval_batch_size", 8), ("strategy", "mirrored")):
+        other = PipelineConfig.from_flags(flag_values(output_dir="o", **{name: value}))
+        assert other.results() == base.results(), name
+    for name, value in (("representative_examples", 5), ("export_formats", ["float32"]),
+                        ("seed", 7), ("num_aug", 3), ("hard_label_weight", 0.5)):
+        other = PipelineConfig.from_flags(flag_values(output_dir="o", **{name: value}))
+        assert other.results()[name] != base.results()[name], name

@@ -1,0 +1,242 @@
+"""Typed configs of the pipeline: one dataclass per concern, built once from the flags.
+
+Stages read their config, never the flags object. `PipelineConfig.results()`
+is what `run_config.json` records: every config that changes what a run
+computes. `RunOptions` (folders, stages, checkpoint cadence, timing repeats,
+thread counts) steers how a run proceeds and is not recorded, so changing it
+never refuses a resume. `stage_settings(stage)` is the part a stage's output
+depends on; the stage records it, and a later run with other settings redoes
+the stage (and everything made from it).
+
+Each field maps to the flag of the same name unless its metadata names
+another (`flag("general_batch_size")`).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Optional
+
+from tinybert_tf.tasks.catalog import TaskConfig
+
+
+def flag(name: str) -> Any:
+    """A dataclass field read from flag `name` (when it differs from the field name)."""
+    return dataclasses.field(metadata={"flag": name})
+
+
+def _from_flags(cls, values: Any):
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        name = f.metadata.get("flag", f.name)
+        value = getattr(values, name)
+        if isinstance(value, list):
+            value = tuple(value)
+        kwargs[f.name] = value
+    return cls(**kwargs)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunOptions:
+    """How the run proceeds (not part of its results)."""
+
+    output_dir: str
+    stages: tuple[str, ...]
+    plugins: tuple[str, ...]
+    overwrite: bool
+    dry_run: bool
+    strategy: str
+    tpu: str
+    checkpoint_every: int
+    keep_checkpoints: int
+    eval_batch_size: int
+    latency_runs: int
+    augment_batch_size: int
+    export_threads: int
+    export_latency_runs: int
+    export_max_examples: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Numerics:
+    seed: int
+    mixed_precision: str
+    jit_compile: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelsConfig:
+    teacher: str
+    task_teacher: str
+    teacher_label_order: tuple[str, ...]
+    student_config: str
+    init_from_teacher: bool
+    general_model: str
+
+    @property
+    def random_student(self) -> bool:
+        """--general_model=none: task distillation from a randomly initialised student."""
+        return self.general_model.lower() == "none"
+
+
+@dataclasses.dataclass(frozen=True)
+class LossConfig:
+    loss_terms: tuple[str, ...]
+    temperature: float
+    hard_label_weight: float
+    layer_mapping: str
+    layer_weights: tuple[str, ...]
+    share_hidden_projection: bool
+    mask_padding: bool
+
+    @property
+    def lambdas(self) -> Optional[list[float]]:
+        return [float(w) for w in self.layer_weights] or None
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimConfig:
+    weight_decay: float
+    warmup_proportion: float
+    clip_norm: float
+    grad_accum_steps: int
+
+
+@dataclasses.dataclass(frozen=True)
+class GeneralConfig:
+    recipe: str
+    corpus: str
+    max_seq_len: int = flag("general_max_seq_len")
+    batch_size: int = flag("general_batch_size")
+    epochs: float = flag("general_epochs")
+    max_steps: int = flag("general_max_steps")
+    lr: float = flag("general_lr")
+    warmup: float = flag("general_warmup")
+    alpha_ce: float = flag("alpha_ce")
+    alpha_mlm: float = flag("alpha_mlm")
+    alpha_cos: float = flag("alpha_cos")
+    distil_temperature: float = flag("distil_temperature")
+    restrict_ce_to_mask: bool = flag("restrict_ce_to_mask")
+
+    @property
+    def distilbert(self) -> bool:
+        return self.recipe == "distilbert"
+
+
+@dataclasses.dataclass(frozen=True)
+class FinetuneConfig:
+    epochs: float = flag("teacher_epochs")
+    lr: float = flag("teacher_lr")
+    batch_size: int = flag("teacher_batch_size")
+
+
+@dataclasses.dataclass(frozen=True)
+class AugmentConfig:
+    mlm_model: str
+    word_vectors: str
+    augment_fallback: bool
+    num_aug: int
+    replace_prob: float
+    num_candidates: int
+    vector_vocab_limit: int
+    corpus: str
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskDistillConfig:
+    use_augmented: bool
+    intermediate: bool
+    intermediate_epochs: float
+    intermediate_lr: float
+    pred_epochs: float
+    pred_lr: float
+    batch_size: int = flag("task_batch_size")
+    max_steps: int = flag("task_max_steps")
+    eval_every: int = flag("eval_every")
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportConfig:
+    formats: tuple[str, ...] = flag("export_formats")
+    representative_examples: int = flag("representative_examples")
+
+
+@dataclasses.dataclass(frozen=True)
+class PipelineConfig:
+    """Everything a pipeline run needs, read once from the flags."""
+
+    run: RunOptions
+    numerics: Numerics
+    models: ModelsConfig
+    task: TaskConfig
+    loss: LossConfig
+    optim: OptimConfig
+    general: GeneralConfig
+    finetune: FinetuneConfig
+    augment: AugmentConfig
+    distill: TaskDistillConfig
+    export: ExportConfig
+
+    @classmethod
+    def from_flags(cls, values: Any) -> "PipelineConfig":
+        return cls(**{name: _from_flags(part, values) for name, part in _TYPES.items()})
+
+    def results(self) -> dict[str, Any]:
+        """The result-affecting configs as {flag: value}, JSON-friendly (run_config.json)."""
+        out: dict[str, Any] = {}
+        for name in _TYPES:
+            if name != "run":
+                out.update(as_flags(getattr(self, name)))
+        return out
+
+    def stage_settings(self, stage: str) -> dict[str, Any]:
+        """The settings `stage`'s output depends on (besides the stages it reads), as
+        {flag: value}."""
+        out: dict[str, Any] = {}
+        for name in _STAGE_PARTS[stage]:
+            part = as_flags(getattr(self, name))
+            # Fields a stage does not read would make it stale for nothing.
+            ignored = {p.split(".")[1] for p in _STAGE_IGNORES.get(stage, ())
+                       if p.startswith(name + ".")}
+            out.update({k: v for k, v in part.items() if k not in ignored})
+        return out
+
+
+_TYPES = {"run": RunOptions, "numerics": Numerics, "models": ModelsConfig, "task": TaskConfig,
+          "loss": LossConfig, "optim": OptimConfig, "general": GeneralConfig,
+          "finetune": FinetuneConfig, "augment": AugmentConfig, "distill": TaskDistillConfig,
+          "export": ExportConfig}
+
+# Which configs each stage reads.
+_STAGE_PARTS = {
+    "general": ("numerics", "models", "general", "loss", "optim"),
+    "finetune_teacher": ("numerics", "models", "task", "finetune", "optim"),
+    "augment": ("numerics", "models", "task", "augment"),
+    "task": ("numerics", "models", "task", "loss", "optim", "distill"),
+    "evaluate": ("task",),
+    "export": ("task", "export"),
+}
+_STAGE_IGNORES = {
+    "general": ("models.task_teacher", "models.teacher_label_order", "models.general_model",
+                "loss.temperature", "loss.hard_label_weight"),
+    "finetune_teacher": ("models.task_teacher", "models.teacher_label_order",
+                         "models.student_config", "models.init_from_teacher",
+                         "models.general_model"),
+    "augment": ("numerics.mixed_precision", "numerics.jit_compile", "models.student_config",
+                "models.init_from_teacher", "models.general_model",
+                "models.teacher_label_order"),
+    "task": ("models.init_from_teacher",),
+}
+
+
+def as_flags(part: Any) -> dict[str, Any]:
+    """A config dataclass as {flag name: JSON-friendly value}."""
+    return {f.metadata.get("flag", f.name): _jsonable(getattr(part, f.name))
+            for f in dataclasses.fields(part)}
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return value

@@ -1,0 +1,190 @@
+"""`TaskType`: what a kind of task owns, and the registry of kinds.
+
+A task type is one object per kind of task (classification, regression,
+token classification, span question answering). An instance carries the
+task's label names and metric choice, and owns everything that differs
+between kinds, so no other module compares head names:
+
+  head           the registered head of `tinybert_tf.models.heads` it trains,
+  labels         `label_names`, stored in every model directory and export,
+  data           `dataset(...)`: examples -> tf.data of (inputs, labels),
+  losses         `soft_*` (the prediction-layer term, Eq. 10) and `hard_*`
+                 (ground truth: fine-tuning, --hard_label_weight),
+  metrics        `evaluate(...)` -> dev metrics, `primary_metric`,
+  serving        `serving_outputs(...)` (SavedModel), `tflite_output(...)`
+                 and `agreement(...)` (export parity).
+
+A new kind is a subclass registered with `@register_task_type`
+(docs/extending.md).
+"""
+from __future__ import annotations
+
+from typing import Any, ClassVar, Optional, Sequence
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+TASK_TYPES: dict[str, type["TaskType"]] = {}
+
+
+def register_task_type(cls: type["TaskType"]) -> type["TaskType"]:
+    """Class decorator: make a task type available by its `kind`."""
+    if not cls.kind:
+        raise ValueError(f"{cls.__name__}: a registered TaskType needs a `kind`.")
+    TASK_TYPES[cls.kind] = cls
+    return cls
+
+
+def get_task_type(kind: str) -> type["TaskType"]:
+    if kind not in TASK_TYPES:
+        raise ValueError(f"unknown task type {kind!r}; known: {', '.join(sorted(TASK_TYPES))}.")
+    return TASK_TYPES[kind]
+
+
+def task_type_for_head(head: Optional[str]) -> type["TaskType"]:
+    """The task type that trains a model with head `head` (e.g. a loaded model)."""
+    for cls in TASK_TYPES.values():
+        if cls.head == head:
+            return cls
+    raise ValueError(f"no task type uses head={head!r}; task models have one of "
+                     f"{sorted(c.head for c in TASK_TYPES.values())}.")
+
+
+def task_type_of(model) -> "TaskType":
+    """The task type (with the model's label names) of a model with a task head."""
+    return task_type_for_head(getattr(model, "head_type", None)).for_model(model)
+
+
+class TaskType:
+    """Base class; see the module docstring. Subclasses set `kind`, `head` and
+    implement the data, loss, metric and serving methods."""
+
+    kind: ClassVar[str] = ""
+    head: ClassVar[str] = ""
+    # The name of the SavedModel / TFLite output that clients read.
+    output_name: ClassVar[str] = "logits"
+    # The prediction-layer phase trains on the original training set even when
+    # the intermediate phase used augmented data (the paper does so for STS-B).
+    predict_on_original_data: ClassVar[bool] = False
+
+    def __init__(self, label_names: Sequence[str] = (), metric_names: Sequence[str] = (),
+                 primary_metric: Optional[str] = None):
+        self.label_names = tuple(str(n) for n in label_names)
+        self.metric_names = tuple(metric_names) or self.default_metrics()
+        self.primary_metric = primary_metric or self.metric_names[0]
+        if self.primary_metric not in self.metric_names:
+            raise ValueError(f"primary metric {self.primary_metric!r} is not among "
+                             f"{self.metric_names}.")
+
+    # --- identity -------------------------------------------------------------
+    def default_metrics(self) -> tuple[str, ...]:
+        raise NotImplementedError
+
+    @property
+    def num_outputs(self) -> int:
+        """Width of the head's last axis (classes, tags, 1 for a score)."""
+        return len(self.label_names)
+
+    def head_kwargs(self) -> dict[str, Any]:
+        """Arguments of `BertModel` / `load_model` for this task's head."""
+        return {"head": self.head, "num_labels": self.num_outputs,
+                "label_names": list(self.label_names) or None}
+
+    @classmethod
+    def for_model(cls, model) -> "TaskType":
+        """This task type for a loaded task model (its stored label names, or
+        "0".."C-1" when it has none)."""
+        n = int(model.num_labels or 0)
+        return cls(label_names=model.label_names or [str(i) for i in range(n)])
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": self.kind, "head": self.head, "labels": list(self.label_names),
+                "metrics": list(self.metric_names), "primary_metric": self.primary_metric}
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, TaskType) and self.describe() == other.describe()
+
+    def __hash__(self) -> int:
+        return hash((self.kind, self.label_names, self.metric_names))
+
+    # --- data -------------------------------------------------------------------
+    def dataset(self, examples: Sequence[Any], tokenizer, max_seq_len: int, batch_size: int,
+                *, drop_remainder: bool = False, input_context=None) -> tf.data.Dataset:
+        """Examples -> tf.data of (inputs, labels): inputs int32 [B, max_seq_len] dicts."""
+        raise NotImplementedError
+
+    # --- losses (see tinybert_tf.distill.terms) --------------------------------
+    def soft_count(self, inputs: dict, num_outputs: int) -> tf.Tensor:
+        """Elements the prediction-layer loss averages over (this replica's batch)."""
+        raise NotImplementedError
+
+    def soft_sum(self, inputs: dict, student_logits, teacher_logits,
+                 temperature: float) -> tf.Tensor:
+        """Numerator of the prediction-layer loss (student vs teacher)."""
+        raise NotImplementedError
+
+    def hard_count(self, inputs: dict) -> tf.Tensor:
+        """Elements the ground-truth loss averages over (labels in inputs["labels"])."""
+        raise NotImplementedError
+
+    def hard_sum(self, inputs: dict, logits) -> tf.Tensor:
+        """Numerator of the ground-truth loss."""
+        raise NotImplementedError
+
+    def label_metrics(self) -> list[keras.metrics.Metric]:
+        """Keras metrics the Distiller updates with (labels, logits) while training."""
+        return []
+
+    # --- evaluation -------------------------------------------------------------
+    def predict(self, model, examples: Sequence[Any], tokenizer, max_seq_len: int,
+                batch_size: int) -> Any:
+        """The model's predictions for `examples`, in the form `score` takes."""
+        raise NotImplementedError
+
+    def score(self, predictions: Any, examples: Sequence[Any]) -> dict[str, float]:
+        """Metrics of `predictions` against the examples' gold labels."""
+        raise NotImplementedError
+
+    def evaluate(self, model, examples: Sequence[Any], tokenizer, max_seq_len: int,
+                 batch_size: int) -> dict[str, float]:
+        """Dev metrics of `model` on labelled `examples`."""
+        return self.score(self.predict(model, examples, tokenizer, max_seq_len, batch_size),
+                          examples)
+
+    # --- serving ------------------------------------------------------------------
+    def serving_outputs(self, logits: tf.Tensor, label_names: tf.Tensor) -> dict[str, tf.Tensor]:
+        """SavedModel outputs from the head's float32 logits."""
+        raise NotImplementedError
+
+    def tflite_output(self, logits: tf.Tensor) -> tf.Tensor:
+        """The one TFLite output (named `output_name`) from float32 logits."""
+        raise NotImplementedError
+
+    def agreement(self, reference: np.ndarray, outputs: np.ndarray) -> Optional[float]:
+        """Share of predictions an export makes as the Keras model does (None: not
+        a label task)."""
+        return None
+
+
+# --- helpers shared by task types ----------------------------------------------------
+
+def forward_fn(model):
+    """One traced inference function per model (float32 logits), reused by every
+    evaluation of that model."""
+    fn = getattr(model, "_tinybert_logits_fn", None)
+    if fn is None:
+        @tf.function(reduce_retracing=True)
+        def fn(inputs):
+            return tf.cast(model(inputs, training=False)["logits"], tf.float32)
+        model._tinybert_logits_fn = fn
+    return fn
+
+
+def predict_logits(model, dataset: tf.data.Dataset) -> np.ndarray:
+    """Logits [N, ...] over a dataset of (inputs, labels) batches."""
+    forward = forward_fn(model)
+    chunks = [forward(inputs).numpy() for inputs, _ in dataset]
+    if not chunks:
+        return np.zeros((0, model.num_labels or 1), np.float32)
+    return np.concatenate(chunks, axis=0)

@@ -1,0 +1,136 @@
+"""Resolve `--task` and its data flags into a `Task`: a task type plus a data source.
+
+`TaskConfig` holds the flags that define a task's data (`--task`,
+`--data_dir`, own-data files and columns, `--max_seq_len`). `resolve_task`
+looks the name up among the registered task factories (own-data kinds such as
+`text_classification` register themselves) and otherwise in the GLUE table
+(`tinybert_tf.data.glue`, which includes the embedded `polarity` task).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Optional
+
+from tinybert_tf.data import glue
+from tinybert_tf.data.examples import DataError, Examples
+from tinybert_tf.data.sources import AUGMENTED_SPLIT, DataSource, glue_source
+from tinybert_tf.tasks.base import TaskType
+from tinybert_tf.tasks.sentence import Classification, Regression
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskConfig:
+    """The flags that define a task's data (see tinybert_tf.pipeline.flags)."""
+
+    task: str = "polarity"
+    data_dir: str = ""
+    tfds_data_dir: str = ""
+    train_file: str = ""
+    validation_file: str = ""
+    test_file: str = ""
+    data_format: str = ""
+    text_column: str = "text"
+    text_pair_column: str = ""
+    label_column: str = "label"
+    tag_column: int = -1
+    labels: tuple[str, ...] = ()
+    max_seq_len: int = 0
+    max_query_len: int = 64
+    doc_stride: int = 128
+    n_best_size: int = 20
+    max_answer_len: int = 30
+
+    @classmethod
+    def from_flags(cls, values: Any) -> "TaskConfig":
+        """From parsed flags (any object with these attributes, e.g. absl FLAGS)."""
+        out = {}
+        for f in dataclasses.fields(cls):
+            value = getattr(values, f.name)
+            out[f.name] = tuple(value) if isinstance(value, list) else value
+        return cls(**out)
+
+
+@dataclasses.dataclass
+class Task:
+    """A task ready to run: what it predicts (`type`) and where its data is (`source`)."""
+
+    name: str
+    type: TaskType
+    source: DataSource
+    is_pair: bool
+    default_max_seq_len: int
+    dev_splits: tuple[str, ...] = ("dev",)
+    # The source of the augmented training file, once the augment stage wrote it.
+    augmented_source: Optional[DataSource] = None
+
+    def examples(self, split: str) -> Examples:
+        """Examples of `split` ("train_aug": the augmented file)."""
+        if split == AUGMENTED_SPLIT:
+            if self.augmented_source is None:
+                raise DataError("the augmented training data is not there yet: run the "
+                                "augment stage first, or --nouse_augmented.")
+            return self.augmented_source.load(split)
+        return self.source.load(split)
+
+    def with_augmented(self, path: str) -> "Task":
+        return dataclasses.replace(self, augmented_source=self.source.augmented(path))
+
+    def max_seq_len(self, override: int = 0) -> int:
+        return int(override) or self.default_max_seq_len
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, "type": self.type.describe(), "source": self.source.describe(),
+                "is_pair": self.is_pair, "dev_splits": list(self.dev_splits)}
+
+
+TASK_FACTORIES: dict[str, Callable[[TaskConfig], Task]] = {}
+
+
+def register_task(*names: str):
+    """Decorator: `factory(config) -> Task` answers `--task=NAME` for each name."""
+    def decorate(factory: Callable[[TaskConfig], Task]) -> Callable[[TaskConfig], Task]:
+        for name in names:
+            TASK_FACTORIES[name.lower()] = factory
+        return factory
+    return decorate
+
+
+def task_names() -> tuple[str, ...]:
+    return tuple(TASK_FACTORIES) + glue.task_names()
+
+
+def glue_task_type(spec: glue.TaskSpec) -> TaskType:
+    """The task type of a task in the GLUE table (its labels and metrics)."""
+    if spec.is_regression:
+        return Regression(metric_names=spec.metric_names, primary_metric=spec.primary_metric)
+    return Classification(spec.label_names, spec.metric_names, spec.primary_metric)
+
+
+def task_type(name: str) -> TaskType:
+    """The task type of a GLUE-table task by name (e.g. for scoring predictions)."""
+    return glue_task_type(glue.get_task(name))
+
+
+def _glue_task(config: TaskConfig) -> Task:
+    spec = glue.get_task(config.task)
+    own = [f for f in ("train_file", "validation_file", "test_file") if getattr(config, f)]
+    if own:
+        raise DataError(f"--{own[0]} is for your own data (--task=text_classification, "
+                        f"text_regression, token_classification, squad1.1, squad2.0); "
+                        f"--task={config.task} reads --data_dir.")
+    source = glue_source(spec, config.data_dir, config.tfds_data_dir or None)
+    return Task(spec.name, glue_task_type(spec), source, spec.is_pair,
+                spec.default_max_seq_len, tuple(spec.dev_splits))
+
+
+def resolve_task(config: TaskConfig) -> Task:
+    """The `Task` for `config` (raises DataError naming --task for an unknown name)."""
+    key = str(config.task).strip().lower()
+    if key in TASK_FACTORIES:
+        return TASK_FACTORIES[key](config)
+    try:
+        glue.get_task(key)
+    except DataError:
+        raise DataError(f"--task={config.task}: unknown task; use one of "
+                        f"{', '.join(task_names())} (case-insensitive).") from None
+    return _glue_task(config)
