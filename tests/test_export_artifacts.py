@@ -27,11 +27,11 @@ from tinybert_tf.export import (
     export_all,
     export_saved_model,
 )
-from tinybert_tf.export.common import tokenize
 from tinybert_tf.export.tflite import operators
 from tinybert_tf.models import INPUT_NAMES, BertModel
 from tinybert_tf.models.checkpoint import load_tokenizer
 from tinybert_tf.tasks import Regression
+from tinybert_tf.tokenizer import pack_texts
 
 L = 16
 NEUTRAL = "the a movie film is was plot actor story cat dog sat on mat very".split()
@@ -66,7 +66,7 @@ def fit_toy_classifier(vocab, steps=40, seed=0):
     model = BertModel(small_config(vocab), head="classifier", num_labels=2, vocab=vocab,
                       label_names=["neg", "pos"])
     train, y = toy_task(256, rng)
-    x = tokenize(load_tokenizer(model, L), train, None, L)
+    x = pack_texts(load_tokenizer(model, L), train, None, L)
     opt = keras.optimizers.Adam(3e-3)
 
     @tf.function
@@ -96,7 +96,7 @@ def exported(tmp_path_factory, tiny_vocab):
 
 
 def keras_probs(model, texts):
-    x = tokenize(load_tokenizer(model, L), texts, None, L)
+    x = pack_texts(load_tokenizer(model, L), texts, None, L)
     return tf.nn.softmax(model(x, training=False)["logits"]).numpy()
 
 
@@ -178,7 +178,7 @@ def test_int8_agrees_with_keras_labels(exported):
     model, dev = exported["model"], exported["dev"]
     ref = keras_probs(model, dev)
     runner = TFLiteRunner(os.path.join(exported["dir"], "model_int8.tflite"))
-    out = runner.predict(tokenize(load_tokenizer(model, L), dev, None, L))
+    out = runner.predict(pack_texts(load_tokenizer(model, L), dev, None, L))
     agreement = np.mean(out.argmax(-1) == ref.argmax(-1))
     assert agreement >= 0.95
     assert exported["parity"]["formats"]["int8"]["label_agreement"] == pytest.approx(agreement)
@@ -201,7 +201,7 @@ def test_tflite_tensor_names_and_shapes(exported):
 
 def test_float32_tflite_within_1e4(exported):
     model, dev = exported["model"], exported["dev"]
-    x = tokenize(load_tokenizer(model, L), dev[:20], None, L)
+    x = pack_texts(load_tokenizer(model, L), dev[:20], None, L)
     out = TFLiteRunner(os.path.join(exported["dir"], "model_float32.tflite")).predict(x)
     np.testing.assert_allclose(out, keras_probs(model, dev[:20]), atol=1e-4)
     # Rows sum to 1: the output is probabilities, not logits.

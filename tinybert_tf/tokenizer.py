@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 from typing import Optional, Sequence, Union
 
+import numpy as np
 import tensorflow as tf
 import tensorflow_text as tf_text
 
@@ -184,3 +185,20 @@ class Tokenizer(tf.Module):
 
     def ids_to_tokens(self, ids: Sequence[int]) -> list[str]:
         return [self.vocab[int(i)] for i in ids]
+
+
+INPUT_NAMES = ("input_word_ids", "input_mask", "input_type_ids")
+
+
+def pack_texts(tokenizer: Tokenizer, texts_a: Sequence[str], texts_b: Optional[Sequence[str]],
+               max_seq_len: int, batch_size: int = 256) -> dict[str, np.ndarray]:
+    """Texts (and second texts, or None) -> dict of int32 numpy [N, max_seq_len] inputs."""
+    if not len(texts_a):
+        return {k: np.zeros((0, max_seq_len), np.int32) for k in INPUT_NAMES}
+    parts: dict[str, list] = {k: [] for k in INPUT_NAMES}
+    for s in range(0, len(texts_a), batch_size):
+        b = None if texts_b is None else list(texts_b[s:s + batch_size])
+        out = tokenizer(list(texts_a[s:s + batch_size]), b, max_seq_len=max_seq_len)
+        for k in INPUT_NAMES:
+            parts[k].append(out[k].numpy())
+    return {k: np.concatenate(v, 0) for k, v in parts.items()}

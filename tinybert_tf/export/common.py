@@ -13,7 +13,6 @@ import tensorflow as tf
 
 from tinybert_tf.models.encoder import INPUT_NAMES, BertModel
 from tinybert_tf.tasks import TaskType, task_type_of
-from tinybert_tf.tokenizer import Tokenizer
 
 Text = Union[str, tuple]  # "text" or ("text a", "text b" | None)
 
@@ -93,20 +92,6 @@ def split_texts(texts: Sequence[Text], is_pair: bool, what: str = "dev_texts"
         raise ExportError(f"{what}: text_b given for a single-sentence task; pass "
                           "is_pair=True for pair tasks.")
     return a, None
-
-
-def tokenize(tokenizer: Tokenizer, texts_a: Sequence[str], texts_b: Optional[Sequence[str]],
-             max_seq_len: int, batch_size: int = 256) -> dict[str, np.ndarray]:
-    """Texts -> dict of int32 numpy [N, max_seq_len] model inputs."""
-    parts = {k: [] for k in INPUT_NAMES}
-    for s in range(0, len(texts_a), batch_size):
-        b = None if texts_b is None else list(texts_b[s:s + batch_size])
-        out = tokenizer(list(texts_a[s:s + batch_size]), b, max_seq_len=max_seq_len)
-        for k in INPUT_NAMES:
-            parts[k].append(out[k].numpy())
-    if not texts_a:
-        return {k: np.zeros((0, max_seq_len), np.int32) for k in INPUT_NAMES}
-    return {k: np.concatenate(v, 0) for k, v in parts.items()}
 
 
 def path_size(path: str) -> int:

@@ -25,6 +25,7 @@ from tinybert_tf.export import tflite as tfl
 from tinybert_tf.export.common import ExportError, keras_outputs
 from tinybert_tf.export.saved_model import IDS_SIGNATURE, TEXT_SIGNATURE, export_saved_model
 from tinybert_tf.models.checkpoint import load_model
+from tinybert_tf.models.encoder import INPUT_NAMES
 from tinybert_tf.models.hf_io import export_hf
 from tinybert_tf.models.keras_hub_io import export_keras_hub
 from tinybert_tf.tasks import TaskType
@@ -113,8 +114,17 @@ def _write_saved_model(ctx: ExportContext, path: str) -> str:
 
 def _load_saved_model(ctx: ExportContext, path: str) -> Loaded:
     loaded = tf.saved_model.load(path)
-    fn = loaded.signatures[TEXT_SIGNATURE]
     key = ctx.task.output_name
+    if not ctx.task.parity_through_text:
+        fn_ids = loaded.signatures[IDS_SIGNATURE]
+
+        def run_ids(x):
+            out = fn_ids(**{k: tf.constant(x[k]) for k in INPUT_NAMES})[key].numpy()
+            return out.reshape(len(x["input_word_ids"]), -1) if out.ndim == 1 else out
+
+        one = {k: v[:1] for k, v in ctx.dev_inputs.items()}
+        return Loaded(lambda: run_ids(ctx.dev_inputs), lambda: run_ids(one))
+    fn = loaded.signatures[TEXT_SIGNATURE]
 
     def run(a, b):
         kwargs = {"text": tf.constant(list(a))}
@@ -157,7 +167,8 @@ def _tflite_format(flavour: str) -> ExportFormat:
     def load(ctx: ExportContext, path: str) -> Loaded:
         runner = tfl.TFLiteRunner(path, num_threads=ctx.num_threads)
         one = {k: v[:1] for k, v in ctx.dev_inputs.items()}
-        return Loaded(lambda: runner.predict(ctx.dev_inputs), lambda: runner(one))
+        return Loaded(lambda: ctx.task.from_tflite(runner.predict(ctx.dev_inputs)),
+                      lambda: runner(one))
 
     def timer(model, work_dir: str, seq_len: int, batch: int):
         rep = None

@@ -25,7 +25,6 @@ from tinybert_tf.export.common import (
     keras_outputs,
     path_size,
     split_texts,
-    tokenize,
 )
 from tinybert_tf.files import write_json_atomic
 from tinybert_tf.models.checkpoint import load_tokenizer
@@ -81,12 +80,13 @@ def export_all(model: BertModel, output_dir: str, *, max_seq_len: int,
     if dev_labels is not None and any(v is None for v in dev_labels):
         dev_labels = None  # unlabelled dev data: no task metric
     tokenizer = load_tokenizer(model, max_seq_len)
-    dev_inputs = tokenize(tokenizer, dev_a, dev_b, max_seq_len)
+    dev_inputs = task.export_inputs(tokenizer, dev_a, dev_b, max_seq_len)
     rep_inputs = None
     if any(fmts.FORMATS[f].calibrated for f in formats):
         rep_a, rep_b = split_texts(dev_texts if representative_texts is None
                                    else representative_texts, is_pair, "representative_texts")
-        rep_inputs = tokenize(tokenizer, rep_a, rep_b, max_seq_len) if rep_a else None
+        rep_inputs = (task.export_inputs(tokenizer, rep_a, rep_b, max_seq_len)
+                      if rep_a else None)
     ctx = fmts.ExportContext(model, task, max_seq_len, bool(is_pair), dev_a, dev_b, dev_inputs,
                              rep_inputs, num_threads)
 
@@ -100,7 +100,7 @@ def export_all(model: BertModel, output_dir: str, *, max_seq_len: int,
     one = {k: tf.constant(v[:1]) for k, v in dev_inputs.items()}
     keras_fn = tf.function(lambda x: model(x, training=False)["logits"])
     rows: dict[str, dict[str, Any]] = {}
-    rows["keras"] = {**compare(task, reference, reference),
+    rows["keras"] = {**compare(task, reference, reference, ctx),
                      "size_bytes": int(sum(v.numpy().nbytes for v in model.weights)),
                      "latency_ms_b1": median_ms(lambda: keras_fn(one).numpy(), latency_runs),
                      "path": None}
@@ -109,7 +109,7 @@ def export_all(model: BertModel, output_dir: str, *, max_seq_len: int,
         path = fmt.write(ctx, os.path.join(output_dir, fmt.artefact))
         loaded = fmt.load(ctx, path)
         outs = loaded.predict()
-        rows[name] = {**compare(task, reference, outs), "size_bytes": path_size(path),
+        rows[name] = {**compare(task, reference, outs, ctx), "size_bytes": path_size(path),
                       "latency_ms_b1": median_ms(loaded.one, latency_runs),
                       "path": os.path.relpath(path, output_dir)}
         if dev_labels is not None:
@@ -148,11 +148,12 @@ def task_metric(task: TaskType, outputs: np.ndarray, labels: Sequence) -> tuple[
     return name, float(metrics[name])
 
 
-def compare(task: TaskType, reference: np.ndarray, outputs: np.ndarray) -> dict[str, Any]:
-    """max |Δ| and label agreement (None where the task has no labels) vs Keras."""
+def compare(task: TaskType, reference: np.ndarray, outputs: np.ndarray,
+            ctx: Optional[fmts.ExportContext] = None) -> dict[str, Any]:
+    """max |Δ| and the task's agreement (None where it has no labels) vs Keras."""
     diff = (float(np.max(np.abs(outputs.astype(np.float64) - reference)))
             if len(reference) else 0.0)
-    return {"max_abs_diff": diff, "label_agreement": task.agreement(reference, outputs)}
+    return {"max_abs_diff": diff, "label_agreement": task.agreement(reference, outputs, ctx)}
 
 
 def format_table(parity: dict[str, Any]) -> str:

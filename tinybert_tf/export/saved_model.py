@@ -64,31 +64,25 @@ class ServingModule(tf.Module):
             f.write("".join(n + "\n" for n in names))
         self.vocab_file = tf.saved_model.Asset(vocab_path)
         self.labels_file = tf.saved_model.Asset(labels_path)
-        self._label_names = tf.constant(names)
+        self.label_names = tf.constant(names)
 
         ids_spec = [tf.TensorSpec([None, None], tf.int32, name=n) for n in INPUT_NAMES]
         self.serve_ids = tf.function(self._serve_ids, input_signature=ids_spec)
-        text_spec = [tf.TensorSpec([None], tf.string, name="text")]
-        if self.is_pair:
-            text_spec.append(tf.TensorSpec([None], tf.string, name="text_b"))
-            self.serve_text = tf.function(self._serve_pair, input_signature=text_spec)
-        else:
-            self.serve_text = tf.function(self._serve_single, input_signature=text_spec)
+        # The task type decides what the text signature takes and returns.
+        self.serve_text = tf.function(lambda *texts: self.task.serve_text(self, *texts),
+                                      input_signature=self.task.text_input_specs(self.is_pair))
+
+    def logits(self, inputs: dict[str, tf.Tensor]) -> tf.Tensor:
+        """Packed inputs [B, L] -> the head's float32 logits."""
+        return tf.cast(self.model(inputs, training=False)["logits"], tf.float32)
 
     def outputs(self, inputs: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
         """Packed inputs [B, L] -> the named serving outputs."""
-        logits = tf.cast(self.model(inputs, training=False)["logits"], tf.float32)
-        return self.task.serving_outputs(logits, self._label_names)
+        return self.task.serving_outputs(self.logits(inputs), self.label_names)
 
     def _serve_ids(self, input_word_ids, input_mask, input_type_ids):
         return self.outputs({"input_word_ids": input_word_ids, "input_mask": input_mask,
                              "input_type_ids": input_type_ids})
-
-    def _serve_single(self, text):
-        return self.outputs(self.tokenizer(text, max_seq_len=self.max_seq_len))
-
-    def _serve_pair(self, text, text_b):
-        return self.outputs(self.tokenizer(text, text_b, max_seq_len=self.max_seq_len))
 
     def signatures(self) -> dict:
         return {TEXT_SIGNATURE: self.serve_text.get_concrete_function(),

@@ -113,7 +113,7 @@ def calibrated_mask_value(model: BertModel, rows: Sequence[dict[str, np.ndarray]
 
 def model_function(model: BertModel, max_seq_len: int, batch_size: int = 1,
                    mask_value: Optional[float] = None, task: Optional[TaskType] = None):
-    """A frozen concrete function: 3 x int32 [batch, L] -> {task.output_name: output}.
+    """A frozen concrete function: 3 x int32 [batch, L] -> the task's TFLite outputs.
 
     mask_value: the additive attention mask to trace with (None: the encoder's).
     """
@@ -126,7 +126,7 @@ def model_function(model: BertModel, max_seq_len: int, batch_size: int = 1,
         inputs = {"input_word_ids": input_word_ids, "input_mask": input_mask,
                   "input_type_ids": input_type_ids}
         logits = tf.cast(model(inputs, training=False, mask_value=value)["logits"], tf.float32)
-        return {task.output_name: task.tflite_output(logits)}
+        return task.tflite_outputs(logits)
 
     return convert_variables_to_constants_v2(predict.get_concrete_function())
 
@@ -158,7 +158,7 @@ def convert(model: BertModel, fmt: str, max_seq_len: int,
     converter = tf.lite.TFLiteConverter.from_concrete_functions([fn], tf.Module())
     flavour.configure(converter, rows)
     flat = converter.convert()
-    return name_io(flat, task.output_name)
+    return name_io(flat, list(task.tflite_outputs_names()))
 
 
 def _representative_rows(representative, max_seq_len: int, batch_size: int = 1
@@ -187,8 +187,10 @@ def _representative_rows(representative, max_seq_len: int, batch_size: int = 1
     return rows
 
 
-def name_io(flat: bytes, out_name: str) -> bytes:
-    """Rename the inputs to INPUT_NAMES (in that order) and the output to `out_name`."""
+def name_io(flat: bytes, out_names: Union[str, Sequence[str]]) -> bytes:
+    """Rename the inputs to INPUT_NAMES (in that order) and the outputs to `out_names`
+    (the keys the traced function returned, in that order)."""
+    out_names = [out_names] if isinstance(out_names, str) else list(out_names)
 
     model = flatbuffer_utils.read_model_from_bytearray(bytearray(flat))
     if len(model.subgraphs) != 1:
@@ -202,13 +204,31 @@ def name_io(flat: bytes, out_name: str) -> bytes:
         if len(match) != 1:
             raise ExportError(f"unexpected TFLite input tensor {name!r}.")
         by_name[match[0]] = idx
-    if sorted(by_name) != sorted(INPUT_NAMES) or len(sg.outputs) != 1:
+    if sorted(by_name) != sorted(INPUT_NAMES) or len(sg.outputs) != len(out_names):
         raise ExportError(f"TFLite model has inputs {sorted(by_name)} and "
-                          f"{len(sg.outputs)} outputs; expected {INPUT_NAMES} and 1.")
+                          f"{len(sg.outputs)} outputs; expected {INPUT_NAMES} and "
+                          f"{len(out_names)}.")
     for n, idx in by_name.items():
         sg.tensors[idx].name = n.encode()
     sg.inputs = np.array([by_name[n] for n in INPUT_NAMES], dtype=np.int32)
-    sg.tensors[sg.outputs[0]].name = out_name.encode()
+    # The SignatureDef maps the function's output keys to tensors.
+    by_key = {}
+    for sig in model.signatureDefs or []:
+        for out in sig.outputs:
+            by_key[out.name.decode() if isinstance(out.name, bytes) else out.name] = \
+                out.tensorIndex
+    generic = [f"output_{i}" for i in range(len(sg.outputs))]
+    if sorted(by_key) == sorted(generic) or not by_key:
+        # A frozen function's outputs lose their keys: they come in tf.nest's flat
+        # order, i.e. sorted by key.
+        flat = [by_key[g] for g in generic] if by_key else list(sg.outputs)
+        by_key = dict(zip(sorted(out_names), flat))
+    missing = [n for n in out_names if n not in by_key]
+    if missing:
+        raise ExportError(f"TFLite signature lacks outputs {missing}; has {sorted(by_key)}.")
+    for n in out_names:
+        sg.tensors[by_key[n]].name = n.encode()
+    sg.outputs = np.array([by_key[n] for n in out_names], dtype=np.int32)
     return bytes(flatbuffer_utils.convert_object_to_bytearray(model))
 
 
@@ -242,18 +262,22 @@ class TFLiteRunner:
             raise ExportError(f"this TFLite model was converted for batch {self.batch_size}, "
                               f"not {batch_size}; convert(..., batch_size={batch_size}).")
         self.interpreter.allocate_tensors()
-        self.output_index = self.interpreter.get_output_details()[0]["index"]
+        outputs = self.interpreter.get_output_details()
+        self.output_index = {d["name"]: d["index"] for d in outputs}
+        self.output_names = [d["name"] for d in outputs]
 
-    def __call__(self, inputs: dict[str, np.ndarray]) -> np.ndarray:
-        """One batch of exactly batch_size rows: int32 [B, L] each -> output [B, C]."""
+    def __call__(self, inputs: dict[str, np.ndarray]) -> Union[np.ndarray, dict]:
+        """One batch of exactly batch_size rows: int32 [B, L] each -> the output
+        ([B, C] for a classifier), or {name: output} when the model has several."""
         for n, idx in self.input_index.items():
             self.interpreter.set_tensor(idx, np.asarray(inputs[n], np.int32))
         self.interpreter.invoke()
-        return np.array(self.interpreter.get_tensor(self.output_index))
+        outs = {n: np.array(self.interpreter.get_tensor(i)) for n, i in self.output_index.items()}
+        return outs[self.output_names[0]] if len(outs) == 1 else outs
 
-    def predict(self, inputs: dict[str, np.ndarray]) -> np.ndarray:
-        """Any number of rows [N, L] -> [N, C], run batch_size rows at a time
-        (the last batch padded with copies of its first row)."""
+    def predict(self, inputs: dict[str, np.ndarray]) -> Union[np.ndarray, dict]:
+        """Any number of rows [N, L] -> [N, ...] (or {name: [N, ...]}), run batch_size
+        rows at a time (the last batch padded with copies of its first row)."""
         n = len(inputs[INPUT_NAMES[0]])
         outs = []
         for s in range(0, n, self.batch_size):
@@ -262,8 +286,14 @@ class TFLiteRunner:
             if m < self.batch_size:
                 chunk = {k: np.concatenate([v, np.repeat(v[:1], self.batch_size - m, 0)])
                          for k, v in chunk.items()}
-            outs.append(self(chunk)[:m])
-        return np.concatenate(outs, 0) if outs else np.zeros((0, 0), np.float32)
+            out = self(chunk)
+            outs.append({k: v[:m] for k, v in out.items()} if isinstance(out, dict)
+                        else out[:m])
+        if not outs:
+            return np.zeros((0, 0), np.float32)
+        if isinstance(outs[0], dict):
+            return {k: np.concatenate([o[k] for o in outs], 0) for k in outs[0]}
+        return np.concatenate(outs, 0)
 
 
 def tensor_types(flat: Union[str, bytes]) -> dict[str, int]:

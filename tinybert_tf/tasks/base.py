@@ -25,6 +25,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from tinybert_tf.tokenizer import pack_texts
+
 TASK_TYPES: dict[str, type["TaskType"]] = {}
 
 
@@ -158,13 +160,56 @@ class TaskType:
         raise NotImplementedError
 
     def tflite_output(self, logits: tf.Tensor) -> tf.Tensor:
-        """The one TFLite output (named `output_name`) from float32 logits."""
+        """The export's output in the space parity compares (probabilities, a score,
+        ...) from float32 logits; the Keras reference of every format."""
         raise NotImplementedError
 
-    def agreement(self, reference: np.ndarray, outputs: np.ndarray) -> Optional[float]:
+    def tflite_outputs(self, logits: tf.Tensor) -> dict[str, tf.Tensor]:
+        """The TFLite model's named outputs (one by default: `output_name`)."""
+        return {self.output_name: self.tflite_output(logits)}
+
+    def tflite_outputs_names(self) -> tuple[str, ...]:
+        """Names of `tflite_outputs`, in output order."""
+        return (self.output_name,)
+
+    def from_tflite(self, outputs: Any) -> np.ndarray:
+        """A TFLite run's outputs (an array, or {name: array}) in the space of
+        `tflite_output`, for parity."""
+        return outputs[self.output_name] if isinstance(outputs, dict) else outputs
+
+    # The text signature of the SavedModel: its inputs, and the outputs for them.
+    # Sentence tasks take `text` (+ `text_b`); others override both (e.g. one tag
+    # per word, or question + context).
+    def text_input_specs(self, is_pair: bool) -> list[tf.TensorSpec]:
+        specs = [tf.TensorSpec([None], tf.string, name="text")]
+        if is_pair:
+            specs.append(tf.TensorSpec([None], tf.string, name="text_b"))
+        return specs
+
+    def serve_text(self, module, *texts: tf.Tensor) -> dict[str, tf.Tensor]:
+        """Raw strings [B] -> outputs, in graph. `module` (export.saved_model's
+        ServingModule) offers `tokenizer`, `max_seq_len`, `logits(inputs)` and
+        `label_names` (a string tensor)."""
+        inputs = module.tokenizer(*texts, max_seq_len=module.max_seq_len)
+        return self.serving_outputs(module.logits(inputs), module.label_names)
+
+    # Parity of the SavedModel checks the text signature (in-graph tokenisation
+    # end to end) when the task's text outputs are comparable with the Keras
+    # reference; otherwise the ids signature's `output_name`.
+    parity_through_text: ClassVar[bool] = True
+
+    def agreement(self, reference: np.ndarray, outputs: np.ndarray,
+                  ctx: Any = None) -> Optional[float]:
         """Share of predictions an export makes as the Keras model does (None: not
-        a label task)."""
+        a label task). `ctx`: the export's `ExportContext` (dev texts and inputs)."""
         return None
+
+    def export_inputs(self, tokenizer, texts_a: Sequence[str],
+                      texts_b: Optional[Sequence[str]], max_seq_len: int
+                      ) -> dict[str, np.ndarray]:
+        """Dev / calibration texts -> packed int32 inputs [N, L] for export checks
+        (extra keys are allowed: runtimes read only the model inputs)."""
+        return pack_texts(tokenizer, texts_a, texts_b, max_seq_len)
 
 
 # --- helpers shared by task types ----------------------------------------------------

@@ -133,7 +133,7 @@ class Classification(_SentenceTask):
     def tflite_output(self, logits):
         return tf.nn.softmax(logits, axis=-1)
 
-    def agreement(self, reference, outputs):
+    def agreement(self, reference, outputs, ctx=None):
         if not len(reference):
             return None
         return float(np.mean(np.argmax(outputs, -1) == np.argmax(reference, -1)))
