@@ -1,18 +1,25 @@
 """General corpora: sources, sentence splitting, packing and masking statistics,
-worker sharding, determinism, TFRecord shards, TFDS wikipedia via mock_data."""
+worker sharding, determinism, TFRecord shards, TFDS wikipedia via mock_data,
+ram:// paths, data errors as one line naming the file, and no silent data loss."""
 import bz2
 import gzip
 import itertools
 import json
 import os
+import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from tinybert_tf.data import corpus, pretokenize, pretrain
-from tinybert_tf.data.glue import DataError
+from tinybert_tf import files
+from tinybert_tf.data import corpus, pretokenize, pretrain, tfrecords
+from tinybert_tf.data.examples import DataError
 from tinybert_tf.tokenizer import Tokenizer
+
+from pipeline_helpers import REPO
 
 WORDS = ["the", "cat", "dog", "sat", "on", "mat", "movie", "film", "good", "bad", "great",
          "plot", "actor", "story", "fun", "boring", "run", "ran", "play", "hello", "world"]
@@ -105,7 +112,7 @@ def test_wiki_dump_markup_stripped_and_streamed(tmp_path):
         [docs[:1], docs[1:]]
     broken = tmp_path / "broken.xml.bz2"
     broken.write_bytes(bz2.compress(WIKI_XML.encode())[:60])
-    with pytest.raises(DataError, match="cannot read the Wikipedia dump"):
+    with pytest.raises(DataError, match=r"broken\.xml\.bz2: bzip2 data truncated or corrupt"):
         list(corpus.iter_documents(str(broken)))
     # The embedded sample: streamed lazily (first two articles only), clean sentences.
     first = list(itertools.islice(corpus.iter_documents(None), 2))
@@ -300,3 +307,212 @@ def test_tfds_wikipedia_mock_and_offline_error(tok, tmp_path):
                                          r"prepared.*tfds build"):
         corpus.general_dataset("tfds:wikipedia/20230601.en", tok, 16, 2,
                                tfds_data_dir=str(tmp_path))
+
+
+# --- remote file systems (tf.io.gfile): TF's in-memory ram:// --------------------------
+
+def test_corpus_pretokenized_and_read_back_on_ram_filesystem(tok):
+    root = "ram://corpus-test"
+    docs = make_docs(12, seed=3)
+    text = ["\n\n".join("\n".join(d) for d in part) + "\n" for part in (docs[:4], docs[4:8],
+                                                                          docs[8:])]
+    for name, data in (("part-0.txt", text[0].encode()), ("part-1.txt.gz",
+                       gzip.compress(text[1].encode())), ("part-2.txt.bz2",
+                                                         bz2.compress(text[2].encode()))):
+        files.write_bytes_atomic(f"{root}/{name}", data)
+    pattern = root + "/part-*"
+    assert list(corpus.iter_documents(pattern)) == docs
+    L = 24
+    meta = pretokenize.pretokenize(pattern, tok.vocab, root + "/shards/c", num_shards=2,
+                                   max_seq_len=L, num_workers=2, progress=False)
+    assert files.listdir(root + "/shards") == ["c-00000-of-00002.tfrecord",
+                                               "c-00001-of-00002.tfrecord", "c.json"]
+    src = root + "/shards/c-*.tfrecord"
+    from_text = sorted(seqs(corpus.general_dataset(pattern, tok, L, 4, shuffle_buffer=0)))
+    from_records = sorted(seqs(corpus.general_dataset(src, tok, L, 4, shuffle_buffer=0)))
+    assert from_records == from_text and len(from_text) == meta["num_sequences"] > 0
+    assert corpus.count_sequences(src, tok, L) == len(from_text)
+    facts = corpus.source_facts(src)
+    assert [f[0] for f in facts] == [f"{root}/shards/c-0000{i}-of-00002.tfrecord" for i in (0, 1)]
+    assert all(size > 0 for _, size, _ in facts)
+
+
+# --- data errors: one line naming the file, from inside tf.data ----------------------
+
+def _many_docs_text(n=300):
+    return ("\n\n".join("\n".join(d) for d in make_docs(n, seed=7)) + "\n").encode()
+
+
+def _wiki_pages(n=40):
+    page = ("  <page><title>P{i}</title><ns>0</ns><id>{i}</id><revision><id>{i}</id>"
+            "<text xml:space=\"preserve\">Page {i} talks about cats and dogs at length. "
+            "It has a second sentence with more words in it.</text></revision></page>\n")
+    head, tail = WIKI_XML.split("  <page>", 1)[0], "</mediawiki>\n"
+    return (head + "".join(page.format(i=i) for i in range(n)) + tail).encode()
+
+
+BROKEN = {
+    "truncated .gz": ("part.txt.gz", lambda: gzip.compress(_many_docs_text())[:-200],
+                      r"part\.txt\.gz: gzip data truncated or corrupt after \d+ lines, near "
+                      r"byte \d+ of \d+ .*fetch it again"),
+    "truncated .bz2": ("part.txt.bz2", lambda: bz2.compress(_many_docs_text())[:-200],
+                       r"part\.txt\.bz2: bzip2 data truncated or corrupt after \d+ lines"),
+    "non-UTF-8 text": ("latin1.txt", lambda: "fine line .\n\ncaf\xe9 au lait .\n".encode("latin1"),
+                       r"latin1\.txt:3: invalid UTF-8 at byte 3 of the line; .*iconv"),
+    "XML cut mid-page": ("cut-pages-articles.xml", lambda: _wiki_pages()[:3000],
+                         r"cut-pages-articles\.xml: the XML is cut or malformed at line \d+, "
+                         r"column \d+ \(after \d+ pages: .*download it again"),
+    "truncated .xml.bz2": ("cut-pages-articles.xml.bz2",
+                           lambda: bz2.compress(_wiki_pages(400))[:-300],
+                           r"cut-pages-articles\.xml\.bz2: bzip2 data truncated or corrupt "
+                           r"after \d+ pages"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BROKEN))
+def test_bad_corpus_file_is_one_data_error_naming_the_file(tok, tmp_path, case):
+    name, make, pattern = BROKEN[case]
+    path = tmp_path / name
+    path.write_bytes(make())
+    ds = corpus.general_dataset(str(path), tok, 24, 4, shuffle_buffer=0)
+    with pytest.raises(DataError) as info, corpus.translate_data_errors():
+        for _ in ds:
+            pass
+    message = str(info.value)
+    assert "\n" not in message and str(path) in message
+    assert re.search(pattern, message), message
+
+
+def test_errors_inside_a_compiled_step_are_translated_too(tok, tmp_path):
+    """Keras's fit pulls batches inside a tf.function: TF's message differs, ours does not."""
+    path = tmp_path / "bad.txt"
+    path.write_bytes(b"good line .\n\nbad \xff line .\n")
+    it = iter(corpus.general_dataset(str(path), tok, 24, 1, shuffle_buffer=0))
+
+    @tf.function
+    def step(iterator):
+        return tf.reduce_sum(next(iterator)["input_mask"])
+
+    with pytest.raises(DataError, match=r"bad\.txt:3: invalid UTF-8") as info, \
+            corpus.translate_data_errors():
+        for _ in range(3):
+            step(it)
+    assert "\n" not in str(info.value)
+
+
+def test_other_errors_pass_the_boundary_unchanged():
+    with pytest.raises(tf.errors.InvalidArgumentError), corpus.translate_data_errors():
+        tf.debugging.assert_equal(1, 2, message="not a data error")
+
+
+@pytest.fixture
+def shard_set(tok, text_corpus, tmp_path):
+    pattern, _ = text_corpus
+    prefix = str(tmp_path / "set" / "c")
+    pretokenize.pretokenize(pattern, tok.vocab, prefix, num_shards=4, max_seq_len=24,
+                            num_workers=1, progress=False)
+    return prefix
+
+
+def _truncate(path, keep):
+    with open(path, "r+b") as f:
+        f.truncate(keep)
+
+
+def test_truncated_shard_named_before_the_first_step_and_mid_stream(tok, shard_set, tmp_path):
+    prefix = shard_set
+    victim = f"{prefix}-00001-of-00004.tfrecord"
+    size = os.path.getsize(victim)
+    _truncate(victim, size - 7)
+    # With PREFIX.json: its recorded size catches the short shard before any read.
+    with pytest.raises(DataError, match=rf"{re.escape(victim)}: {size - 7} bytes, but "
+                                        rf"{re.escape(prefix)}\.json records {size}"):
+        corpus.general_dataset(prefix + "-*.tfrecord", tok, 24, 4)
+    # Without it (a set from elsewhere), TF's DataLossError is traced to the file.
+    os.remove(prefix + ".json")
+    ds = corpus.general_dataset(prefix + "-*.tfrecord", tok, 24, 4, shuffle_buffer=0)
+    with pytest.raises(DataError) as info, corpus.translate_data_errors():
+        for _ in ds:
+            pass
+    assert re.fullmatch(rf"{re.escape(victim)}: truncated TFRecord: the record at byte \d+ "
+                        r"ends inside a record; .*re-run bin/pretokenize\.", str(info.value))
+
+
+def test_missing_or_foreign_shards_are_errors_not_less_data(tok, shard_set):
+    prefix = shard_set
+    os.remove(f"{prefix}-00002-of-00004.tfrecord")
+    for source in (prefix + "-*.tfrecord", prefix):  # a glob, a bare prefix
+        with pytest.raises(DataError, match=rf"1 of 4 shards listed in .*c\.json are missing: "
+                                            rf"{re.escape(prefix)}-00002-of-00004\.tfrecord"):
+            corpus.count_sequences(source, tok, 24, fmt="tfrecord")
+    os.remove(prefix + ".json")  # the shard names alone still tell
+    with pytest.raises(DataError, match=r"1 of 4 shards missing: .*c-00002-of-00004\.tfrecord"):
+        corpus.general_dataset(prefix + "-*.tfrecord", tok, 24, 4)
+    # Naming files one by one reads just those (a deliberate subset).
+    one = f"{prefix}-00000-of-00004.tfrecord"
+    assert len(seqs(corpus.general_dataset(one, tok, 24, 4, shuffle_buffer=0))) > 0
+
+
+def test_pretokenize_writes_the_metadata_last_and_cleans_up(tok, text_corpus, tmp_path):
+    pattern, _ = text_corpus
+    out = tmp_path / "out"
+    prefix = str(out / "c")
+    pretokenize.pretokenize(pattern, tok.vocab, prefix, num_shards=3, max_seq_len=24,
+                            num_workers=1, progress=False)
+    meta = pretokenize.pretokenize(pattern, tok.vocab, prefix, num_shards=2, max_seq_len=24,
+                                   num_workers=1, progress=False)
+    assert sorted(os.listdir(out)) == ["c-00000-of-00002.tfrecord", "c-00001-of-00002.tfrecord",
+                                       "c.json"]  # the 3-shard set is gone
+    assert [s["bytes"] for s in meta["shards"]] == [
+        os.path.getsize(f"{prefix}-0000{i}-of-00002.tfrecord") for i in range(2)]
+    bad = tmp_path / "bad.txt.gz"
+    bad.write_bytes(gzip.compress(_many_docs_text())[:-200])
+    with pytest.raises(DataError, match=r"bad\.txt\.gz: gzip data truncated"):
+        pretokenize.pretokenize(str(bad), tok.vocab, prefix, num_shards=2, max_seq_len=24,
+                                num_workers=1, progress=False)
+    assert os.listdir(out) == []  # the old PREFIX.json first, then this run's shards
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n\n\n")
+    with pytest.raises(DataError, match=r"empty\.txt: no sequences: .*nothing written"):
+        pretokenize.pretokenize(str(empty), tok.vocab, prefix, num_shards=2, max_seq_len=24,
+                                num_workers=1, progress=False)
+    assert os.listdir(out) == []
+    with pytest.raises(DataError, match=r"empty\.txt: the corpus holds no text"):
+        corpus.count_sequences(str(empty), tok, 24)
+
+
+def test_bin_pretokenize_reports_a_bad_corpus_in_one_line(tiny_vocab_file, tmp_path):
+    bad = tmp_path / "wiki.txt.bz2"
+    bad.write_bytes(bz2.compress(_many_docs_text())[:-200])
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, os.path.join(REPO, "bin", "pretokenize"),
+                           f"--corpus={bad}", f"--vocab={tiny_vocab_file}",
+                           f"--output={out / 'c'}", "--num_shards=2", "--num_workers=2",
+                           "--max_seq_len=24"], capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    assert proc.returncode == 1, proc.stderr
+    ours = [line for line in proc.stderr.splitlines() if line.startswith("bin/pretokenize:")]
+    assert len(ours) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert re.match(rf"bin/pretokenize: {re.escape(str(bad))}: bzip2 data truncated or corrupt "
+                    r"after \d+ lines", ours[0]), ours[0]
+    assert not out.exists() or os.listdir(out) == []
+
+
+def test_in_graph_encoding_writes_the_examples_the_protobuf_library_writes():
+    rng = np.random.default_rng(4)
+    lens = rng.integers(1, 21, size=40)
+    mask = (np.arange(20)[None] < lens[:, None]).astype(np.int32)
+    ids = rng.integers(1, 30000, size=(40, 20)) * mask
+    typ = (np.arange(20)[None] > 6) * mask
+    encoded = tfrecords.encode_batch({"input_word_ids": tf.constant(ids, tf.int32),
+                                      "input_type_ids": tf.constant(typ, tf.int32),
+                                      "input_mask": tf.constant(mask)}).numpy()
+    # Equal messages (protobuf may order the feature map either way when it serialises).
+    assert [tf.train.Example.FromString(e) for e in encoded] == [
+        tf.train.Example.FromString(tfrecords.serialize(ids[i, :n], typ[i, :n]))
+        for i, n in enumerate(lens)]
+    parsed = tfrecords.parse_batch(tf.constant(encoded), 24, pad_id=0)
+    np.testing.assert_array_equal(parsed["input_word_ids"].numpy()[:, :20], ids)
+    np.testing.assert_array_equal(parsed["input_mask"].numpy()[:, :20], mask)
+    assert parsed["input_word_ids"].shape == (40, 24)
+    assert not parsed["input_mask"].numpy()[:, 20:].any()

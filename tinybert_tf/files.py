@@ -1,44 +1,245 @@
-"""Whole-or-nothing file writes: a temporary sibling, flushed, then one rename.
+"""File access for every module: `tf.io.gfile` underneath, whole-or-nothing writes, one JSON layout.
 
-Readers, and a re-run after SIGKILL, see either the old file or the complete
-new one, never half of it. Every module that writes a file others read back
-(run bookkeeping, TSVs, TFRecord shards, exported models, reports) uses these.
+Every path goes through `tf.io.gfile`, so local paths, `gs://`, `hdfs://`
+(with tensorflow-io installed) and TensorFlow's in-memory `ram://` work alike.
+A path that cannot be reached (no such scheme, no network or credentials,
+permission denied) raises one `FileAccessError` naming it, translated from
+`tf.errors.*` here at the boundary, so callers need no TensorFlow error types.
+
+Whole-or-nothing writes (`atomic_path`, `write_bytes_atomic`, ...): the data
+goes to a hidden temporary sibling, then one `tf.io.gfile.rename(overwrite=True)`
+publishes it. Readers, and a re-run after SIGKILL, see the old file or the
+complete new one, never half of it. On a local or POSIX-like file system the
+rename is atomic; on object stores (GCS, S3) a rename is a copy and a delete,
+so a reader racing the copy could see a missing file, but never a truncated
+one: GCS objects appear whole when their upload completes.
 """
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 from typing import Any, Iterator, Optional
 
+import tensorflow as tf
+
+
+class FileAccessError(ValueError):
+    """A path cannot be read or written; the message names the path and what to check."""
+
+
+class FileMissingError(FileAccessError, FileNotFoundError):
+    """A path that must exist does not (also a FileNotFoundError for callers that catch it)."""
+
+
+def is_remote(path: str) -> bool:
+    """True for URLs (gs://, hdfs://, ram://, s3://): paths no `os` call can reach."""
+    return "://" in str(path)
+
+
+def absolute(path: str) -> str:
+    """A local path made absolute; a URL unchanged."""
+    return str(path) if is_remote(path) else os.path.abspath(path)
+
+
+def _hint(path: str, error: tf.errors.OpError) -> str:
+    scheme = str(path).split("://", 1)[0] if is_remote(path) else ""
+    if isinstance(error, tf.errors.UnimplementedError):
+        return (f"this TensorFlow has no file system for {scheme}:// (hdfs:// and s3:// need "
+                "`pip install tensorflow-io` and `import tensorflow_io`); use a local path, "
+                "gs:// or ram://")
+    if isinstance(error, tf.errors.PermissionDeniedError):
+        return "check the permissions of the path (and its folder)"
+    if scheme == "gs":
+        return ("check the bucket name, network access and credentials "
+                "(GOOGLE_APPLICATION_CREDENTIALS or `gcloud auth application-default login`)")
+    if scheme:
+        return f"check the {scheme}:// address, network access and credentials"
+    return "check the path and its permissions"
+
+
+def _reason(error: BaseException) -> str:
+    text = getattr(error, "message", None) or str(error)
+    return " ".join(text.split())
+
+
+@contextlib.contextmanager
+def translate_errors(path: str, action: str = "access") -> Iterator[None]:
+    """Turns `tf.errors.*` raised inside into FileMissingError / FileAccessError naming `path`."""
+    try:
+        yield
+    except tf.errors.NotFoundError as e:
+        raise FileMissingError(f"{path}: not found ({_reason(e)}).") from None
+    except tf.errors.OpError as e:
+        raise FileAccessError(f"{path}: cannot {action} ({_reason(e)}); "
+                              f"{_hint(path, e)}.") from None
+
+
+# --- small helpers every module can use ----------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class FileStat:
+    """Size in bytes and modification time in ns (0 where the file system keeps none)."""
+    size: int
+    mtime_ns: int
+
+
+def exists(path: str) -> bool:
+    with translate_errors(path, "check"):
+        return bool(tf.io.gfile.exists(path))
+
+
+def isdir(path: str) -> bool:
+    with translate_errors(path, "check"):
+        return bool(tf.io.gfile.isdir(path))
+
+
+def isfile(path: str) -> bool:
+    """Exists and is not a directory."""
+    with translate_errors(path, "check"):
+        return bool(tf.io.gfile.exists(path)) and not tf.io.gfile.isdir(path)
+
+
+def makedirs(path: str) -> None:
+    """`path` and its parents; no error when it exists."""
+    if path:
+        with translate_errors(path, "create the folder"):
+            tf.io.gfile.makedirs(path)
+
+
+def glob(pattern: str) -> list[str]:
+    """Sorted matches of `pattern` (`*`, `?`, `[...]`; no `**`). Like Python's glob, names
+    starting with a dot (our temporary files) match only a pattern that starts with one."""
+    with translate_errors(pattern, "list"):
+        hits = tf.io.gfile.glob(pattern)
+    if not os.path.basename(pattern).startswith("."):
+        hits = [h for h in hits if not os.path.basename(h.rstrip("/")).startswith(".")]
+    return sorted(hits)
+
+
+def listdir(path: str) -> list[str]:
+    """Sorted entry names of a folder (folders without their trailing slash)."""
+    with translate_errors(path, "list"):
+        return sorted(n.rstrip("/") for n in tf.io.gfile.listdir(path))
+
+
+def remove(path: str) -> None:
+    with translate_errors(path, "remove"):
+        tf.io.gfile.remove(path)
+
+
+def rmtree(path: str) -> None:
+    with translate_errors(path, "remove"):
+        tf.io.gfile.rmtree(path)
+
+
+def rename(src: str, dst: str, overwrite: bool = True) -> None:
+    """Atomic locally; a copy then a delete on object stores."""
+    with translate_errors(src, f"rename to {dst}"):
+        tf.io.gfile.rename(src, dst, overwrite=overwrite)
+
+
+def copy(src: str, dst: str, overwrite: bool = True) -> None:
+    with translate_errors(src, f"copy to {dst}"):
+        tf.io.gfile.copy(src, dst, overwrite=overwrite)
+
+
+def stat(path: str) -> FileStat:
+    """Size and mtime. Local files use os.stat: TensorFlow's POSIX stat keeps whole
+    seconds, too coarse for cache keys that must notice a file rewritten at once."""
+    if not is_remote(path):
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            raise FileMissingError(f"{path}: not found.") from None
+        except OSError as e:
+            raise FileAccessError(f"{path}: cannot stat ({e.strerror}); check the path and "
+                                  "its permissions.") from None
+        return FileStat(int(st.st_size), int(st.st_mtime_ns))
+    with translate_errors(path, "stat"):
+        st = tf.io.gfile.stat(path)
+    return FileStat(int(st.length), int(st.mtime_nsec))
+
+
+def open(path: str, mode: str = "r") -> tf.io.gfile.GFile:
+    """A `tf.io.gfile.GFile`: "r"/"w"/"a" text (UTF-8), "rb"/"wb"/"ab" bytes.
+
+    Reading a missing file raises FileMissingError here, not at the first read.
+    Errors while reading or writing later are `tf.errors.*`; wrap such code in
+    `translate_errors(path)` to name the path.
+    """
+    if mode not in ("r", "rb", "w", "wb", "a", "ab"):
+        raise ValueError(f"files.open: mode {mode!r} not supported (r, rb, w, wb, a, ab).")
+    if mode.startswith("r") and not isfile(path):
+        raise FileMissingError(f"{path}: file not found.")
+    with translate_errors(path, "open"):
+        return tf.io.gfile.GFile(path, mode)
+
+
+def read_bytes(path: str) -> bytes:
+    with open(path, "rb") as f, translate_errors(path, "read"):
+        return f.read()
+
+
+def read_text(path: str) -> str:
+    """UTF-8 text; bad bytes raise UnicodeDecodeError (callers name the line)."""
+    return read_bytes(path).decode("utf-8")
+
+
+# --- whole-or-nothing writes ---------------------------------------------------------
+
+def _temporary_sibling(path: str) -> str:
+    directory, name = os.path.split(str(path))
+    return os.path.join(directory, f".{name}.tmp-{os.getpid()}")
+
 
 @contextlib.contextmanager
 def atomic_path(path: str) -> Iterator[str]:
-    """Yields a hidden temporary path next to `path` to write to.
+    """Yields a hidden temporary path next to `path` to write to (with `files.open`,
+    `tf.io.TFRecordWriter`, or any writer that takes a path).
 
-    On normal exit the temporary file is renamed onto `path` (atomic within a
-    file system); on any exception it is removed and `path` is left untouched.
-    The name starts with a dot, so globs such as `PREFIX-*` never see it.
+    On normal exit the temporary file is renamed onto `path`; on any exception it
+    is removed and `path` is left untouched. The name starts with a dot, so
+    globs such as `PREFIX-*` never see it. Local callers may still write the
+    temporary path with Python's `open`; remote paths need `files.open`.
     """
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    tmp = os.path.join(directory, f".{os.path.basename(path)}.tmp-{os.getpid()}")
+    path = absolute(path)
+    makedirs(os.path.dirname(path))
+    tmp = _temporary_sibling(path)
     try:
         yield tmp
-        os.replace(tmp, path)
+        rename(tmp, path, overwrite=True)
     except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+        with contextlib.suppress(Exception):
+            if tf.io.gfile.exists(tmp):
+                tf.io.gfile.remove(tmp)
         raise
 
 
+def _fsync_local(path: str) -> None:
+    """Flush a written local file to disk (gfile does not), so a power cut after the
+    rename cannot leave an empty file under the final name."""
+    if is_remote(path):
+        return
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def write_bytes_atomic(path: str, data: bytes) -> None:
-    """`data` to `path`, fsynced before the rename."""
+    """`data` to `path`, whole or not at all (fsynced before the rename when local)."""
     with atomic_path(path) as tmp:
-        with open(tmp, "wb") as f:
+        with open(tmp, "wb") as f, translate_errors(tmp, "write"):
             f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+        _fsync_local(tmp)
+
+
+def write_text_atomic(path: str, text: str) -> None:
+    """UTF-8 `text` to `path`, whole or not at all."""
+    write_bytes_atomic(path, text.encode("utf-8"))
 
 
 def json_text(data: Any) -> str:
@@ -48,7 +249,7 @@ def json_text(data: Any) -> str:
 
 def write_json(path: str, data: Any) -> None:
     """`data` as JSON to `path` (inside a folder that is itself published atomically)."""
-    with open(path, "w", encoding="utf-8") as f:
+    with open(path, "w") as f, translate_errors(path, "write"):
         f.write(json_text(data))
 
 
@@ -66,15 +267,16 @@ def read_json(path: str, default: Any = _MISSING, error: type[Exception] = Value
 
     A missing file returns `default` when one is given, else raises `error`;
     invalid JSON, bad UTF-8 or (with `expect`) another top-level type raise
-    `error` naming the file, the line and the fix.
+    `error` naming the file, the line and the fix. An unreachable path raises
+    FileAccessError.
     """
-    if not os.path.isfile(path):
+    if not isfile(path):
         if default is not _MISSING:
             return default
         raise error(f"{path}: file not found.")
+    raw = read_bytes(path)
     try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
+        data = json.loads(raw.decode("utf-8"))
     except json.JSONDecodeError as e:
         raise error(f"{path}:{e.lineno}: invalid JSON ({e.msg}); fix the file, or delete it "
                     "to have it regenerated.") from None

@@ -1,6 +1,7 @@
 """General-distillation corpora -> streaming tf.data of packed (optionally masked) sequences.
 
-Sources (`fmt`, or "auto" from the name):
+Sources (`fmt`, or "auto" from the name), local or any `tf.io.gfile` URL
+(gs://, hdfs://, ram://):
   text      BERT's format: one sentence per line, a blank line between
             documents; a file, a glob, or a comma list; .gz / .bz2 read as such.
   wiki      a Wikipedia XML dump (.xml or .xml.bz2): pages streamed with
@@ -12,20 +13,40 @@ Sources (`fmt`, or "auto" from the name):
   tfrecord  shards written by `bin/pretokenize` (already tokenised and packed).
 Documents are streamed from a Python generator (never materialised);
 tokenisation (tensorflow-text, via our Tokenizer) and packing
-(`tinybert_tf.data.pretrain`) run in graph, in parallel.
+(`tinybert_tf.data.pretrain`) run in graph, in parallel. TFRecord shards are
+read, batched and parsed in graph with no Python per sequence.
+
+Input sharding (`general_dataset(input_context=...)`, one input pipeline per
+worker under `strategy.distribute_datasets_from_function`): with at least as
+many files as pipelines each pipeline reads only its own files (FILE
+sharding, `tfrecords.split_files`), else every pipeline reads everything and
+keeps every n-th document or record (DATA sharding). Without an input context
+the dataset asks tf.distribute for DATA sharding, which keeps the guarantee
+that n workers train on exactly the global batches one replica would.
+
+Data errors: a reader that meets a bad file (truncated .gz/.bz2, invalid
+UTF-8, XML cut mid-page) raises a one-line DataError naming the file and the
+line, page or byte offset (`_reading`, one place for every reader). Inside
+tf.data TensorFlow wraps it, with a traceback, in an InvalidArgumentError;
+`translate_data_errors()` around iteration (model.fit, a loop) turns that,
+and TFRecord DataLossErrors (which name no file), back into one DataError.
 """
 from __future__ import annotations
 
 import bz2
-import glob
+import contextlib
+import dataclasses
 import gzip
 import logging
 import os
 import re
-from typing import Iterator, Optional, Sequence, Union
+import zlib
+from typing import Any, Iterator, Optional, Sequence, Union
+from xml.etree.ElementTree import ParseError
 
 import tensorflow as tf
 
+from tinybert_tf import files
 from tinybert_tf.data import pretrain, tfrecords
 from tinybert_tf.data.examples import DataError
 
@@ -33,6 +54,7 @@ logger = logging.getLogger(__name__)
 
 WIKI_SAMPLE = "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
 FORMATS = ("auto", "text", "wiki", "tfds", "tfrecord")
+SHARD_POLICIES = ("auto", "file", "data")
 
 
 def default_corpus_path() -> str:
@@ -57,12 +79,12 @@ def source_facts(source: str) -> list[list]:
     the identity of cached counts, so a changed corpus is counted again."""
     if detect_format(source) == "tfds":
         return []
-    files = (tfrecords.resolve_files(source) if detect_format(source) == "tfrecord"
+    found = (tfrecords.resolve_files(source) if detect_format(source) == "tfrecord"
              else resolve_files(source))
     out = []
-    for path in files:
-        st = os.stat(path)
-        out.append([os.path.abspath(path), st.st_size, st.st_mtime_ns])
+    for path in found:
+        st = files.stat(path)
+        out.append([files.absolute(path), st.size, st.mtime_ns])
     return out
 
 
@@ -70,30 +92,155 @@ def resolve_files(source: Union[str, Sequence[str]]) -> list[str]:
     """Files of a path, glob or comma list (or a list of those), in sorted order per pattern."""
     parts = [source] if isinstance(source, str) else list(source)
     patterns = [p for part in parts for p in str(part).split(",") if p]
-    files: list[str] = []
+    found: list[str] = []
     for p in patterns:
-        if os.path.isfile(p):
-            files.append(p)
-        elif os.path.isdir(p):
+        if files.isfile(p):
+            found.append(p)
+        elif files.isdir(p):
             raise DataError(f"{p}: is a directory; give files or a glob (e.g. {p}/*.txt).")
         else:
-            hits = sorted(h for h in glob.glob(p) if os.path.isfile(h))
+            hits = [h for h in files.glob(p) if not h.endswith("/")
+                    and (files.is_remote(h) or not files.isdir(h))]
             if not hits:
                 raise DataError(f"{p}: no corpus file matches; --corpus takes files, globs "
                                 f"or a comma list (text .txt/.gz/.bz2, .xml.bz2, .tfrecord, "
                                 f"or tfds:NAME).")
-            files.extend(hits)
-    if not files:
+            found.extend(hits)
+    if not found:
         raise DataError(f"{source!r}: no corpus files given.")
-    return files
+    return found
 
 
-def _open_binary(path: str):
-    if path.endswith(".gz"):
-        return gzip.open(path, "rb")
-    if path.endswith(".bz2"):
-        return bz2.open(path, "rb")
-    return open(path, "rb")
+@dataclasses.dataclass(frozen=True)
+class InputShard:
+    """What one input pipeline of a corpus reads.
+
+    mode: "all" (a single pipeline), "file" (only `files`, its own) or "data"
+    (every file, keeping every `num_pipelines`-th document or record from
+    `index` on).
+    """
+    mode: str
+    files: tuple[str, ...]
+    num_pipelines: int
+    index: int
+
+
+def input_shard(source: Optional[str], num_pipelines: int = 1, index: int = 0,
+                policy: str = "auto", fmt: str = "auto") -> InputShard:
+    """The part of corpus `source` that input pipeline `index` of `num_pipelines` reads.
+
+    policy "auto": FILE sharding (file i to pipeline i mod n, in sorted order, so
+    every worker computes the same split with no communication) when the corpus
+    has at least n files, else DATA sharding. "file" insists (error with too few
+    files); "data" always shards by document/record. tfds: sources shard by
+    example (DATA) through TFDS.
+    """
+    if policy not in SHARD_POLICIES:
+        raise ValueError(f"input sharding policy {policy!r}: use one of {SHARD_POLICIES}.")
+    source = source or default_corpus_path()
+    fmt = detect_format(source) if fmt == "auto" else fmt
+    if fmt == "tfds":
+        return InputShard("all" if num_pipelines <= 1 else "data", (), num_pipelines, index)
+    every = (tfrecords.resolve_files(source) if fmt == "tfrecord" else resolve_files(source))
+    own, by_record = tfrecords.split_files(every, num_pipelines, index, policy)
+    mode = "all" if num_pipelines <= 1 else ("data" if by_record else "file")
+    return InputShard(mode, tuple(own), max(1, int(num_pipelines)), int(index))
+
+
+def pipeline_sequence_counts(source: str, num_pipelines: int, policy: str = "auto"
+                             ) -> Optional[list[int]]:
+    """Packed sequences each input pipeline gets under FILE sharding of TFRecord
+    shards, from PREFIX.json (None when unknown or not FILE-sharded).
+
+    With FILE sharding pipelines get different amounts; a multi-worker run must
+    take the same number of steps on every worker, so it sizes an epoch by the
+    smallest: steps = min(counts) // (per-replica batch x replicas per worker).
+    """
+    if detect_format(source) != "tfrecord" or num_pipelines <= 1:
+        return None
+    per_file = tfrecords.shard_set(source).sequences_per_file()
+    if per_file is None:
+        return None
+    out = []
+    for i in range(num_pipelines):
+        own, by_record = tfrecords.split_files(list(per_file), num_pipelines, i, policy)
+        if by_record:
+            return None
+        out.append(sum(per_file[f] for f in own))
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Reading files, and the one place where reading errors become DataErrors.
+
+@dataclasses.dataclass
+class _Cursor:
+    """Where a reader is in a file: `count` lines (text) or pages (wiki) read so far."""
+    path: str
+    unit: str = "line"
+    count: int = 0
+    offset: Optional[int] = None  # bytes of the file read when reading failed
+
+
+def _compression(path: str) -> Optional[str]:
+    return "gzip" if path.endswith(".gz") else "bzip2" if path.endswith(".bz2") else None
+
+
+@contextlib.contextmanager
+def _reading(path: str, unit: str = "line") -> Iterator[_Cursor]:
+    """Reads `path` (through gfile, decompressing .gz/.bz2); any failure while reading
+    becomes one DataError naming the file, the line or page and the byte offset."""
+    cursor = _Cursor(path, unit)
+    try:
+        yield cursor
+    except (DataError, files.FileAccessError):
+        raise
+    except UnicodeDecodeError as e:
+        raise DataError(f"{path}:{cursor.count}: invalid UTF-8 at byte {e.start} of the line; "
+                        "corpus text files must be UTF-8 (re-encode, e.g. `iconv -f latin1 "
+                        "-t utf-8`).") from None
+    except ParseError as e:
+        line, column = e.position
+        raise DataError(f"{path}: the XML is cut or malformed at line {line}, column {column}"
+                        f"{' of the decompressed dump' if _compression(path) else ''} "
+                        f"(after {cursor.count} pages: {e.msg}); the dump is incomplete or not "
+                        "a pages-articles dump: download it again.") from None
+    except (EOFError, OSError, zlib.error) as e:
+        kind = _compression(path)
+        where = f"after {cursor.count} {cursor.unit}s"
+        if cursor.offset is not None:
+            with contextlib.suppress(files.FileAccessError):
+                where += f", near byte {cursor.offset} of {files.stat(path).size}"
+        if kind is None:
+            raise DataError(f"{path}: cannot read {where} ({e}).") from None
+        check = f"`{kind} -t {os.path.basename(path)}`"
+        raise DataError(f"{path}: {kind} data truncated or corrupt {where} ({e}); the file is "
+                        "incomplete or damaged (an interrupted download or copy?): fetch it "
+                        f"again ({check} checks it).") from None
+    except tf.errors.OpError as e:
+        raise DataError(f"{path}: cannot read after {cursor.count} {cursor.unit}s "
+                        f"({' '.join((e.message or '').split())}).") from None
+
+
+@contextlib.contextmanager
+def _open_binary(cursor: _Cursor) -> Iterator[Any]:
+    """The file as a binary stream, decompressed by extension; on a failure the bytes
+    read so far go to `cursor.offset`."""
+    with files.open(cursor.path, "rb") as raw:
+        kind = _compression(cursor.path)
+        try:
+            if kind == "gzip":
+                with gzip.GzipFile(fileobj=raw, mode="rb") as f:
+                    yield f
+            elif kind == "bzip2":
+                with bz2.BZ2File(raw, mode="rb") as f:
+                    yield f
+            else:
+                yield raw
+        except Exception:
+            with contextlib.suppress(Exception):
+                cursor.offset = raw.tell()
+            raise
 
 
 # ---------------------------------------------------------------------------
@@ -166,13 +313,10 @@ def wiki_text_to_sentences(text: str, min_words: int = 4) -> list[str]:
 
 def _iter_text_file(path: str) -> Iterator[list[str]]:
     doc: list[str] = []
-    with _open_binary(path) as f:
-        for no, raw in enumerate(f, start=1):
-            try:
-                line = raw.decode("utf-8").strip()
-            except UnicodeDecodeError as e:
-                raise DataError(f"{path}:{no}: invalid UTF-8 at byte {e.start}; corpus text "
-                                f"files must be UTF-8 (re-encode with iconv -t UTF-8).") from None
+    with _reading(path, "line") as cursor, _open_binary(cursor) as f:
+        for raw in f:
+            cursor.count += 1
+            line = raw.decode("utf-8").strip()
             if line:
                 doc.append(line)
             elif doc:
@@ -182,24 +326,15 @@ def _iter_text_file(path: str) -> Iterator[list[str]]:
         yield doc
 
 
-def _iter_wiki(path: str, num_shards: int, index: int) -> Iterator[list[str]]:
-    from gensim.corpora.wikicorpus import extract_pages, filter_wiki
-    try:
-        with _open_binary(path) as f:
-            k = -1
-            for _, text, _ in extract_pages(f, filter_namespaces=("0",)):
-                head = text.lstrip()[:9].upper()
-                if not head or head == "#REDIRECT":  # other namespaces come with empty text
-                    continue
-                k += 1
-                if k % num_shards != index:  # shard before the costly markup stripping
-                    continue
-                sents = wiki_text_to_sentences(filter_wiki(text))
-                if sents:
-                    yield sents
-    except (OSError, EOFError) as e:  # truncated/corrupt bz2, not XML, ...
-        raise DataError(f"{path}: cannot read the Wikipedia dump ({e}); expected a "
-                        f"pages-articles .xml or .xml.bz2 file.") from None
+def _iter_wiki_pages(path: str) -> Iterator[str]:
+    """Raw wikitext of the articles of a dump (namespace 0, no redirects), in order."""
+    from gensim.corpora.wikicorpus import extract_pages
+    with _reading(path, "page") as cursor, _open_binary(cursor) as f:
+        for _, text, _ in extract_pages(f, filter_namespaces=("0",)):
+            cursor.count += 1
+            head = (text or "").lstrip()[:9].upper()
+            if head and head != "#REDIRECT":  # other namespaces come with empty text
+                yield text
 
 
 def _iter_tfds(name: str, tfds_data_dir: Optional[str], num_shards: int, index: int
@@ -232,14 +367,15 @@ def _iter_tfds(name: str, tfds_data_dir: Optional[str], num_shards: int, index: 
 
 
 def iter_documents(source: Optional[str] = None, fmt: str = "auto",
-                   tfds_data_dir: Optional[str] = None, num_shards: int = 1, index: int = 0
-                   ) -> Iterator[list[str]]:
+                   tfds_data_dir: Optional[str] = None, num_shards: int = 1, index: int = 0,
+                   shard_policy: str = "auto") -> Iterator[list[str]]:
     """Stream documents (each a list of sentence strings) from a corpus.
 
     source: files/globs/comma list, a .xml(.bz2) dump, "tfds:NAME"; None or ""
     -> the Wikipedia sample in gensim. With num_shards > 1 only shard `index`
-    is produced: every num_shards-th file when there are at least that many
-    files, else every num_shards-th document (shards are disjoint).
+    is produced (`input_shard`): its own files when there are at least that
+    many files, else every num_shards-th document (shards are disjoint). For
+    dumps the skip happens before the costly markup stripping.
     """
     source = source or default_corpus_path()
     fmt = detect_format(source) if fmt == "auto" else fmt
@@ -254,20 +390,70 @@ def iter_documents(source: Optional[str] = None, fmt: str = "auto",
         yield from _iter_tfds(str(source)[len("tfds:"):] if str(source).startswith("tfds:")
                               else str(source), tfds_data_dir, num_shards, index)
         return
-    files = resolve_files(source)
-    by_file = num_shards > 1 and len(files) >= num_shards
-    if by_file:
-        files = files[index::num_shards]
+    shard = input_shard(source, num_shards, index, shard_policy, fmt)
+    keep_all = shard.mode != "data"
+    if fmt == "wiki":
+        from gensim.corpora.wikicorpus import filter_wiki
     k = -1
-    for path in files:
+    for path in shard.files:
         if fmt == "wiki":
-            docs = _iter_wiki(path, 1 if by_file else num_shards, 0 if by_file else index)
-            yield from docs
+            for text in _iter_wiki_pages(path):
+                k += 1
+                if keep_all or k % num_shards == index:
+                    sents = wiki_text_to_sentences(filter_wiki(text))
+                    if sents:
+                        yield sents
             continue
         for doc in _iter_text_file(path):
             k += 1
-            if by_file or k % num_shards == index:
+            if keep_all or k % num_shards == index:
                 yield doc
+
+
+# ---------------------------------------------------------------------------
+# The boundary: TensorFlow's wrapped errors -> one line.
+
+_WRAPPED = re.compile(r"\b(?:DataError|FileAccessError|FileMissingError): ([^\n]+)")
+
+
+def data_error_from(error: BaseException) -> Optional[DataError]:
+    """The one-line DataError a data failure means, or None when `error` is not one.
+
+    Recognises our DataError/FileAccessError raised inside a tf.data generator
+    (which TensorFlow re-raises as an InvalidArgumentError with a traceback)
+    and TFRecord "truncated/corrupted record" DataLossErrors (the damaged
+    shard is looked up, as TensorFlow does not name it).
+    """
+    if isinstance(error, DataError):
+        return error
+    if isinstance(error, files.FileAccessError):
+        return DataError(str(error))
+    if not isinstance(error, tf.errors.OpError):
+        return None
+    message = error.message or ""
+    m = _WRAPPED.search(message)
+    if m:
+        return DataError(m.group(1).strip())
+    if isinstance(error, tf.errors.DataLossError):
+        return tfrecords.damaged_record_error(message)
+    return None
+
+
+@contextlib.contextmanager
+def translate_data_errors() -> Iterator[None]:
+    """Around iteration of our datasets (`model.fit`, a for loop, a writer): data
+    failures reach the caller as one DataError naming the file, others unchanged.
+
+        with corpus.translate_data_errors():
+            model.fit(corpus.general_dataset(...), ...)
+    """
+    try:
+        yield
+    except tf.errors.OpError as e:
+        translated = data_error_from(e)
+        if translated is None:
+            raise
+        raise translated from None
 
 
 # ---------------------------------------------------------------------------
@@ -279,30 +465,18 @@ def _shard_of(input_context) -> tuple[int, int]:
     return int(input_context.num_input_pipelines), int(input_context.input_pipeline_id)
 
 
-def packed_dataset(source: Optional[str], tokenizer, max_seq_len: int = 128,
-                   pack: str = "pair", seed: int = 0, fmt: str = "auto",
-                   tfds_data_dir: Optional[str] = None, num_shards: int = 1, index: int = 0,
-                   repeat: bool = False):
-    """Unbatched packed sequences (dict of int32 [max_seq_len]) of one shard of the corpus."""
-
-    if pack not in ("pair", "single"):
-        raise ValueError(f"pack must be 'pair' or 'single', not {pack!r}.")
-    source = source or default_corpus_path()
-    fmt = detect_format(source) if fmt == "auto" else fmt
-    if fmt == "tfrecord":
-        ctx = (tf.distribute.InputContext(num_shards, index) if num_shards > 1 else None)
-        ds = tfrecords.record_dataset(source, max_seq_len, input_context=ctx,
-                                      shuffle=False, seed=seed, tokenizer=tokenizer)
-        return ds.repeat() if repeat else ds
+def _document_sequences(source: str, tokenizer, max_seq_len: int, pack: str, seed: int,
+                        fmt: str, tfds_data_dir: Optional[str], num_shards: int, index: int,
+                        repeat: bool, shard_policy: str) -> tf.data.Dataset:
+    """Unbatched packed sequences tokenised and packed from documents (text, wiki, tfds)."""
     # Fail now, in the caller's thread, on a missing file or unprepared TFDS source.
     if fmt != "tfds":
-        resolve_files(source)
+        input_shard(source, num_shards, index, shard_policy, fmt)
     else:
         next(iter(iter_documents(source, fmt, tfds_data_dir, num_shards, index)), None)
 
     def gen():
-        for doc in iter_documents(source, fmt, tfds_data_dir, num_shards, index):
-            yield doc
+        yield from iter_documents(source, fmt, tfds_data_dir, num_shards, index, shard_policy)
 
     docs = tf.data.Dataset.from_generator(gen, output_signature=tf.TensorSpec([None], tf.string))
     if repeat:
@@ -324,30 +498,86 @@ def packed_dataset(source: Optional[str], tokenizer, max_seq_len: int = 128,
     return ds.unbatch()
 
 
+def _serialized_records(source: str, tokenizer, max_seq_len: int, num_shards: int,
+                        index: int, repeat: bool, shard_policy: str,
+                        deterministic: bool = True) -> tf.data.Dataset:
+    """Serialized TFRecord sequences of this pipeline's shard (checked set and metadata)."""
+    shard_set = tfrecords.shard_set(source)
+    for meta in shard_set.metas.values():
+        tfrecords.check_meta(source, meta, max_seq_len, tokenizer)
+    own, by_record = tfrecords.split_files(shard_set.files, num_shards, index, shard_policy)
+    tfrecords.remember_files(source, shard_set.files)
+    ds = tfrecords.serialized_dataset(own, num_shards, index, by_record,
+                                      deterministic=deterministic)
+    return ds.repeat() if repeat else ds
+
+
+def packed_dataset(source: Optional[str], tokenizer, max_seq_len: int = 128,
+                   pack: str = "pair", seed: int = 0, fmt: str = "auto",
+                   tfds_data_dir: Optional[str] = None, num_shards: int = 1, index: int = 0,
+                   repeat: bool = False, shard_policy: str = "auto") -> tf.data.Dataset:
+    """Unbatched packed sequences (dict of int32 [max_seq_len]) of one shard of the corpus."""
+    if pack not in ("pair", "single"):
+        raise ValueError(f"pack must be 'pair' or 'single', not {pack!r}.")
+    source = source or default_corpus_path()
+    fmt = detect_format(source) if fmt == "auto" else fmt
+    if fmt == "tfrecord":
+        L, pad = int(max_seq_len), tokenizer.pad_id
+        ds = _serialized_records(source, tokenizer, L, num_shards, index, repeat, shard_policy)
+        return ds.batch(256).map(lambda r: tfrecords.parse_batch(r, L, pad),
+                                 num_parallel_calls=tf.data.AUTOTUNE).unbatch()
+    return _document_sequences(source, tokenizer, max_seq_len, pack, seed, fmt, tfds_data_dir,
+                               num_shards, index, repeat, shard_policy)
+
+
 def general_dataset(source: Optional[str], tokenizer, max_seq_len: int = 128,
                     batch_size: int = 32, seed: int = 0, fmt: str = "auto", pack: str = "pair",
                     masking: bool = False, mask_prob: float = 0.15, max_predictions: int = 20,
                     shuffle_buffer: int = 10000, repeat: bool = False, input_context=None,
-                    tfds_data_dir: Optional[str] = None, drop_remainder: bool = False):
+                    tfds_data_dir: Optional[str] = None, drop_remainder: bool = False,
+                    shard_policy: str = "auto") -> tf.data.Dataset:
     """The general-distillation input pipeline.
 
     Yields dicts of int32 [B, max_seq_len] input_word_ids / input_mask /
     input_type_ids; with masking also masked_lm_positions / masked_lm_ids
     (int32 [B, P]) and masked_lm_weights (float32 [B, P]), P = max_predictions,
     masks drawn anew for every batch (dynamic masking, seeded).
-    `batch_size` is global: with a tf.distribute.InputContext each input
-    pipeline reads its disjoint shard and yields per-replica batches.
     shuffle_buffer: packed sequences held for shuffling (0 = no shuffle).
-    """
 
+    `batch_size` is global. With a tf.distribute.InputContext (one input
+    pipeline per worker, e.g. `strategy.distribute_datasets_from_function(
+    lambda ctx: general_dataset(..., input_context=ctx))`) each pipeline reads
+    its disjoint part (`input_shard`, `shard_policy`) and yields per-replica
+    batches. FILE sharding reads each file on one worker only, but each
+    worker's order differs from a single replica's (n workers no longer train
+    on exactly one replica's global batches), and workers may hold different
+    amounts: pass repeat=True and size the epoch with `pipeline_sequence_counts`
+    so no worker runs dry while others wait in a collective. Without an input
+    context the dataset asks tf.distribute for DATA sharding: every worker
+    reads the whole corpus and takes its slice of each global batch, exactly
+    as one replica would train.
+    """
     num, idx = _shard_of(input_context)
     if input_context is not None:
         batch_size = input_context.get_per_replica_batch_size(batch_size)
-    ds = packed_dataset(source, tokenizer, max_seq_len, pack, seed, fmt, tfds_data_dir,
-                        num, idx, repeat)
-    if shuffle_buffer and shuffle_buffer > 1:
-        ds = ds.shuffle(shuffle_buffer, seed=seed * 1000003 + idx, reshuffle_each_iteration=True)
-    ds = ds.batch(batch_size, drop_remainder=drop_remainder)
+    source = source or default_corpus_path()
+    fmt = detect_format(source) if fmt == "auto" else fmt
+    shuffle_seed = seed * 1000003 + idx
+    if fmt == "tfrecord":
+        # Shuffle and batch the serialized records, then parse a whole batch at once.
+        L, pad = int(max_seq_len), tokenizer.pad_id
+        ds = _serialized_records(source, tokenizer, L, num, idx, repeat, shard_policy)
+        if shuffle_buffer and shuffle_buffer > 1:
+            ds = ds.shuffle(shuffle_buffer, seed=shuffle_seed, reshuffle_each_iteration=True)
+        ds = ds.batch(batch_size, drop_remainder=drop_remainder)
+        ds = ds.map(lambda r: tfrecords.parse_batch(r, L, pad),
+                    num_parallel_calls=tf.data.AUTOTUNE)
+    else:
+        ds = packed_dataset(source, tokenizer, max_seq_len, pack, seed, fmt, tfds_data_dir,
+                            num, idx, repeat, shard_policy)
+        if shuffle_buffer and shuffle_buffer > 1:
+            ds = ds.shuffle(shuffle_buffer, seed=shuffle_seed, reshuffle_each_iteration=True)
+        ds = ds.batch(batch_size, drop_remainder=drop_remainder)
     if masking:
         special = [tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id, tokenizer.mask_id]
         random_ids = pretrain.random_token_ids(tokenizer.vocab)
@@ -359,6 +589,11 @@ def general_dataset(source: Optional[str], tokenizer, max_seq_len: int = 128,
                                        mask_prob, max_predictions)
 
         ds = ds.enumerate().map(mask, num_parallel_calls=tf.data.AUTOTUNE)
+    if input_context is None:
+        options = tf.data.Options()
+        options.experimental_distribute.auto_shard_policy = \
+            tf.data.experimental.AutoShardPolicy.DATA
+        ds = ds.with_options(options)
     return ds.prefetch(tf.data.AUTOTUNE)
 
 
@@ -366,15 +601,26 @@ def count_sequences(source: Optional[str], tokenizer, max_seq_len: int = 128,
                     pack: str = "pair", fmt: str = "auto",
                     tfds_data_dir: Optional[str] = None) -> int:
     """Packed sequences per epoch (for schedules). TFRecord shards with PREFIX.json:
-    read from the metadata; otherwise one tokenise-and-pack pass (no masking)."""
+    read from the metadata; otherwise one tokenise-and-pack pass (no masking).
+    A corpus with no sequence at all is a DataError (nothing to train on)."""
     source = source or default_corpus_path()
     fmt = detect_format(source) if fmt == "auto" else fmt
-    if fmt == "tfrecord":
-        meta = tfrecords.read_meta(source)
-        if meta is not None and len(tfrecords.resolve_files(source)) == len(meta["shards"]):
-            return int(meta["num_sequences"])
-    ds = packed_dataset(source, tokenizer, max_seq_len, pack, 0, fmt, tfds_data_dir)
     n = 0
-    for b in ds.batch(1024).prefetch(2):
-        n += int(b["input_mask"].shape[0])
+    if fmt == "tfrecord":
+        per_file = tfrecords.shard_set(source).sequences_per_file()
+        if per_file is not None:
+            n = sum(per_file.values())
+        else:  # order does not matter for a count
+            records = _serialized_records(source, tokenizer, max_seq_len, 1, 0, False, "auto",
+                                          deterministic=False)
+            with translate_data_errors():
+                n = int(records.reduce(tf.constant(0, tf.int64), lambda c, _: c + 1))
+    else:
+        ds = packed_dataset(source, tokenizer, max_seq_len, pack, 0, fmt, tfds_data_dir)
+        with translate_data_errors():
+            for b in ds.batch(1024).prefetch(2):
+                n += int(b["input_mask"].shape[0])
+    if n == 0:
+        raise DataError(f"{source}: the corpus holds no text to pack into sequences (empty "
+                        "files, or only blank lines/redirects); give a corpus with documents.")
     return n

@@ -2,20 +2,38 @@
 
 Each worker process tokenises and packs its shard of the documents
 (`corpus.packed_dataset`) and writes one shard file (`tfrecords.write_shard`,
-atomically); PREFIX.json records the vocab, sequence length, packing and the
-sequences per shard, which readers check.
+atomically); PREFIX.json, written last, records the vocab, sequence length,
+packing and each shard's sequences and bytes, which readers check. So:
+  - a run that fails or is killed leaves no PREFIX.json (an old one is removed
+    first), and a set without it is recognisably incomplete;
+  - a failing run removes the shards it wrote, and a corpus that yields no
+    sequence is an error with nothing written;
+  - shards of the same prefix left by an earlier run with another
+    --num_shards are removed before PREFIX.json is written.
+Paths go through `tf.io.gfile` (gs://, ram://, ...). `ram://` lives in this
+process's memory, so a corpus or output there is written in-process.
 """
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 from typing import Optional, Sequence, Union
 
 from tqdm import tqdm
 
+from tinybert_tf import files
 from tinybert_tf.data import corpus
 from tinybert_tf.data.examples import DataError
-from tinybert_tf.data.tfrecords import shard_path, vocab_sha1, write_meta, write_shard
+from tinybert_tf.data.tfrecords import (
+    encode_batch,
+    meta_path,
+    set_files,
+    shard_path,
+    vocab_sha1,
+    write_meta,
+    write_shard,
+)
 from tinybert_tf.tokenizer import Tokenizer, read_vocab
 
 _progress_queue = None
@@ -27,17 +45,60 @@ def _init_worker(queue) -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
-def _write_one_shard(job: dict) -> tuple[int, int]:
-    """Worker: tokenise and pack shard `index` of the corpus into its TFRecord file."""
+def _write_one_shard(job: dict) -> tuple[int, int, int]:
+    """Worker: tokenise and pack shard `index` of the corpus into its TFRecord file.
+    Returns (index, sequences, bytes); data errors arrive as one-line DataErrors."""
     tok = Tokenizer(job["vocab"], lower_case=job["lower_case"], max_seq_len=job["max_seq_len"])
     ds = corpus.packed_dataset(job["corpus"], tok, job["max_seq_len"], job["pack"], seed=0,
                                fmt=job["fmt"], tfds_data_dir=job["tfds_data_dir"],
                                num_shards=job["num_shards"], index=job["index"])
-    batches = (b for b in ds.batch(256).prefetch(2).as_numpy_iterator())
     queue = _progress_queue
-    n = write_shard(job["path"], batches,
-                    progress=(lambda k: queue.put(k)) if queue is not None else None)
-    return job["index"], n
+    records = ds.batch(256).map(encode_batch, num_parallel_calls=2).prefetch(2)
+    with corpus.translate_data_errors():
+        batches = records.as_numpy_iterator()
+        n = write_shard(job["path"], batches,
+                        progress=(lambda k: queue.put(k)) if queue is not None else None)
+    return job["index"], n, files.stat(job["path"]).size
+
+
+def _run_jobs(jobs: list[dict], workers: int, bar) -> list[tuple[int, int, int]]:
+    if workers == 1:
+        _init_worker(None)
+        out = []
+        for job in jobs:
+            out.append(_write_one_shard(dict(job)))
+            bar.update(out[-1][1])
+        return out
+    out = []
+    ctx = mp.get_context("spawn")  # TensorFlow is not fork-safe
+    with ctx.Manager() as manager:
+        queue = manager.Queue()
+        with ctx.Pool(workers, initializer=_init_worker, initargs=(queue,)) as pool:
+            pending = pool.imap_unordered(_write_one_shard, jobs)
+            while len(out) < len(jobs):
+                while not queue.empty():
+                    bar.update(queue.get())
+                try:
+                    out.append(pending.next(timeout=0.5))
+                except mp.TimeoutError:
+                    continue
+            while not queue.empty():
+                bar.update(queue.get())
+    return out
+
+
+def _remove(paths: Sequence[str], temporaries: bool = False) -> None:
+    """Best-effort removal of `paths` (and, with `temporaries`, of the hidden temporary
+    siblings a killed worker leaves: `.NAME.tmp-PID`)."""
+    for p in paths:
+        found = [p]
+        if temporaries:
+            directory, name = os.path.split(p)
+            found += files.glob(os.path.join(directory, f".{name}.tmp-*"))
+        for f in found:
+            with contextlib.suppress(files.FileAccessError):
+                if files.exists(f):
+                    files.remove(f)
 
 
 def pretokenize(corpus_source: Optional[str], vocab: Union[str, Sequence[str]], output: str,
@@ -48,13 +109,15 @@ def pretokenize(corpus_source: Optional[str], vocab: Union[str, Sequence[str]], 
 
     Shards are tokenised in parallel by `num_workers` processes (0 = all
     cores; 1 = in this process), each file written atomically; a tqdm bar
-    counts sequences. Returns the metadata written to PREFIX.json.
+    counts sequences. Returns the metadata written to PREFIX.json. A bad
+    corpus file or an empty corpus raises DataError, leaving no shard and no
+    PREFIX.json of this run behind.
     """
     if not output:
         raise DataError("--output is required: the shard prefix, e.g. --output=data/wiki.")
     if num_shards < 1:
         raise DataError(f"--num_shards={num_shards}: need at least 1.")
-    if isinstance(vocab, str) and os.path.isdir(vocab):
+    if isinstance(vocab, str) and files.isdir(vocab):
         vocab = os.path.join(vocab, "vocab.txt")
     tokens = read_vocab(vocab) if isinstance(vocab, str) else list(vocab)
     Tokenizer(tokens, lower_case=lower_case, max_seq_len=max_seq_len)  # validates the vocab
@@ -64,45 +127,36 @@ def pretokenize(corpus_source: Optional[str], vocab: Union[str, Sequence[str]], 
         raise DataError(f"{corpus_source}: already TFRecord shards.")
     if fmt != "tfds":
         corpus.resolve_files(corpus_source)  # fail now on a bad path
-    parent = os.path.dirname(os.path.abspath(output))
-    os.makedirs(parent, exist_ok=True)
-    workers = min(num_workers or os.cpu_count() or 1, num_shards)
+    output = files.absolute(output)
+    files.makedirs(os.path.dirname(output))
+    # From here on PREFIX.json describes nothing until this run writes it.
+    _remove([meta_path(output)])
+    in_memory = any(str(p).startswith("ram://") for p in (corpus_source, output))
+    workers = 1 if in_memory else min(num_workers or os.cpu_count() or 1, num_shards)
     jobs = [dict(corpus=corpus_source, vocab=tokens, lower_case=lower_case,
                  max_seq_len=max_seq_len, pack=pack, fmt=fmt, tfds_data_dir=tfds_data_dir,
                  num_shards=num_shards, index=i, path=shard_path(output, i, num_shards))
             for i in range(num_shards)]
-    counts = [0] * num_shards
+    paths = [j["path"] for j in jobs]
     bar = tqdm(total=None, unit="seq", desc=f"pretokenize {num_shards} shards",
                disable=not progress)
-    if workers == 1:
-        _init_worker(None)
-        for job in jobs:
-            i, n = _write_one_shard(dict(job))
-            counts[i] = n
-            bar.update(n)
-    else:
-        ctx = mp.get_context("spawn")  # TensorFlow is not fork-safe
-        with ctx.Manager() as manager:
-            queue = manager.Queue()
-            with ctx.Pool(workers, initializer=_init_worker, initargs=(queue,)) as pool:
-                pending = pool.imap_unordered(_write_one_shard, jobs)
-                done = 0
-                while done < num_shards:
-                    while not queue.empty():
-                        bar.update(queue.get())
-                    try:
-                        i, n = pending.next(timeout=0.5)
-                    except mp.TimeoutError:
-                        continue
-                    counts[i] = n
-                    done += 1
-                while not queue.empty():
-                    bar.update(queue.get())
-    bar.close()
+    try:
+        results = sorted(_run_jobs(jobs, workers, bar))
+    except BaseException:
+        _remove(paths, temporaries=True)  # the pool is terminated: no worker still writes
+        raise
+    finally:
+        bar.close()
+    total = sum(n for _, n, _ in results)
+    if total == 0:
+        _remove(paths)
+        raise DataError(f"{corpus_source}: no sequences: the corpus holds no text (empty "
+                        "files, only blank lines, or a dump of redirects); nothing written.")
+    _remove([f for f in set_files(output) if f not in paths])  # an older set's shards
     meta = {"corpus": corpus_source, "format": fmt, "max_seq_len": int(max_seq_len),
             "pack": pack, "lower_case": bool(lower_case), "vocab_size": len(tokens),
-            "vocab_sha1": vocab_sha1(tokens), "num_sequences": int(sum(counts)),
-            "shards": [{"file": os.path.basename(j["path"]), "num_sequences": c}
-                       for j, c in zip(jobs, counts)]}
+            "vocab_sha1": vocab_sha1(tokens), "num_sequences": int(total),
+            "shards": [{"file": os.path.basename(p), "num_sequences": n, "bytes": size}
+                       for p, (_, n, size) in zip(paths, results)]}
     write_meta(output, meta)
     return meta
