@@ -317,3 +317,43 @@ def test_variables_without_gradient_are_not_decayed(configs):
     moved = [p for p in before if p.startswith("transformer_layer_0/")
              and np.abs(before[p] - after[p]).max() > 1e-4]
     assert moved
+
+
+def _softmax(z):
+    e = np.exp(z - z.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+@pytest.mark.parametrize("restrict", [False, True])
+def test_distilbert_soft_targets_cover_every_real_token_unless_restricted(configs, restrict):
+    """L_ce over every non-padding token (the DistilBERT code's default) or only at
+    the masked positions; L_mlm at the masked positions either way."""
+    s_cfg, _ = configs
+    t_cfg = s_cfg.replace(num_layers=4)
+    keras.utils.set_random_seed(3)
+    student, teacher = BertModel(s_cfg, head="mlm"), BertModel(t_cfg, head="mlm")
+    d = distiller(student, teacher, phase="distilbert", temperature=2.0,
+                  restrict_ce_to_mask=restrict, weights={"ce": 1.0, "mlm": 1.0, "cos": 1.0})
+    x = _mlm_batch(4, s_cfg.vocab_size, seed=4)
+    x["input_mask"][0, 10:] = 0  # some padding
+    got = {k: float(v) for k, v in d.compute_losses(x).items()}
+    plain = {k: x[k] for k in ("input_word_ids", "input_mask", "input_type_ids")}
+    s_all = student(plain)["logits"].numpy().astype(np.float64)  # [B, L, V]
+    t_all = teacher(plain)["logits"].numpy().astype(np.float64)
+    pos, w = x["masked_lm_positions"], x["masked_lm_weights"].astype(np.float64)
+    take = lambda a: np.take_along_axis(a, pos[:, :, None], axis=1)  # noqa: E731
+    T = 2.0
+    if restrict:
+        s_ce, t_ce, w_ce = take(s_all), take(t_all), w
+    else:
+        s_ce, t_ce, w_ce = s_all, t_all, x["input_mask"].astype(np.float64)
+    log_s = np.log(_softmax(s_ce / T))
+    ce = -(_softmax(t_ce / T) * log_s).sum(-1)
+    np.testing.assert_allclose(got["ce"], T * T * (ce * w_ce).sum() / w_ce.sum(), rtol=1e-4)
+    log_p = np.log(_softmax(take(s_all)))
+    nll = -np.take_along_axis(log_p, x["masked_lm_ids"][:, :, None], axis=-1)[..., 0]
+    np.testing.assert_allclose(got["mlm"], (nll * w).sum() / w.sum(), rtol=1e-4)
+    with pytest.raises(ValueError, match="restrict_ce_to_mask"):
+        Distiller(student=student, teacher=teacher,
+                  terms=make_terms("ce", restrict_ce_to_mask=False)
+                  + make_terms("mlm", restrict_ce_to_mask=True))

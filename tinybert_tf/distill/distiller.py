@@ -109,6 +109,13 @@ class Distiller(MultiWorkerBuildMixin, keras.Model):
         for term in terms:
             term.build(student, teacher)
         self.terms = terms
+        dropped = {k for t in terms for k in t.drops_model_inputs}
+        clash = sorted({k for t in terms for k in t.needs_model_inputs} & dropped)
+        if clash:
+            raise ValueError(f"the loss terms disagree on model inputs {clash}: one needs them, "
+                             "another drops them (build the DistilBERT terms with one "
+                             "--restrict_ce_to_mask setting).")
+        self.model_input_keys = tuple(k for k in MODEL_INPUT_KEYS if k not in dropped)
         self.clip_norm = float(clip_norm) if clip_norm else 0.0
         if self.clip_norm < 0:
             raise ValueError(f"--clip_norm must be >= 0, got {clip_norm}.")
@@ -203,9 +210,8 @@ class Distiller(MultiWorkerBuildMixin, keras.Model):
             x["input_mask"] = tf.ones_like(x["input_word_ids"])
         return x
 
-    @staticmethod
-    def _model_inputs(x):
-        return {k: x[k] for k in MODEL_INPUT_KEYS if k in x}
+    def _model_inputs(self, x):
+        return {k: x[k] for k in self.model_input_keys if k in x}
 
     def _teacher_outputs(self, x):
         if self.teacher is None:

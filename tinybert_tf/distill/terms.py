@@ -67,6 +67,10 @@ class LossTerm:
     def __init__(self, weight: float = 1.0):
         self.weight = float(weight)
         self.needs_projections = False
+        # Batch keys the models must NOT receive (e.g. masked_lm_positions, for MLM
+        # logits at every position), and keys this term needs the models to receive.
+        self.drops_model_inputs: tuple[str, ...] = ()
+        self.needs_model_inputs: tuple[str, ...] = ()
 
     def build(self, student, teacher) -> None:
         """Check the models and precompute per-model facts (layer maps, heads)."""
@@ -369,15 +373,23 @@ def _require_mlm(term: str, inputs) -> None:
 @register_term
 class DistilSoftTargetTerm(LossTerm):
     """alpha_ce * L_ce: soft cross-entropy over the MLM vocabulary at temperature
-    T, scaled by T^2, at the masked positions."""
+    T, scaled by T^2. Over every real token (the DistilBERT code's default,
+    `restrict_ce_to_mask=False`: the models then return MLM logits at every
+    position), or only at the masked positions (`restrict_ce_to_mask=True`)."""
 
     name = "ce"
 
-    def __init__(self, temperature: float = 2.0, weight: float = 5.0):
+    def __init__(self, temperature: float = 2.0, weight: float = 5.0,
+                 restrict_ce_to_mask: bool = False):
         super().__init__(weight)
         self.temperature = float(temperature)
         if self.temperature <= 0:
             raise ValueError(f"--distil_temperature must be > 0, got {temperature}.")
+        self.restrict = bool(restrict_ce_to_mask)
+        if self.restrict:
+            self.needs_model_inputs = ("masked_lm_positions",)
+        else:
+            self.drops_model_inputs = ("masked_lm_positions",)
 
     def build(self, student, teacher) -> None:
         if student.head_type != "mlm":
@@ -393,28 +405,43 @@ class DistilSoftTargetTerm(LossTerm):
                              f"{student.bert_config.vocab_size}, teacher "
                              f"{teacher.bert_config.vocab_size}.")
 
+    def _weights(self, inputs):
+        if self.restrict:
+            _require_mlm(self.name, inputs)
+            return _mlm_weights(inputs)
+        return tf.cast(inputs["input_mask"], tf.float32)  # every real token [B, L]
+
     def count(self, inputs):
-        _require_mlm(self.name, inputs)
-        return tf.reduce_sum(_mlm_weights(inputs))
+        return tf.reduce_sum(self._weights(inputs))
 
     def sum(self, inputs, student_outputs, teacher_outputs, projections):
         return self.weight * losses.distilbert_ce(
-            student_outputs["logits"], teacher_outputs["logits"],
-            inputs.get("masked_lm_weights"), self.temperature, reduction="sum")
+            student_outputs["logits"], teacher_outputs["logits"], self._weights(inputs),
+            self.temperature, reduction="sum")
 
     def get_config(self) -> dict[str, Any]:
-        return {**super().get_config(), "temperature": self.temperature}
+        return {**super().get_config(), "temperature": self.temperature,
+                "restrict_ce_to_mask": self.restrict}
 
 
 @register_term
 class MaskedLMTerm(LossTerm):
-    """alpha_mlm * L_mlm: cross-entropy of the original tokens at masked positions."""
+    """alpha_mlm * L_mlm: cross-entropy of the original tokens at masked positions.
+
+    With `restrict_ce_to_mask=False` the student's MLM logits come for every
+    position (as L_ce needs them) and this term gathers the masked ones.
+    """
 
     name = "mlm"
     needs_teacher = False
 
-    def __init__(self, weight: float = 2.0):
+    def __init__(self, weight: float = 2.0, restrict_ce_to_mask: bool = False):
         super().__init__(weight)
+        self.full_sequence = not restrict_ce_to_mask
+        if self.full_sequence:
+            self.drops_model_inputs = ("masked_lm_positions",)
+        else:
+            self.needs_model_inputs = ("masked_lm_positions",)
 
     def build(self, student, teacher) -> None:
         if student.head_type != "mlm":
@@ -426,7 +453,11 @@ class MaskedLMTerm(LossTerm):
         return tf.reduce_sum(_mlm_weights(inputs))
 
     def sum(self, inputs, student_outputs, teacher_outputs, projections):
-        return self.weight * losses.mlm_loss(student_outputs["logits"], inputs["masked_lm_ids"],
+        logits = student_outputs["logits"]
+        if self.full_sequence:  # [B, L, V] -> [B, P, V] at the masked positions
+            logits = tf.gather(logits, tf.cast(inputs["masked_lm_positions"], tf.int32),
+                               batch_dims=1)
+        return self.weight * losses.mlm_loss(logits, inputs["masked_lm_ids"],
                                              inputs.get("masked_lm_weights"), reduction="sum")
 
 

@@ -74,6 +74,11 @@ class Head(keras.layers.Layer):
         """The encoder output this head reads (a tensor), e.g. the pooled output."""
         raise NotImplementedError
 
+    def permute_outputs(self, order: Sequence[int]) -> None:
+        """Reorder the output axis: new output j = old output order[j] (a teacher's
+        labels put in the task's order)."""
+        raise ValueError(f"a {self.kind} head has no label outputs to reorder.")
+
 
 class _DenseHead(Head):
     """dropout -> dense (BERT's fine-tuning heads), on the pooled or sequence output."""
@@ -109,6 +114,15 @@ class _DenseHead(Head):
     def get_config(self):
         return {**super().get_config(), "num_labels": self.num_labels,
                 "dropout": self.dropout_rate}
+
+    def permute_outputs(self, order: Sequence[int]) -> None:
+        dense = getattr(self, self.dense_name)
+        order = list(order)
+        if sorted(order) != list(range(self.num_labels)):
+            raise ValueError(f"{order} is not a permutation of the {self.num_labels} outputs.")
+        kernel, bias = dense.kernel, dense.bias
+        kernel.assign(ops.take(kernel, order, axis=1))
+        bias.assign(ops.take(bias, order, axis=0))
 
 
 @register_head

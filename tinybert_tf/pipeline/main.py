@@ -8,6 +8,7 @@ redone since) runs again.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import logging
@@ -105,7 +106,9 @@ def run(config: PipelineConfig) -> dict[str, Any]:
         config_error = e
     if r.dry_run:
         try:
-            plan = preflight.check(ctx, stages, count_corpus=True)
+            # stdout carries the plan alone: progress lines go to stderr.
+            with contextlib.redirect_stdout(sys.stderr):
+                plan = preflight.check(ctx, stages, count_corpus=True)
             errors = [] if config_error is None else [str(config_error)]
         except preflight.PreflightError as e:
             plan, errors = None, e.errors + ([str(config_error)] if config_error else [])

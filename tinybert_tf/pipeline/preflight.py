@@ -22,6 +22,7 @@ from tinybert_tf.distill.mapping import layer_map
 from tinybert_tf.distill.terms import layer_weights, resolve_names
 from tinybert_tf.export.formats import check_formats
 from tinybert_tf.models.checkpoint import CheckpointError, ModelInfo, inspect_model
+from tinybert_tf.models.labels import label_order
 from tinybert_tf.pipeline import stages as S
 from tinybert_tf.pipeline.configs import PipelineConfig
 from tinybert_tf.tokenizer import SPECIAL_TOKENS
@@ -160,10 +161,14 @@ def check(ctx: S.Context, stages: Sequence[str], count_corpus: bool = False
     if m.task_teacher and needs & {"task", "evaluate", "augment"}:
         task_teacher = _model(checks, m.task_teacher, "--task_teacher")
         if task_teacher is not None:
-            _check_task_head(checks, task_teacher, ctx, "--task_teacher")
+            _check_task_head(checks, task_teacher, ctx, "--task_teacher", plan)
     if teacher is not None and task_teacher is not None and teacher.vocab != task_teacher.vocab:
         checks.errors.append("--task_teacher and --teacher use different vocabularies; the "
                              "student can follow only one. Use teachers of one vocab.")
+    if m.teacher_label_order and not m.task_teacher:
+        checks.errors.append("--teacher_label_order describes the outputs of --task_teacher, "
+                             "which is not given (the finetune_teacher stage names its "
+                             "labels itself); drop the flag or give --task_teacher.")
     vocab_model = task_teacher or teacher
     student_cfg: Optional[BertConfig] = None
     if "general" in needs or (m.random_student and "task" in needs):
@@ -282,7 +287,8 @@ def _describe(info: ModelInfo) -> dict[str, Any]:
             "heads": c.num_heads, "vocab_size": c.vocab_size, "lower_case": c.lower_case}
 
 
-def _check_task_head(checks: _Checks, info: ModelInfo, ctx: S.Context, flag: str) -> None:
+def _check_task_head(checks: _Checks, info: ModelInfo, ctx: S.Context, flag: str,
+                     plan: dict[str, Any]) -> None:
     want = ctx.task.type
     if info.head != want.head:
         checks.errors.append(f"{flag}={info.path} has head {info.head!r} but task "
@@ -292,6 +298,12 @@ def _check_task_head(checks: _Checks, info: ModelInfo, ctx: S.Context, flag: str
         checks.errors.append(
             f"{flag}={info.path} has {info.num_labels} outputs but task {ctx.task.name} has "
             f"{want.num_outputs} labels; give a teacher fine-tuned on it.")
+    elif want.named_outputs:
+        order = checks.run(lambda: label_order(
+            list(ctx.config.models.teacher_label_order) or info.label_names,
+            want.label_names, f"{flag}={info.path}"))
+        if order is not None:
+            plan["teacher_label_mapping"] = {n: i for n, i in zip(want.label_names, order)}
 
 
 def _check_augment(checks: _Checks, ctx: S.Context, vocab_model: Optional[ModelInfo]) -> None:
@@ -363,7 +375,7 @@ def _phases(checks: _Checks, ctx: S.Context, needs: set, count_corpus: bool
         if spec is None:
             continue
         checks.run(spec.check)
-        if spec.micro_batch < 1:
+        if 0 < spec.micro_batch < 1:
             checks.errors.append(
                 f"{spec.batch_flag}={spec.global_batch} over {spec.replicas} replica(s) x "
                 f"--grad_accum_steps={spec.accumulation} leaves micro-batches below 1 row; "

@@ -1,0 +1,52 @@
+"""Matching a model's label outputs to a task's label order, by name.
+
+A teacher fine-tuned elsewhere orders its classes its own way (Hugging Face's
+MNLI: entailment, neutral, contradiction; ours: contradiction, entailment,
+neutral). Soft targets are compared position by position, so the teacher's
+outputs are reordered to the task's order once, when it is loaded, from the
+names its directory stores (or `--teacher_label_order` when it stores none).
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+
+class LabelOrderError(ValueError):
+    """The model's labels cannot be matched to the task's; the message lists both."""
+
+
+def label_order(model_names: Optional[Sequence[str]], task_names: Sequence[str],
+                what: str = "--task_teacher", flag: str = "--teacher_label_order"
+                ) -> list[int]:
+    """For each task label (in task order), the index of the model output with that name.
+
+    model_names: the model's label names in its output order (None: it names none).
+    """
+    task_names = [str(n) for n in task_names]
+    if not model_names:
+        raise LabelOrderError(
+            f"{what} does not name its {len(task_names)} outputs (no id2label, or only "
+            f"LABEL_0, LABEL_1, ...), so its order cannot be matched to the task's labels "
+            f"{task_names}; give {flag}=name,name,... listing the task's label names in the "
+            "order of the teacher's outputs.")
+    names = [str(n) for n in model_names]
+    if len(set(names)) != len(names):
+        raise LabelOrderError(f"{what} repeats label names {names}.")
+    if sorted(names) != sorted(task_names):
+        raise LabelOrderError(
+            f"{what} has the labels {names} (in its output order) but the task has "
+            f"{task_names}; they must be the same names: fine-tune the teacher on this task, "
+            f"or give {flag} with the task's names in the teacher's output order.")
+    return [names.index(n) for n in task_names]
+
+
+def put_in_order(model, task_names: Sequence[str], given: Sequence[str] = (),
+                 what: str = "--task_teacher") -> dict[str, int]:
+    """Reorder `model`'s head outputs (in place) to `task_names`; returns the mapping
+    {task label: the model's original output index}. `given` overrides the model's
+    own names (`--teacher_label_order`)."""
+    order = label_order(list(given) or model.label_names, task_names, what)
+    if order != list(range(len(order))):
+        model.head.permute_outputs(order)
+    model.label_names = [str(n) for n in task_names]
+    return {str(n): i for n, i in zip(task_names, order)}
