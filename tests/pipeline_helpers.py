@@ -46,7 +46,8 @@ def write_corpus(path: str, docs: int = 12, seed: int = 1) -> str:
 
 
 def write_teacher(directory: str, vocab, hidden=32, layers=2, heads=4, dropout=0.1,
-                  head=None, seed=3) -> str:
+                  head=None, seed=3, label_names=None) -> str:
+    """A random tiny BERT directory; `head` with `label_names` (default "0", "1")."""
     import keras
 
     from tinybert_tf.config import BertConfig
@@ -59,8 +60,9 @@ def write_teacher(directory: str, vocab, hidden=32, layers=2, heads=4, dropout=0
                         max_position_embeddings=64, hidden_dropout=dropout,
                         attention_dropout=dropout)
     kwargs = {"head": head}
-    if head == "classifier":
-        kwargs.update(num_labels=2, label_names=["0", "1"])
+    if head in ("classifier", "token_classifier"):
+        names = list(label_names or ["0", "1"])
+        kwargs.update(num_labels=len(names), label_names=names)
     save_model(BertModel(config, vocab=vocab, **kwargs), directory)
     return directory
 

@@ -14,6 +14,11 @@ For each example and each text field:
 Pair tasks: variants of the first field keep the original second field and
 vice versa (the reference builds the second field's variants on a mutated
 first field, a bug we do not copy). Labels and other columns are copied.
+Token tasks (`RowTable.pre_split`): the text is the sentence's own words joined
+by spaces; it is split on those spaces only, each replacement is one word for
+one word (so every tag still belongs to its word and is copied), and a
+candidate takes the capitalisation of the word it replaces ("Paris" -> "Rome",
+"EU" -> "UN"), which cased models and entity tags depend on.
 
 Determinism: example i draws from `np.random.default_rng([seed, i])`, and MLM
 batches are formed within fixed chunks of `chunk_size` consecutive examples,
@@ -118,21 +123,36 @@ class Augmenter:
       neighbours: word-vector neighbours (multi-piece words, or all words).
       mlm: MLM candidates for single-piece words, or None.
       num_aug, replace_prob, seed: N_a, p_t and the base seed.
+      pre_split: texts are words joined by single spaces, replaced one for one
+        with the replaced word's capitalisation (token tasks; module doc).
     """
 
     def __init__(self, neighbours: NeighbourIndex, mlm: Optional[MLMCandidates] = None,
-                 num_aug: int = 20, replace_prob: float = 0.4, seed: int = 42):
+                 num_aug: int = 20, replace_prob: float = 0.4, seed: int = 42,
+                 pre_split: bool = False):
         self.neighbours = neighbours
         self.mlm = mlm
         self.splitter = WordSplitter(mlm.lower_case if mlm is not None else True)
         self.num_aug = int(num_aug)
         self.replace_prob = float(replace_prob)
         self.seed = int(seed)
+        self.pre_split = bool(pre_split)
+
+    def split(self, texts: Sequence[str]) -> list[list[str]]:
+        """texts [T] -> the words Algorithm 1 replaces, per text."""
+        if self.pre_split:
+            return [t.split(" ") for t in texts]
+        return self.splitter.split(texts)
+
+    def _vector_key(self, word: str) -> str:
+        """The form a word has in the vectors: the splitter's case (pre-split words
+        keep theirs; eligible words are ASCII, so lower() is the whole folding)."""
+        return word.lower() if self.pre_split and self.splitter.lower_case else word
 
     def word_candidates(self, texts: Sequence[str]
                         ) -> tuple[list[list[str]], list[list[tuple[int, list[str]]]], ChunkStats]:
         """texts [T] -> words per text, (word index, candidates) per text, stats."""
-        words = self.splitter.split(texts)
+        words = self.split(texts)
         stats = ChunkStats()
         eligible = [[i for i, w in enumerate(ws) if is_eligible(w)] for ws in words]
         found: list[dict[int, list[str]]] = [{} for _ in texts]
@@ -156,13 +176,17 @@ class Augmenter:
             stats.mlm_words = len(rows)
         else:
             by_vectors = [(t, i) for t in range(len(texts)) for i in eligible[t]]
-        table = self.neighbours.neighbours([words[t][i] for t, i in by_vectors])
+        table = self.neighbours.neighbours([self._vector_key(words[t][i])
+                                            for t, i in by_vectors])
         for t, i in by_vectors:
-            found[t][i] = table[words[t][i]]
+            found[t][i] = table[self._vector_key(words[t][i])]
         stats.vector_words = len(by_vectors)
         out = []
         for t in range(len(texts)):
             cands = [(i, found[t][i]) for i in eligible[t] if found[t].get(i)]
+            if self.pre_split:
+                cased = [(i, _same_case(words[t][i], c)) for i, c in cands]
+                cands = [(i, c) for i, c in cased if c]
             stats.eligible += len(eligible[t])
             stats.skipped += len(eligible[t]) - len(cands)
             out.append(cands)
@@ -184,6 +208,22 @@ class Augmenter:
                 at += 1
             out.append(per_field)
         return out, stats
+
+
+def _same_case(word: str, candidates: Sequence[str]) -> list[str]:
+    """`candidates` with the capitalisation of `word` (all caps, or a capital first),
+    those equal to `word` once cased dropped."""
+    if len(word) > 1 and word.isupper():
+        cased = [c.upper() for c in candidates]
+    elif word[:1].isupper():
+        cased = [c[:1].upper() + c[1:] for c in candidates]
+    else:
+        cased = list(candidates)
+    out: list[str] = []
+    for c in cased:
+        if c != word and c not in out:
+            out.append(c)
+    return out
 
 
 def example_rows(fields: Sequence[str], cols: Sequence[int],
@@ -353,7 +393,8 @@ def augment_source(source: sources.DataSource, output_path: str, *,
                        "MLM for those).")
     else:
         mode = "mlm+vectors"
-    augmenter = Augmenter(neighbours, mlm, num_aug, replace_prob, seed)
+    augmenter = Augmenter(neighbours, mlm, num_aug, replace_prob, seed,
+                          pre_split=table.pre_split)
 
     # This shard's chunks.
     num_chunks = math.ceil(total / chunk_size)

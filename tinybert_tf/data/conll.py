@@ -485,3 +485,28 @@ def word_predictions(predictions: np.ndarray, word_index: np.ndarray, num_words:
     rows, cols = np.nonzero(word_index >= 0)
     out[rows, word_index[rows, cols]] = p[rows, cols]
     return [out[i, :k] for i, k in enumerate(num_words)]
+
+
+# ---------------------------------------------------------------------------
+# Sentences as text: what exports and serving see.
+
+# The separators of `tf.strings.split` (ASCII whitespace): a served sentence's
+# words are what that op splits it into, so Python splits the same way.
+WORD_SEPARATORS = " \t\n\v\f\r"
+_SEPARATOR_RUN = re.compile(f"[{re.escape(WORD_SEPARATORS)}]+")
+NO_BREAK_SPACE = "\u00a0"
+
+
+def join_words(words: Sequence[str]) -> str:
+    """Words -> one line that `split_words` (and the SavedModel) splits back into them.
+
+    A word holding a separator (a tab-separated file allows "New York") gets a
+    no-break space there instead: the WordPiece tokenizer treats U+00A0 as
+    whitespace too, so the word keeps its pieces, and it stays one word.
+    """
+    return " ".join(_SEPARATOR_RUN.sub(NO_BREAK_SPACE, w) for w in words)
+
+
+def split_words(text: str) -> list[str]:
+    """A sentence -> its words, split at runs of ASCII whitespace (as `tf.strings.split`)."""
+    return [w for w in _SEPARATOR_RUN.split(text) if w]

@@ -35,7 +35,10 @@ class RowTable:
     rows(): (line number, fields) for every example, in file order;
     encode(rows): bytes of `rows` in the source's format (a header row too);
     output_name: the augmented file's name (`train_aug.tsv`, ...);
-    num_columns: every row's field count (checked before anything is written).
+    num_columns: every row's field count (checked before anything is written);
+    pre_split: the text columns hold words joined by single spaces (token
+      tasks): augmentation replaces whole words one for one and never re-splits
+      them, so per-word tags stay aligned.
     """
 
     path: str
@@ -45,6 +48,7 @@ class RowTable:
     encode: Callable[[Sequence[Sequence[str]]], bytes]
     output_name: str
     num_columns: Optional[int] = None
+    pre_split: bool = False
 
     def fingerprint(self) -> dict[str, Any]:
         st = os.stat(self.path)

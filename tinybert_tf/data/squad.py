@@ -72,6 +72,23 @@ class SquadExample:
     answers: list[tuple[str, int]]
     is_impossible: bool = False
 
+    # The fields every task example has (`data.examples.Example`), so code that
+    # handles any task's examples (the export stage's dev texts) reads these too.
+    @property
+    def text_a(self) -> str:
+        """The question."""
+        return self.question
+
+    @property
+    def text_b(self) -> str:
+        """The context."""
+        return self.context
+
+    @property
+    def label(self) -> None:
+        """None: answers are spans of the context, not labels (see `answers`)."""
+        return None
+
 
 @dataclasses.dataclass
 class SquadFeature:
@@ -212,8 +229,13 @@ def read_squad(path: str, version: Union[str, float], is_training: bool = False,
       `Examples` (a list of `SquadExample`, in file order) with `.source` and
       `.skipped` (the number of skipped training questions).
     """
+    return parse_squad(_load_json(path), path, version, is_training, max_skipped_fraction)
+
+
+def parse_squad(doc: Any, path: str, version: Union[str, float], is_training: bool = False,
+                max_skipped_fraction: float = 0.01) -> Examples:
+    """`read_squad` of a document already parsed from JSON; `path` names it in errors."""
     version = squad_version(version)
-    doc = _load_json(path)
     r = _Reader(path, version)
     if not isinstance(doc, dict):
         raise DataError(f"{path}: the top level is {_json_type(doc)}, expected an object; "

@@ -160,15 +160,45 @@ def _rows_from_delimited(text: str, path: str, delimiter: str, columns: dict[str
         if column in optional and column not in header:
             continue
         where[column] = _column_index(header, column, flag, path, header_line)
-    name = "tab" if delimiter == "\t" else "comma"
     for line, fields in records:
-        if len(fields) != len(header):
-            raise DataError(
-                f"{path}:{line}: {len(fields)} {name}-separated fields, but the header (line "
-                f"{header_line}) has {len(header)}; put a field that holds a {name} or a "
-                f'newline in double quotes and double every " inside it: "he said ""hi"", then '
-                f'left".')
+        _check_width(fields, len(header), header_line, line, path, delimiter)
         yield line, {column: fields[i] for column, i in where.items()}
+
+
+def _check_width(fields: list[str], width: int, header_line: int, line: int, path: str,
+                 delimiter: str) -> None:
+    if len(fields) != width:
+        name = "tab" if delimiter == "\t" else "comma"
+        raise DataError(
+            f"{path}:{line}: {len(fields)} {name}-separated fields, but the header (line "
+            f"{header_line}) has {width}; put a field that holds a {name} or a "
+            f'newline in double quotes and double every " inside it: "he said ""hi"", then '
+            f'left".')
+
+
+def read_table(path: str, data_format: Optional[str] = None
+               ) -> tuple[str, Optional[list[str]], list[tuple[int, Any]]]:
+    """The raw records of a file, for tools that rewrite it (augmentation).
+
+    Returns (format, header, records). CSV / TSV: the header's fields as written
+    and (starting line, fields) of every non-blank record after it, each checked
+    to have the header's field count. JSON lines: header None and (line, object).
+    """
+    fmt = detect_format(path, data_format)
+    text = read_text_file(path)
+    if fmt == "jsonl":
+        return fmt, None, list(iter_jsonl(text, path, _JSONL_EXAMPLE))
+    delimiter = "," if fmt == "csv" else "\t"
+    records = _csv_records(text, path, delimiter)
+    first = next(records, None)
+    if first is None:
+        raise DataError(f"{path}: empty file; expected a header row and one row per example.")
+    header_line, header = first
+    out = []
+    for line, fields in records:
+        _check_width(fields, len(header), header_line, line, path, delimiter)
+        out.append((line, fields))
+    return fmt, header, out
 
 
 def iter_jsonl(text: str, path: str, example: str) -> Iterator[tuple[int, dict]]:

@@ -142,6 +142,27 @@ def soft_cross_entropy(student_logits, teacher_logits, temperature: float = 1.0,
     return _reduce(tf.reduce_sum(per_example), tf.shape(s)[0], reduction)
 
 
+def token_soft_cross_entropy(student_logits, teacher_logits, labels,
+                             temperature: float = 1.0, reduction: str = "mean") -> tf.Tensor:
+    """Eq. 10 per word (token classification): mean over labelled positions of
+    -sum_c softmax(z_t/T)_c * log_softmax(z_s/T)_c.
+
+    Args:
+      student_logits, teacher_logits: [B, L, C] tag logits.
+      labels: int [B, L]; positions with label < 0 (word-piece continuations,
+        [CLS], [SEP], padding) are left out: each word counts once, on its first piece.
+      temperature: T.
+    """
+    s, t = _f32(student_logits), _f32(teacher_logits)
+    temp = float(temperature)
+    if temp <= 0:
+        raise ValueError(f"temperature must be > 0 (--temperature), got {temperature}.")
+    keep = tf.cast(tf.cast(labels, tf.int32) >= 0, tf.float32)  # [B, L]
+    per_position = -tf.reduce_sum(tf.nn.softmax(t / temp, axis=-1)
+                                  * tf.nn.log_softmax(s / temp, axis=-1), axis=-1)
+    return _reduce(tf.reduce_sum(per_position * keep), tf.reduce_sum(keep), reduction)
+
+
 def prediction_mse(student_logits, teacher_logits, reduction: str = "mean") -> tf.Tensor:
     """Prediction loss of regression tasks (STS-B): MSE to the teacher's output,
     averaged over B x outputs. Shapes [B, 1] (or [B, K])."""

@@ -37,6 +37,7 @@ from tinybert_tf.export.parity import export_all
 from tinybert_tf.files import read_json, write_json_atomic
 from tinybert_tf.models import BertModel
 from tinybert_tf.models.checkpoint import inspect_model, load_model, load_tokenizer, save_model
+from tinybert_tf.models.labels import put_in_order
 from tinybert_tf.pipeline import evaluation, report
 from tinybert_tf.pipeline.configs import PipelineConfig
 from tinybert_tf.pipeline.state import RunState
@@ -150,11 +151,11 @@ class PhaseSpec:
     @property
     def micro_batch(self) -> float:
         """Rows per replica per accumulation micro-batch."""
-        return self.global_batch / (self.replicas * self.accumulation)
+        return self.global_batch / max(1, self.replicas * self.accumulation)
 
     @property
     def steps_per_epoch(self) -> int:
-        return self.examples // self.global_batch
+        return self.examples // self.global_batch if self.global_batch > 0 else 0
 
     @property
     def total_steps(self) -> int:
@@ -214,6 +215,7 @@ def general_terms(ctx: Context) -> list[LossTerm]:
     c, loss = ctx.config.general, ctx.config.loss
     if c.distilbert:
         return make_terms("ce,mlm,cos", temperature=c.distil_temperature,
+                          restrict_ce_to_mask=c.restrict_ce_to_mask,
                           weights={"ce": c.alpha_ce, "mlm": c.alpha_mlm, "cos": c.alpha_cos})
     return make_terms(loss.loss_terms, layer_mapping=loss.layer_mapping,
                       layer_weights=loss.lambdas, mask_padding=loss.mask_padding)
@@ -244,7 +246,7 @@ def corpus_sequences(ctx: Context) -> int:
     print(f"[general] counting sequences of {source} ...", flush=True)
     tokenizer = load_tokenizer(ctx.config.models.teacher, c.max_seq_len)
     n = corpus_lib.count_sequences(source, tokenizer, c.max_seq_len, pack=pack)
-    if ctx.chief:
+    if ctx.chief and not ctx.config.run.dry_run:  # a dry run writes nothing
         write_json_atomic(count_path, {"key": key, "sequences": int(n)})
     return int(n)
 
@@ -314,15 +316,27 @@ def _task_dataset(ctx: Context, examples, batch_size: int) -> Callable[[int], tf
     return make
 
 
-def _evaluator(ctx: Context, model, examples) -> Callable[[], dict[str, float]]:
+def _evaluator(ctx: Context, model, examples,
+               out_dir: Optional[str] = None) -> Callable[[], dict[str, float]]:
     batch = ctx.config.run.eval_batch_size
+    files = {"out_dir": out_dir} if out_dir else {}  # the task type's prediction files
     return lambda: ctx.task.type.evaluate(model, examples, ctx.tokenizer, ctx.max_seq_len,
-                                          batch)
+                                          batch, **files)
 
 
 def load_task_teacher(ctx: Context) -> BertModel:
-    """The fine-tuned teacher, its outputs in the task's label order."""
-    return load_model(ctx.teacher_path())
+    """The fine-tuned teacher, its outputs put in the task's label order by name."""
+    teacher = load_model(ctx.teacher_path())
+    task = ctx.task.type
+    if task.named_outputs:
+        m = ctx.config.models
+        # --teacher_label_order describes an external --task_teacher only; ours name theirs.
+        given = m.teacher_label_order if m.task_teacher else ()
+        mapping = put_in_order(teacher, task.label_names, given,
+                               what=f"the task teacher ({ctx.teacher_path()})")
+        if list(mapping.values()) != list(range(len(mapping))):
+            print(f"[teacher] outputs reordered to the task's labels: {mapping}", flush=True)
+    return teacher
 
 
 # --- general distillation ------------------------------------------------------------
@@ -389,7 +403,8 @@ def finetune_teacher(ctx: Context) -> dict[str, Any]:
     last = result["evals"][-1] if result["evals"] else {}
     if ctx.chief:
         save_model(teacher, ctx.state.path("finetune_teacher", "model"),
-                   metadata={"stage": "finetune_teacher", "dev": last})
+                   metadata={"stage": "finetune_teacher", "dev": last,
+                             **ctx.task.type.model_metadata(last)})
     return {"dev": last}
 
 
@@ -451,7 +466,8 @@ def task(ctx: Context) -> dict[str, Any]:
 
     def on_best(metrics):
         if ctx.chief:
-            save_model(student, model_dir, metadata={"stage": "task", "dev": metrics})
+            save_model(student, model_dir, metadata={"stage": "task", "dev": metrics,
+                                                     **ctx.task.type.model_metadata(metrics)})
 
     phase = Phase("prediction", spec.directory, distiller, distiller.checkpoint_items(),
                   _task_dataset(ctx, pred_train, spec.global_batch), spec.steps_per_epoch,
@@ -474,8 +490,11 @@ def evaluate(ctx: Context) -> dict[str, Any]:
     for who, model in models.items():
         dev: dict[str, float] = {}
         for split in splits:
-            metrics = _evaluator(ctx, model, ctx.examples(split))()
             prefix = "" if len(splits) == 1 else f"{split}_"
+            # Prediction files: the student's in OUTPUT/evaluate/, the teacher's in teacher/.
+            out = ctx.state.path("evaluate", *([who] if who != "student" else []),
+                                 *([split] if prefix else [])) if ctx.chief else None
+            metrics = _evaluator(ctx, model, ctx.examples(split), out)()
             dev.update({prefix + k: v for k, v in metrics.items()})
         results[who] = {**evaluation.model_facts(model, ctx.max_seq_len, r.latency_runs),
                         "dev": dev}
@@ -515,7 +534,9 @@ def export(ctx: Context) -> dict[str, Any]:
     if data is not None and ctx.chief:
         data["export"] = parity
         write_json_atomic(report_path, data)
-    return {"formats": list(e.formats)}
+    # The SavedModel is published as the next TF Serving version (export/serving/<N>/).
+    served = parity["formats"].get("saved_model", {})
+    return {"formats": list(e.formats), "serving_version": served.get("version")}
 
 
 STAGE_FUNCTIONS = {

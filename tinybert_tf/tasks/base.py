@@ -66,6 +66,8 @@ class TaskType:
     head: ClassVar[str] = ""
     # The name of the SavedModel / TFLite output that clients read.
     output_name: ClassVar[str] = "logits"
+    # Its outputs are named labels: a teacher's outputs are matched to them by name.
+    named_outputs: ClassVar[bool] = True
     # The prediction-layer phase trains on the original training set even when
     # the intermediate phase used augmented data (the paper does so for STS-B).
     predict_on_original_data: ClassVar[bool] = False
@@ -149,10 +151,24 @@ class TaskType:
         raise NotImplementedError
 
     def evaluate(self, model, examples: Sequence[Any], tokenizer, max_seq_len: int,
-                 batch_size: int) -> dict[str, float]:
-        """Dev metrics of `model` on labelled `examples`."""
-        return self.score(self.predict(model, examples, tokenizer, max_seq_len, batch_size),
-                          examples)
+                 batch_size: int, out_dir: Optional[str] = None) -> dict[str, float]:
+        """Dev metrics of `model` on labelled `examples`; with `out_dir`, also its
+        prediction files there (`write_predictions`). Overrides accept `out_dir`."""
+        predictions = self.predict(model, examples, tokenizer, max_seq_len, batch_size)
+        if out_dir:
+            self.write_predictions(out_dir, predictions, examples)
+        return self.score(predictions, examples)
+
+    def write_predictions(self, directory: str, predictions: Any,
+                          examples: Sequence[Any]) -> list[str]:
+        """Write `predict`'s output for `examples` in the task's own file format under
+        `directory` (e.g. SQuAD's predictions.json); returns the paths. Default: none."""
+        return []
+
+    def model_metadata(self, metrics: dict[str, float]) -> dict[str, Any]:
+        """Entries for a saved model's config.json metadata, given its dev `metrics`
+        (e.g. a decision threshold chosen on dev that serving applies). Default: none."""
+        return {}
 
     # --- serving ------------------------------------------------------------------
     def serving_outputs(self, logits: tf.Tensor, label_names: tf.Tensor) -> dict[str, tf.Tensor]:
@@ -210,6 +226,12 @@ class TaskType:
         """Dev / calibration texts -> packed int32 inputs [N, L] for export checks
         (extra keys are allowed: runtimes read only the model inputs)."""
         return pack_texts(tokenizer, texts_a, texts_b, max_seq_len)
+
+    def tflite_metadata_kind(self, is_pair: bool, lower_case: bool) -> str:
+        """The TFLite metadata kind (`export.tflite_metadata.KINDS`) of this task's
+        TFLite models. Default "generic": the tokenizer and inputs described, each
+        output by its tensor name (no Task Library API fits)."""
+        return "generic"
 
 
 # --- helpers shared by task types ----------------------------------------------------

@@ -138,6 +138,10 @@ class Classification(_SentenceTask):
             return None
         return float(np.mean(np.argmax(outputs, -1) == np.argmax(reference, -1)))
 
+    def tflite_metadata_kind(self, is_pair, lower_case):
+        # The Task Library's BertNLClassifier feeds one lower-cased text.
+        return "classifier" if is_pair or not lower_case else "bert_nl_classifier"
+
 
 @register_task_type
 class Regression(_SentenceTask):
@@ -149,6 +153,7 @@ class Regression(_SentenceTask):
     output_name = "score"
     is_regression = True
     predict_on_original_data = True  # paper Sec. 4.2 (STS-B)
+    named_outputs = False
 
     def __init__(self, label_names: Sequence[str] = ("score",),
                  metric_names: Sequence[str] = (), primary_metric: Optional[str] = None):
@@ -202,3 +207,6 @@ class Regression(_SentenceTask):
 
     def tflite_output(self, logits):
         return logits
+
+    def tflite_metadata_kind(self, is_pair, lower_case):
+        return "regressor"  # no Task Library API scores text
