@@ -4,8 +4,10 @@ One tiny classifier (hidden 32, 2 layers) is fitted for a few steps on a
 separable toy task (sentiment words decide the label), so labels are
 meaningful; it is exported once per module in every format at seq 16.
 """
+import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import unicodedata
@@ -14,11 +16,14 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from tensorflow.lite.python import schema_py_generated as schema_fb
+from tensorflow.lite.tools import flatbuffer_utils
 
 from tinybert_tf.config import BertConfig
 from tinybert_tf.export import (
     DEFAULT_FORMATS,
     FLAVOURS,
+    TEXT_CUSTOM_OPS,
     ExportError,
     TFLiteRunner,
     check_formats,
@@ -26,12 +31,17 @@ from tinybert_tf.export import (
     custom_ops,
     export_all,
     export_saved_model,
+    read_metadata,
 )
-from tinybert_tf.export.tflite import operators
+from tinybert_tf.export.serving import list_versions
+from tinybert_tf.export.tflite import model_function, name_io, operators
+from tinybert_tf.export.tflite_metadata import fitting_kind
 from tinybert_tf.models import INPUT_NAMES, BertModel
 from tinybert_tf.models.checkpoint import load_tokenizer
-from tinybert_tf.tasks import Regression
+from tinybert_tf.tasks import Classification, Regression
 from tinybert_tf.tokenizer import pack_texts
+
+import tasklib
 
 L = 16
 NEUTRAL = "the a movie film is was plot actor story cat dog sat on mat very".split()
@@ -85,14 +95,40 @@ def fit_toy_classifier(vocab, steps=40, seed=0):
     return model, train
 
 
+FORMATS = (*DEFAULT_FORMATS, "text_float32")
+IDS_FLAVOURS = [f for f in FORMATS if f in FLAVOURS and not FLAVOURS[f].text_input]
+
+
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory, tiny_vocab):
     model, train = fit_toy_classifier(unique(tiny_vocab))
     dev, dev_labels = toy_task(80, np.random.default_rng(1))
     out = str(tmp_path_factory.mktemp("exp") / "export")
     parity = export_all(model, out, max_seq_len=L, dev_texts=dev, dev_labels=dev_labels,
-                        representative_texts=train[:64], latency_runs=2)
-    return {"model": model, "dir": out, "parity": parity, "dev": dev, "labels": dev_labels}
+                        representative_texts=train[:64], latency_runs=2, formats=FORMATS)
+    return {"model": model, "dir": out, "parity": parity, "dev": dev, "labels": dev_labels,
+            "saved_model": os.path.join(out, parity["formats"]["saved_model"]["path"])}
+
+
+def float_ops(path):
+    """Ops (other than the boundary QUANTIZE/DEQUANTIZE) with a float32 output."""
+    model = flatbuffer_utils.read_model_from_bytearray(bytearray(open(path, "rb").read()))
+    sg = model.subgraphs[0]
+    return sorted({flatbuffer_utils.opcode_to_name(model, op.opcodeIndex)
+                   for op in sg.operators
+                   if any(sg.tensors[i].type == schema_fb.TensorType.FLOAT32 for i in op.outputs)}
+                  - {"QUANTIZE", "DEQUANTIZE"})
+
+
+def tree_digest(path):
+    """Relative path -> sha256 of every file under `path`."""
+    out = {}
+    for root, _, files in os.walk(path):
+        for f in files:
+            with open(os.path.join(root, f), "rb") as fh:
+                out[os.path.relpath(os.path.join(root, f), path)] = \
+                    hashlib.sha256(fh.read()).hexdigest()
+    return out
 
 
 def keras_probs(model, texts):
@@ -150,13 +186,15 @@ def reference_ids(text, vocab, max_len):
 
 def test_layout_and_parity_json(exported):
     d = exported["dir"]
-    expected = {"saved_model", "parity.json"} | {f"model_{f}.tflite" for f in FLAVOURS}
+    expected = {"serving", "parity.json"} | {f"model_{f}.tflite" for f in FORMATS[1:]}
     assert set(os.listdir(d)) == expected  # no temporaries left behind
+    assert sorted(os.listdir(os.path.join(d, "serving"))) == ["1", "models.config"]
     with open(os.path.join(d, "parity.json")) as f:
         on_disk = json.load(f)
     assert on_disk == json.loads(json.dumps(exported["parity"]))
     rows = on_disk["formats"]
-    assert set(rows) == {"keras", *DEFAULT_FORMATS}
+    assert set(rows) == {"keras", *FORMATS}
+    assert rows["saved_model"]["path"] == "serving/1" and rows["saved_model"]["version"] == 1
     assert on_disk["metric_name"] == "accuracy" and on_disk["num_examples"] == 80
     for name, r in rows.items():
         assert r["size_bytes"] > 0 and r["latency_ms_b1"] > 0, name
@@ -174,6 +212,16 @@ def test_float_formats_match_keras(exported):
     assert rows["dynamic_int8"]["label_agreement"] >= 0.95
 
 
+def test_full_integer_flavours_have_no_float_op(exported):
+    """What an integer-only delegate needs: every op between the int32 ids and the
+    float32 probabilities computes on int8/int16 tensors."""
+    for fmt in ("int8", "int16x8"):
+        assert float_ops(os.path.join(exported["dir"], f"model_{fmt}.tflite")) == [], fmt
+    rows = exported["parity"]["formats"]
+    assert rows["int16x8"]["label_agreement"] == 1.0
+    assert rows["int16x8"]["max_abs_diff"] < 0.01
+
+
 def test_int8_agrees_with_keras_labels(exported):
     model, dev = exported["model"], exported["dev"]
     ref = keras_probs(model, dev)
@@ -188,7 +236,7 @@ def test_int8_agrees_with_keras_labels(exported):
 
 def test_tflite_tensor_names_and_shapes(exported):
     from ai_edge_litert.interpreter import Interpreter
-    for fmt in FLAVOURS:
+    for fmt in IDS_FLAVOURS:
         it = Interpreter(model_path=os.path.join(exported["dir"], f"model_{fmt}.tflite"))
         ins = it.get_input_details()
         assert [d["name"] for d in ins] == list(INPUT_NAMES), fmt
@@ -209,7 +257,7 @@ def test_float32_tflite_within_1e4(exported):
 
 
 def test_saved_model_signatures_and_assets(exported):
-    sm = os.path.join(exported["dir"], "saved_model")
+    sm = exported["saved_model"]
     loaded = tf.saved_model.load(sm)
     assert set(loaded.signatures) == {"serving_default", "serve_ids"}
     text_fn, ids_fn = loaded.signatures["serving_default"], loaded.signatures["serve_ids"]
@@ -232,7 +280,7 @@ def test_saved_model_signatures_and_assets(exported):
 
 def test_text_signature_equals_ids_on_reference_tokenisation(exported):
     model = exported["model"]
-    loaded = tf.saved_model.load(os.path.join(exported["dir"], "saved_model"))
+    loaded = tf.saved_model.load(exported["saved_model"])
     texts = ["The movie was GREAT!", "Café, un-affable plots?", "xyzzy qwv", "  dog   ran  "]
     ref = [reference_ids(t, model.vocab, L) for t in texts]
     ids = np.array([r[0] for r in ref], np.int32)
@@ -256,8 +304,8 @@ def test_saved_model_in_fresh_process_matches_keras(exported, tmp_path):
         "out = m.signatures['serving_default'](text=tf.constant(texts))\n"
         "print('RESULT' + json.dumps(out['probabilities'].numpy().tolist()))\n")
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
-    proc = subprocess.run([sys.executable, "-c", script,
-                           os.path.join(exported["dir"], "saved_model"), json.dumps(texts)],
+    proc = subprocess.run([sys.executable, "-c", script, exported["saved_model"],
+                           json.dumps(texts)],
                           capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT")][-1]
@@ -266,7 +314,7 @@ def test_saved_model_in_fresh_process_matches_keras(exported, tmp_path):
 
 
 def test_text_ops_are_tensorflow_text_tokenizer_ops(exported):
-    ops = custom_ops(os.path.join(exported["dir"], "saved_model"))
+    ops = custom_ops(exported["saved_model"])
     assert ops, "the text signature should tokenise in graph"
     # Only the FastBertTokenizer family (normaliser + fast WordPiece), which
     # tensorflow_model_server links in with tensorflow-text's ops library.
@@ -335,3 +383,171 @@ def test_failed_saved_model_export_leaves_previous_export_intact(tmp_path, tiny_
     assert sorted(os.listdir(target)) == before
     assert (target / "saved_model.pb").read_bytes() == b"previous"
     assert sorted(os.listdir(tmp_path)) == ["sm"]  # no half-written temporary left
+
+
+# --- issue 14: what the clients read -------------------------------------------------
+
+TEXT_CASES = ["The movie was GREAT!", "Café, un-affable plots?", "xyzzy qwv", "  dog   ran  ",
+              "", " ".join(["a very good film"] * 10)]  # the last one is truncated to L
+
+
+@pytest.fixture(scope="module")
+def task_library():
+    reason = tasklib.unavailable_reason()
+    if reason:
+        pytest.skip(f"TFLite Task Library unavailable: {reason}")
+
+
+def test_every_tflite_file_carries_metadata_for_its_client(exported):
+    model, rows = exported["model"], exported["parity"]["formats"]
+    vocab_txt = ("\n".join(model.vocab) + "\n").encode()
+    for fmt in IDS_FLAVOURS:
+        got = read_metadata(os.path.join(exported["dir"], f"model_{fmt}.tflite"))
+        assert got.files == {"vocab.txt": vocab_txt, "labels.txt": b"neg\npos\n"}, fmt
+        assert rows[fmt]["custom_ops"] == [], fmt
+        if FLAVOURS[fmt].not_in_task_library:  # int16x8: the stated, described fallback
+            assert got.metadata.name == rows[fmt]["metadata"] == "BertClassifier", fmt
+            assert rows[fmt]["task_library"] is None
+            assert "no int16 GELU and RSQRT kernels" in got.metadata.description
+        else:
+            assert got.metadata.name == "BertNLClassifier", fmt
+            assert rows[fmt]["metadata"] == rows[fmt]["task_library"] == "BertNLClassifier"
+    text = read_metadata(os.path.join(exported["dir"], "model_text_float32.tflite"))
+    assert text.metadata.name == "BertTextClassifier"
+    assert sorted(text.files) == ["labels.txt"]  # the vocab lives in the graph
+    assert rows["text_float32"]["task_library"] is None
+    assert rows["text_float32"]["custom_ops"] == sorted(TEXT_CUSTOM_OPS)
+
+
+def test_task_library_loads_the_exported_files_and_matches_keras(task_library, exported):
+    """BertNLClassifier on the files export_all wrote: same probabilities as the
+    interpreter (float flavours: as Keras), same labels as Keras."""
+    model, texts = exported["model"], exported["dev"][:16]
+    want = keras_probs(model, texts)
+    x = pack_texts(load_tokenizer(model, L), texts, None, L)
+    for fmt, atol in (("float32", 1e-5), ("dynamic_int8", 1e-4), ("int8", 0.15)):
+        path = os.path.join(exported["dir"], f"model_{fmt}.tflite")
+        got = np.array([[s["neg"], s["pos"]] for s in tasklib.classify(path, texts)])
+        np.testing.assert_allclose(got, TFLiteRunner(path).predict(x), atol=atol, err_msg=fmt)
+        np.testing.assert_array_equal(got.argmax(1), want.argmax(1), err_msg=fmt)
+        if fmt == "float32":
+            np.testing.assert_allclose(got, want, atol=1e-4)
+
+
+def test_text_tflite_matches_the_saved_model_text_signature(exported):
+    loaded = tf.saved_model.load(exported["saved_model"])
+    want = loaded.signatures["serving_default"](text=tf.constant(TEXT_CASES))
+    runner = TFLiteRunner(os.path.join(exported["dir"], "model_text_float32.tflite"))
+    got = runner.predict({"text": np.array(TEXT_CASES, object)})
+    np.testing.assert_allclose(got, want["probabilities"].numpy(), atol=1e-5)
+    assert exported["parity"]["formats"]["text_float32"]["max_abs_diff"] < 1e-5
+
+
+def test_text_tflite_of_a_pair_regressor_reads_text_and_text_b(tmp_path, tiny_vocab):
+    vocab = unique(tiny_vocab)
+    keras.utils.set_random_seed(3)
+    model = BertModel(small_config(vocab), head="regressor", vocab=vocab)
+    flat = convert_tflite(model, "text_float32", L, is_pair=True)
+    runner = TFLiteRunner(flat)
+    assert runner.input_names == ("text", "text_b")
+    a, b = ["a cat sat on the mat", "The DOG!"], ["the cat sat", "a dog ran on the mat"]
+    got = runner.predict({"text": np.array(a, object), "text_b": np.array(b, object)})
+    sm = tf.saved_model.load(export_saved_model(model, str(tmp_path / "sm"), L, is_pair=True))
+    want = sm.signatures["serving_default"](text=tf.constant(a), text_b=tf.constant(b))
+    np.testing.assert_allclose(got[:, 0], want["score"].numpy(), atol=1e-5)
+    meta = read_metadata(flat)
+    assert meta.metadata.name == "BertTextRegressor" and meta.files == {}
+    assert "pair of texts" in meta.metadata.description
+
+
+def test_re_export_publishes_the_next_version_and_never_touches_served_ones(exported,
+                                                                           tmp_path):
+    out = str(tmp_path / "export")
+    shutil.copytree(exported["dir"], out)
+    first = tree_digest(os.path.join(out, "serving", "1"))
+    dev = exported["dev"][:8]
+    parity = export_all(exported["model"], out, max_seq_len=L, dev_texts=dev,
+                        formats=["saved_model", "float32"], latency_runs=1, task_name="SST-2")
+    row = parity["formats"]["saved_model"]
+    assert (row["path"], row["version"], row["versions"]) == ("serving/2", 2, [1, 2])
+    assert tree_digest(os.path.join(out, "serving", "1")) == first
+    assert sorted(os.listdir(out)) == ["model_float32.tflite", "parity.json", "serving"]
+    config = open(os.path.join(out, "serving", "models.config")).read()
+    assert 'name: "sst-2"' in config and 'base_path: "/models/sst-2"' in config
+    # An explicit version that exists is refused, naming it; nothing is marked complete.
+    with pytest.raises(ExportError, match="version 1 already exists"):
+        export_all(exported["model"], out, max_seq_len=L, dev_texts=dev,
+                   formats=["saved_model"], serving_version=1, latency_runs=1)
+    assert not os.path.exists(os.path.join(out, "parity.json"))
+    with pytest.raises(ExportError, match="serving_version=0"):
+        export_all(exported["model"], out, max_seq_len=L, dev_texts=dev, serving_version=0)
+    # A run without saved_model leaves the served versions alone (not stale).
+    export_all(exported["model"], out, max_seq_len=L, dev_texts=dev, formats=["float32"],
+               latency_runs=1)
+    assert sorted(list_versions(os.path.join(out, "serving"))) == [1, 2]
+    assert tree_digest(os.path.join(out, "serving", "1")) == first
+
+
+class _TaggedClassification(Classification):
+    """A classification task whose metadata kind is chosen by the test."""
+
+    metadata_kind = "generic"
+
+    def tflite_metadata_kind(self, is_pair, lower_case):
+        return self.metadata_kind
+
+
+def test_metadata_falls_back_to_a_described_kind_where_the_task_library_cannot_run(
+        tiny_vocab):
+    vocab = unique(tiny_vocab)
+    keras.utils.set_random_seed(6)
+    cased = BertModel(small_config(vocab).replace(lower_case=False), head="classifier",
+                      num_labels=2, vocab=vocab, label_names=["neg", "pos"])
+    assert read_metadata(convert_tflite(cased, "float32", L)).metadata.name == "BertClassifier"
+    clf = BertModel(small_config(vocab), head="classifier", num_labels=2, vocab=vocab,
+                    label_names=["neg", "pos"])
+    pair = read_metadata(convert_tflite(clf, "float32", L, is_pair=True)).metadata
+    assert pair.name == "BertClassifier" and "pair of texts" in pair.description
+    with pytest.warns(UserWarning, match="batch 1, the model takes batch 2"):
+        batch2 = convert_tflite(clf, "float32", L, batch_size=2)
+    assert read_metadata(batch2).metadata.name == "BertClassifier"
+    reg = BertModel(small_config(vocab), head="regressor", vocab=vocab)
+    assert read_metadata(convert_tflite(reg, "dynamic_int8", L)).metadata.name == \
+        "BertRegressor"
+    generic = read_metadata(convert_tflite(clf, "float32", L, task=_TaggedClassification(
+        ["neg", "pos"])))
+    assert generic.metadata.name == "BertModel"
+    (out,) = generic.to_dict()["subgraphMetadata"][0]["outputTensorMetadata"]
+    assert out["name"] == "probabilities" and sorted(generic.files) == ["vocab.txt"]
+    kind, note = fitting_kind("bert_question_answerer", batch_size=1, seq_len=128,
+                              lower_case=True, pair=True)
+    assert kind == "question_answerer" and "exactly 384 tokens" in note
+
+
+def test_tflite_bad_inputs_get_one_clear_error_or_a_stated_fallback(tiny_vocab):
+    vocab = unique(tiny_vocab)
+    keras.utils.set_random_seed(8)
+    unnamed = BertModel(small_config(vocab), head="classifier", num_labels=2, vocab=vocab)
+    with pytest.warns(UserWarning, match=r"no label names; labels.txt names the classes"):
+        flat = convert_tflite(unnamed, "float32", L)
+    assert read_metadata(flat).files["labels.txt"] == b"0\n1\n"
+    task = _TaggedClassification(["neg", "pos"])
+    with pytest.raises(ExportError, match="has no text-in TFLite model"):
+        convert_tflite(unnamed, "text_float32", L, task=task)
+    task.metadata_kind = "nl_classifier"
+    with pytest.raises(ExportError, match="tflite_metadata_kind returned 'nl_classifier'"):
+        convert_tflite(unnamed, "float32", L, task=task)
+    with pytest.raises(ExportError, match="one text per call"):
+        convert_tflite(unnamed, "text_float32", L, batch_size=2)
+
+
+def test_integer_friendly_trace_is_the_same_maths_and_is_undone(exported):
+    """The stand-in LayerNorm/Embedding calls give Keras's outputs in float, and
+    the model's own calls come back after tracing."""
+    model, dev = exported["model"], exported["dev"][:16]
+    x = pack_texts(load_tokenizer(model, L), dev, None, L)
+    fn = model_function(model, L, integer=True)
+    flat = tf.lite.TFLiteConverter.from_concrete_functions([fn], tf.Module()).convert()
+    got = TFLiteRunner(name_io(flat, ["probabilities"])).predict(x)
+    np.testing.assert_allclose(got, keras_probs(model, dev), atol=1e-5)
+    assert not [layer.name for layer in model._flatten_layers() if "call" in vars(layer)]

@@ -23,6 +23,7 @@ from google.protobuf import text_format
 from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
 from tensorflow_serving.config import model_server_config_pb2
 
+from tinybert_tf.export import export_all
 from tinybert_tf.export.common import ExportError
 from tinybert_tf.export.saved_model import export_saved_model
 from tinybert_tf.export.serving import (
@@ -120,9 +121,8 @@ def test_publish_writes_version_1_atomically_with_warmup_for_every_signature(pub
     assert [s.decode() for s in text.string_val] == TEXTS + TEXTS  # 8 = the 4 texts, twice
 
 
-def test_warmup_records_replayed_in_a_fresh_process_match_keras(published, exported):
-    model, _ = exported
-    _, _, path = published
+def replay_in_fresh_process(path):
+    """replay_warmup(path) in a new Python process: the outputs of every record."""
     script = (
         "import json, sys\n"
         "from tinybert_tf.export.serving import replay_warmup\n"
@@ -134,9 +134,15 @@ def test_warmup_records_replayed_in_a_fresh_process_match_keras(published, expor
                           timeout=300, env=env, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT")][-1]
-    replayed = json.loads(line[len("RESULT"):])
+    return json.loads(line[len("RESULT"):])
+
+
+def check_replay_matches_keras(model, path, labels=LABELS):
+    """Every warm-up record of the version folder, replayed in a fresh process,
+    gives the Keras model's outputs; returns the requests."""
+    replayed = replay_in_fresh_process(path)
     requests = read_warmup_requests(path)
-    assert len(replayed) == len(requests) == 4
+    assert len(replayed) == len(requests)
     tokenizer = load_tokenizer(model, L)
     for request, out in zip(requests, replayed, strict=True):
         if request.model_spec.signature_name == "serving_default":
@@ -147,7 +153,35 @@ def test_warmup_records_replayed_in_a_fresh_process_match_keras(published, expor
         expected = keras_outputs(model, inputs)
         np.testing.assert_allclose(out["logits"], expected["logits"], atol=1e-5)
         np.testing.assert_allclose(out["probabilities"], expected["probabilities"], atol=1e-5)
-        assert out["label"] == [LABELS[i] for i in np.argmax(out["logits"], -1)]
+        assert out["label"] == [labels[i] for i in np.argmax(out["logits"], -1)]
+    return requests
+
+
+def test_warmup_records_replayed_in_a_fresh_process_match_keras(published, exported):
+    model, _ = exported
+    _, _, path = published
+    assert len(check_replay_matches_keras(model, path)) == 4
+
+
+def test_export_all_publishes_a_version_whose_warmup_replays(tmp_path, exported):
+    """What bin/export and the pipeline's export stage write: export/serving/<N>/
+    with warm-up from the dev texts (8 at most, batch 1 and 8), and models.config."""
+    model, _ = exported
+    out = tmp_path / "export"
+    parity = export_all(model, str(out), max_seq_len=L, dev_texts=TEXTS * 3,
+                        formats=["saved_model"], latency_runs=1, task_name="polarity")
+    row = parity["formats"]["saved_model"]
+    assert (row["path"], row["version"], row["models_config"]) == (
+        "serving/1", 1, "serving/models.config")
+    path = str(out / "serving" / "1")
+    requests = check_replay_matches_keras(model, path)
+    assert len(requests) == 4
+    text = [r for r in requests if r.model_spec.signature_name == "serving_default"][1]
+    assert [s.decode() for s in text.inputs["text"].string_val] == (TEXTS * 2)[:8]
+    config = text_format.Parse((out / "serving" / "models.config").read_text(),
+                               model_server_config_pb2.ModelServerConfig())
+    (entry,) = config.model_config_list.config
+    assert (entry.name, entry.base_path) == ("polarity", "/models/polarity")
 
 
 def test_second_publish_is_version_2_and_leaves_version_1_byte_identical(tmp_path, exported):

@@ -78,6 +78,24 @@ def test_bin_export_errors(tmp_path, tiny_vocab, head, args, message):
     assert not (out / "export" / "parity.json").exists()
 
 
+def test_bin_export_refuses_an_existing_serving_version_before_exporting(tmp_path, tiny_vocab):
+    from tinybert_tf.export import ExportError
+    tool = load_bin_export()
+    src = model_dir(tmp_path, tiny_vocab, "classifier")
+    served = tmp_path / "out" / "export" / "serving" / "1"
+    served.mkdir(parents=True)
+    (served / "saved_model.pb").write_bytes(b"served")
+    tool.FLAGS(["bin/export", f"--model_dir={src}", f"--output_dir={tmp_path / 'out'}",
+                "--max_seq_len=16", "--serving_version=1"])
+    try:
+        with pytest.raises(ExportError, match=r"--serving_version=1: .*serving/1 exists.*\(2\)"):
+            tool.run()
+    finally:
+        tool.FLAGS.unparse_flags()
+    assert (served / "saved_model.pb").read_bytes() == b"served"
+    assert sorted(os.listdir(tmp_path / "out" / "export")) == ["serving"]
+
+
 def test_bin_benchmark_quick(tmp_path):
     out = tmp_path / "bench"
     proc = run_tool("benchmark", "--quick", "--benchmark_formats=keras,float32",
@@ -92,5 +110,8 @@ def test_bin_benchmark_quick(tmp_path):
         for rt in m["runtimes"].values():
             assert set(rt["latency_ms"]) == {"1", "2"}
             assert all(v > 0 for v in rt["latency_ms"].values())
+            assert 0.0 <= rt["agreement"] <= 1.0  # labels as Keras's on the timed inputs
+        assert m["runtimes"]["keras"]["agreement"] == 1.0
+        assert m["runtimes"]["float32"]["agreement"] == 1.0
     assert (out / "benchmark.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "paper: 7.5x smaller" in proc.stdout

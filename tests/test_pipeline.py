@@ -7,6 +7,7 @@ import shutil
 import numpy as np
 import pytest
 
+from tinybert_tf.export.serving import replay_warmup
 from tinybert_tf.pipeline.preflight import PreflightError
 from tinybert_tf.pipeline.state import OutputDirError
 
@@ -43,7 +44,9 @@ def test_all_stages_run_in_order_and_write_their_outputs(finished):
     assert r["retained"] == pytest.approx(report["student"]["dev"]["accuracy"]
                                           / report["teacher"]["dev"]["accuracy"])
     assert os.path.getsize(os.path.join(out, "loss_curves.png")) > 1000
-    assert os.path.isdir(os.path.join(out, "export", "saved_model"))
+    served = os.path.join(out, "export", "serving", "1")  # the first TF Serving version
+    assert os.path.isfile(os.path.join(served, "saved_model.pb"))
+    assert len(replay_warmup(served)) == 4  # every warm-up record runs on the SavedModel
     assert os.path.isfile(os.path.join(out, "export", "model_float32.tflite"))
     # The general stage's loss is logged per step and falls.
     hist = [line for line in open(os.path.join(out, "general", "distill", "history.jsonl"))]

@@ -43,7 +43,7 @@ def classifier(tiny_vocab):
 
 @pytest.fixture(scope="module")
 def bare_flat(classifier):
-    return tflite.convert(classifier, "float32", SEQ_LEN)
+    return tflite.convert(classifier, "float32", SEQ_LEN, metadata=False)
 
 
 @pytest.fixture(scope="module")
@@ -196,8 +196,8 @@ def test_regressor_metadata_describes_a_score(tiny_vocab):
     config = BertConfig(vocab_size=len(tiny_vocab), hidden_size=16, num_layers=1, num_heads=2,
                         intermediate_size=32, max_position_embeddings=32)
     model = BertModel(config, head="regressor", vocab=tiny_vocab)
-    out = tm.add_metadata(tflite.convert(model, "float32", SEQ_LEN), kind="regressor",
-                          vocab=tiny_vocab, lower_case=True, pair=True)
+    bare = tflite.convert(model, "float32", SEQ_LEN, metadata=False)
+    out = tm.add_metadata(bare, kind="regressor", vocab=tiny_vocab, lower_case=True, pair=True)
     got = tm.read_metadata(out)
     sg = got.to_dict()["subgraphMetadata"][0]
     assert [t["name"] for t in sg["outputTensorMetadata"]] == ["score"]
@@ -307,7 +307,7 @@ def test_bert_question_answerer_answers_the_span_the_logits_point_at(task_librar
 def task_library_flavour(classifier, vocab, tmp_path, fmt):
     """(Task Library probabilities, ai-edge-litert probabilities) of one flavour on TEXTS."""
     inputs = packed(classifier, TEXTS)
-    bare = tflite.convert(classifier, fmt, SEQ_LEN, representative=[inputs])
+    bare = tflite.convert(classifier, fmt, SEQ_LEN, representative=[inputs], metadata=False)
     model = tm.add_metadata(bare, kind="bert_nl_classifier", vocab=vocab, lower_case=True,
                             labels=LABELS)
     got = tasklib.classify(write(tmp_path, f"{fmt}.tflite", model), TEXTS)
@@ -353,3 +353,14 @@ def test_dynamic_int8_needs_per_tensor_dense_weights_for_the_task_library(
     got, bare = results[True]
     np.testing.assert_allclose([[s[c] for c in LABELS] for s in got],
                                litert_predict(bare, inputs), atol=1e-5)
+
+
+def test_tflite_support_parser_reads_the_text_in_metadata(task_library, classifier, tmp_path):
+    flat = tflite.convert(classifier, "text_float32", SEQ_LEN)
+    shown = tasklib.show_metadata(write(tmp_path, "text.tflite", flat))
+    assert shown["files"] == ["labels.txt"]
+    sg = shown["metadata"]["subgraph_metadata"][0]
+    assert [t["name"] for t in sg["input_tensor_metadata"]] == ["text"]
+    assert "input_process_units" not in sg  # the tokenizer is in the graph
+    assert sg["output_tensor_metadata"][0]["associated_files"][0]["type"] == \
+        "TENSOR_AXIS_LABELS"

@@ -5,6 +5,11 @@ length: parameters, FLOPs, and latency / throughput at each batch size for
 Keras (a tf.function-compiled call with fixed shapes), the SavedModel's
 `serve_ids` signature and each TFLite flavour; then the teacher/student
 ratios next to the paper's (7.5x smaller, 9.4x faster, measured on GPU).
+
+Each runtime's label agreement with Keras on the timed inputs is recorded too
+(`agreement`): with random weights and random ids it checks the numerics of a
+flavour (int8 above all), not task accuracy, which `parity.json` reports on
+the dev set of a trained model.
 """
 from __future__ import annotations
 
@@ -60,21 +65,37 @@ def benchmark_model(name: str, config: BertConfig, seq_len: int, batch_sizes: Se
                               "flops": flops_per_example(config, seq_len, num_labels=2),
                               "config": config.to_dict(), "runtimes": {}}
     inputs = {b: random_inputs(config, b, seq_len, seed=b) for b in batch_sizes}
+    reference = {b: predicted_labels(_keras_timer(model, seq_len, b)(inputs[b]))
+                 for b in batch_sizes}
     for runtime in runtimes:
         t0 = time.perf_counter()
         per_batch: dict[int, float] = {}
+        same = total = 0
         for b in batch_sizes:
             fn = (_keras_timer(model, seq_len, b) if runtime == "keras"
                   else FORMATS[runtime].timer(model, work_dir, seq_len, b))
             per_batch[b] = median_ms(lambda: _block(fn(inputs[b])), runs, warmup=1,
                                      budget_s=budget_s)
+            same += int(np.sum(predicted_labels(fn(inputs[b])) == reference[b]))
+            total += b
         result["runtimes"][runtime] = {
             "latency_ms": {str(b): ms for b, ms in per_batch.items()},
             "throughput": {str(b): b * 1e3 / ms for b, ms in per_batch.items()},
+            "agreement": same / total,
             "seconds": time.perf_counter() - t0}
         print(f"  {name:<18} {runtime:<13} " + "  ".join(
-            f"b{b}: {ms:8.2f} ms" for b, ms in per_batch.items()), flush=True)
+            f"b{b}: {ms:8.2f} ms" for b, ms in per_batch.items())
+            + f"  agree {same / total:.1%}", flush=True)
     return result
+
+
+def predicted_labels(out: Any) -> np.ndarray:
+    """Arg-max class per row of a runtime's output (logits, probabilities, or a
+    signature's dict of them)."""
+    if isinstance(out, dict):
+        out = next((out[k] for k in ("probabilities", "logits") if k in out),
+                   next(iter(out.values())))
+    return np.asarray(out.numpy() if hasattr(out, "numpy") else out).argmax(-1)
 
 
 def runtime_names() -> tuple[str, ...]:
@@ -114,12 +135,15 @@ def format_report(report: dict[str, Any]) -> str:
     batches = list(next(iter(teacher["runtimes"].values()))["latency_ms"])
     lines = [f"seq {report['seq_len']}, {report['threads']} threads, random weights", ""]
     head = f"{'model':<18}{'runtime':<14}" + "".join(
-        f"{'ms b' + b:>11}{'ex/s b' + b:>11}" for b in batches)
+        f"{'ms b' + b:>11}{'ex/s b' + b:>11}" for b in batches) + f"{'agree':>8}"
     lines += [head, "-" * len(head)]
     for m in (teacher, student):
         for rt, v in m["runtimes"].items():
             lines.append(f"{m['name']:<18}{rt:<14}" + "".join(
-                f"{v['latency_ms'][b]:>11.2f}{v['throughput'][b]:>11.1f}" for b in batches))
+                f"{v['latency_ms'][b]:>11.2f}{v['throughput'][b]:>11.1f}" for b in batches)
+                + f"{v.get('agreement', float('nan')):>8.1%}")
+    lines += ["(agree: labels as Keras's on the timed random inputs; random weights, so a "
+              "numerics check, not task accuracy)"]
     lines += ["", f"{'':<18}{'params':>14}{'FLOPs/example':>16}"]
     for m in (teacher, student):
         lines.append(f"{m['name']:<18}{m['params'] / 1e6:>13.1f}M{m['flops'] / 1e9:>15.2f}G")

@@ -7,8 +7,11 @@ how to time it at a fixed batch (for `bin/benchmark`). `bin/export`,
 of artefacts from formats not exported this time) and the `--export_formats`
 flag all read `FORMATS`; a new format is one `register_format(...)` call.
 
-  saved_model    TF Serving SavedModel, raw text in (saved_model.py)
-  float32 ...    TFLite flavours for Android (tflite.py FLAVOURS)
+  saved_model    TF Serving SavedModel, raw text in (saved_model.py), published as the
+                 next version folder serving/<N>/ with warm-up requests and a
+                 models.config (serving.py); never rewritten, never removed as stale
+  float32 ...    TFLite flavours for Android (tflite.py FLAVOURS), with TFLite metadata;
+                 text_float32 takes raw strings
   hf             a Hugging Face BERT directory (models/hf_io.py)
   keras_hub      a keras-hub preset directory (models/keras_hub_io.py)
 """
@@ -16,15 +19,18 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
 
+from tinybert_tf.export import serving
 from tinybert_tf.export import tflite as tfl
+from tinybert_tf.export import tflite_metadata as tm
 from tinybert_tf.export.common import ExportError, keras_outputs
 from tinybert_tf.export.saved_model import IDS_SIGNATURE, TEXT_SIGNATURE, export_saved_model
-from tinybert_tf.models.checkpoint import load_model
+from tinybert_tf.models.checkpoint import load_model, load_tokenizer
 from tinybert_tf.models.encoder import INPUT_NAMES
 from tinybert_tf.models.hf_io import export_hf
 from tinybert_tf.models.keras_hub_io import export_keras_hub
@@ -36,7 +42,9 @@ class ExportContext:
     """What writing and checking an export needs.
 
     dev_inputs: packed dev inputs, int32 [N, L] each; dev_a / dev_b: the same
-    examples as text; representative: packed calibration inputs (int8) or None.
+    examples as text; representative: packed calibration inputs (int8) or None;
+    serving_name / serving_version: the TF Serving model name (models.config)
+    and an explicit version to publish (None: the next free one).
     """
 
     model: Any
@@ -48,6 +56,8 @@ class ExportContext:
     dev_inputs: dict[str, np.ndarray]
     representative: Optional[dict[str, np.ndarray]] = None
     num_threads: Optional[int] = None
+    serving_name: str = "tinybert"
+    serving_version: Optional[int] = None
 
 
 @dataclasses.dataclass
@@ -65,7 +75,9 @@ class ExportFormat:
 
     write(ctx, path) -> path written; load(ctx, path) -> Loaded;
     timer(model, work_dir, seq_len, batch) -> fn(inputs) for bin/benchmark (None:
-    not benchmarked); calibrated: needs representative task text.
+    not benchmarked); calibrated: needs representative task text; describe(path)
+    -> extra parity.json fields of the written artefact; published: the
+    artefact holds served versions, so `export_all` never removes it as stale.
     """
 
     name: str
@@ -75,6 +87,8 @@ class ExportFormat:
     description: str
     timer: Optional[Callable[[Any, str, int, int], Callable[[dict], Any]]] = None
     calibrated: bool = False
+    describe: Optional[Callable[[str], dict[str, Any]]] = None
+    published: bool = False
 
 
 FORMATS: dict[str, ExportFormat] = {}
@@ -108,8 +122,36 @@ def check_formats(formats: Sequence[str], flag: str = "--export_formats") -> tup
 
 # --- SavedModel --------------------------------------------------------------------
 
+WARMUP_TEXTS = 8  # dev examples in the warm-up requests (batch 8 = all of them)
+
+
 def _write_saved_model(ctx: ExportContext, path: str) -> str:
-    return export_saved_model(ctx.model, path, ctx.max_seq_len, ctx.is_pair, task=ctx.task)
+    """Publish the SavedModel as the next version under `path` (the serving root),
+    with warm-up requests from the first dev texts, and (re)write models.config."""
+    texts = (ctx.dev_a[:WARMUP_TEXTS] if ctx.dev_b is None
+             else list(zip(ctx.dev_a[:WARMUP_TEXTS], ctx.dev_b[:WARMUP_TEXTS])))
+    _, version_dir = serving.publish_version(
+        lambda d: export_saved_model(ctx.model, d, ctx.max_seq_len, ctx.is_pair,
+                                     task=ctx.task),
+        path, version=ctx.serving_version, warmup_texts=texts,
+        tokenizer=load_tokenizer(ctx.model, ctx.max_seq_len),
+        text_inputs=[spec.name for spec in ctx.task.text_input_specs(ctx.is_pair)])
+    serving.write_models_config(path, ctx.serving_name,
+                                base_path=f"/models/{ctx.serving_name}")
+    return version_dir
+
+
+def _describe_saved_model(path: str) -> dict[str, Any]:
+    root = os.path.dirname(path)
+    return {"version": int(os.path.basename(path)),
+            "versions": sorted(serving.list_versions(root)),
+            "models_config": os.path.join(os.path.basename(root), serving.MODELS_CONFIG)}
+
+
+def serving_model_name(name: Optional[str]) -> str:
+    """A TF Serving model name from a task name: "SST-2" -> "sst-2"; None -> "tinybert"."""
+    clean = re.sub(r"[^a-z0-9_.-]+", "_", (name or "").lower()).strip("_.-")
+    return clean or "tinybert"
 
 
 def _load_saved_model(ctx: ExportContext, path: str) -> Loaded:
@@ -152,36 +194,56 @@ def _time_saved_model(model, work_dir: str, seq_len: int, batch: int):
 
 
 register_format(ExportFormat(
-    "saved_model", "saved_model", _write_saved_model, _load_saved_model,
-    "TF Serving SavedModel: raw-text and ids signatures", timer=_time_saved_model))
+    "saved_model", "serving", _write_saved_model, _load_saved_model,
+    "TF Serving SavedModel (raw-text and ids signatures) as version serving/<N>/ with "
+    "warm-up requests and models.config", timer=_time_saved_model,
+    describe=_describe_saved_model, published=True))
 
 
 # --- TFLite flavours ---------------------------------------------------------------
 
 def _tflite_format(flavour: str) -> ExportFormat:
+    spec = tfl.FLAVOURS[flavour]
+
     def write(ctx: ExportContext, path: str) -> str:
         rep = [ctx.representative] if ctx.representative is not None else None
-        flat = tfl.convert(ctx.model, flavour, ctx.max_seq_len, rep, task=ctx.task)
+        flat = tfl.convert(ctx.model, flavour, ctx.max_seq_len, rep, task=ctx.task,
+                           is_pair=ctx.is_pair)
         return tfl.write_tflite(flat, path)
 
     def load(ctx: ExportContext, path: str) -> Loaded:
         runner = tfl.TFLiteRunner(path, num_threads=ctx.num_threads)
+        if spec.text_input:
+            texts = {"text": np.array(ctx.dev_a, object)}
+            if ctx.dev_b is not None:
+                texts["text_b"] = np.array(ctx.dev_b, object)
+            one = {k: v[:1] for k, v in texts.items()}
+            return Loaded(lambda: ctx.task.from_tflite(runner.predict(texts)),
+                          lambda: runner(one))
         one = {k: v[:1] for k, v in ctx.dev_inputs.items()}
         return Loaded(lambda: ctx.task.from_tflite(runner.predict(ctx.dev_inputs)),
                       lambda: runner(one))
 
     def timer(model, work_dir: str, seq_len: int, batch: int):
         rep = None
-        if tfl.FLAVOURS[flavour].calibrated:
+        if spec.calibrated:
             rep = [_random_ids(model, 8, seq_len)]
         # One conversion per batch size: TFLite graphs have fixed shapes.
-        runner = tfl.TFLiteRunner(tfl.convert(model, flavour, seq_len, rep, batch_size=batch),
-                                  batch_size=batch)
+        runner = tfl.TFLiteRunner(tfl.convert(model, flavour, seq_len, rep, batch_size=batch,
+                                              metadata=False), batch_size=batch)
         return runner
 
-    spec = tfl.FLAVOURS[flavour]
     return ExportFormat(flavour, tfl.tflite_file(flavour), write, load, spec.description,
-                        timer=timer, calibrated=spec.calibrated)
+                        timer=None if spec.text_input else timer,
+                        calibrated=spec.calibrated, describe=_describe_tflite)
+
+
+def _describe_tflite(path: str) -> dict[str, Any]:
+    """The metadata the file carries: its kind's name and the Task Library API."""
+    meta = tm.read_metadata(path).metadata
+    name = meta.name.decode() if isinstance(meta.name, bytes) else meta.name
+    api = next((k.task_library for k in tm.KINDS.values() if k.name == name), None)
+    return {"metadata": name, "task_library": api, "custom_ops": tfl.custom_operators(path)}
 
 
 def _random_ids(model, batch: int, seq_len: int) -> dict[str, np.ndarray]:

@@ -1,11 +1,13 @@
 """Export everything, then check each artefact gives the Keras model's answers.
 
 `export_all` writes, under one export directory, the artefact of every format
-asked for (the table in formats.py: saved_model/, model_<flavour>.tflite,
-hf/, keras_hub/), then `parity.json`, written last: its presence marks a
-complete export. It returns (and prints as a table) the parity dict: per format, on the dev set,
-max |probability - Keras probability| (score for regression), label agreement
-with Keras, the task metric, the artefact's size, and latency at batch 1.
+asked for (the table in formats.py: serving/<N>/ + serving/models.config,
+model_<flavour>.tflite, hf/, keras_hub/), then `parity.json`, written last: its
+presence marks a complete export. It returns (and prints as a table) the
+parity dict: per format, on the dev set, max |probability - Keras probability|
+(score for regression), label agreement with Keras, the task metric, the
+artefact's size, latency at batch 1, and what the format describes of its
+artefact (the SavedModel's served version, a TFLite file's metadata).
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ from tinybert_tf.export.common import (
     path_size,
     split_texts,
 )
+from tinybert_tf.export.serving import check_version
 from tinybert_tf.files import write_json_atomic
 from tinybert_tf.models.checkpoint import load_tokenizer
 from tinybert_tf.models.encoder import BertModel
@@ -33,7 +36,9 @@ from tinybert_tf.tasks import TaskType, task_type
 from tinybert_tf.timing import median_ms
 
 PARITY_FILE = "parity.json"
-DEFAULT_FORMATS = ("saved_model", "float32", "float16", "dynamic_int8", "int8")
+DEFAULT_FORMATS = ("saved_model", "float32", "float16", "dynamic_int8", "int8", "int16x8")
+# Not by default: text_float32 (raw text in, needs tensorflow-text ops in the app),
+# hf, keras_hub.
 
 
 def export_all(model: BertModel, output_dir: str, *, max_seq_len: int,
@@ -44,7 +49,9 @@ def export_all(model: BertModel, output_dir: str, *, max_seq_len: int,
                is_pair: bool = False, task: Union[None, str, TaskType] = None,
                task_name: Optional[str] = None, latency_runs: int = 30,
                num_threads: Optional[int] = None,
-               max_examples: Optional[int] = None) -> dict[str, Any]:
+               max_examples: Optional[int] = None,
+               serving_name: Optional[str] = None,
+               serving_version: Optional[int] = None) -> dict[str, Any]:
     """Export `model` in `formats` (rows of `formats.FORMATS`) under `output_dir`
     (the export folder, e.g. OUTPUT/export) and check parity on the dev set.
 
@@ -61,9 +68,15 @@ def export_all(model: BertModel, output_dir: str, *, max_seq_len: int,
       latency_runs: timed batch-1 calls per format.
       num_threads: TFLite interpreter threads (None = all cores).
       max_examples: cap on dev examples checked (None = all).
+      serving_name: the model name in serving/models.config (default: the task
+        name, else "tinybert").
+      serving_version: publish the SavedModel as this version (default: the next
+        free one); an existing version is an ExportError, never rewritten.
     Returns the parity dict also written to output_dir/parity.json.
     """
     formats = fmts.check_formats(formats, "formats")
+    if serving_version is not None:
+        serving_version = check_version(serving_version, "serving_version")
     if isinstance(task, str):
         task_name = task_name or task
         task = task_type(task)
@@ -88,7 +101,9 @@ def export_all(model: BertModel, output_dir: str, *, max_seq_len: int,
         rep_inputs = (task.export_inputs(tokenizer, rep_a, rep_b, max_seq_len)
                       if rep_a else None)
     ctx = fmts.ExportContext(model, task, max_seq_len, bool(is_pair), dev_a, dev_b, dev_inputs,
-                             rep_inputs, num_threads)
+                             rep_inputs, num_threads,
+                             fmts.serving_model_name(serving_name or task_name),
+                             serving_version)
 
     output_dir = os.path.abspath(output_dir)
     os.makedirs(output_dir, exist_ok=True)
@@ -111,7 +126,8 @@ def export_all(model: BertModel, output_dir: str, *, max_seq_len: int,
         outs = loaded.predict()
         rows[name] = {**compare(task, reference, outs, ctx), "size_bytes": path_size(path),
                       "latency_ms_b1": median_ms(loaded.one, latency_runs),
-                      "path": os.path.relpath(path, output_dir)}
+                      "path": os.path.relpath(path, output_dir),
+                      **(fmt.describe(path) if fmt.describe else {})}
         if dev_labels is not None:
             rows[name]["metric"] = task_metric(task, outs, dev_labels)[1]
 
@@ -130,10 +146,11 @@ def export_all(model: BertModel, output_dir: str, *, max_seq_len: int,
 
 
 def remove_stale(output_dir: str, formats: Sequence[str]) -> None:
-    """Artefacts of table formats not exported this time would be stale: remove them."""
+    """Artefacts of table formats not exported this time would be stale: remove them
+    (not published ones: TF Serving may be serving their versions)."""
     for name, fmt in fmts.FORMATS.items():
         stale = os.path.join(output_dir, fmt.artefact)
-        if name in formats or not os.path.exists(stale):
+        if name in formats or fmt.published or not os.path.exists(stale):
             continue
         if os.path.isdir(stale):
             shutil.rmtree(stale)

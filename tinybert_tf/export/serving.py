@@ -56,6 +56,7 @@ WARMUP_BATCH_SIZES = (1, 8)
 MODELS_CONFIG = "models.config"
 DEFAULT_SIGNATURE = "serving_default"  # what TF Serving runs for an empty signature_name
 TEXT_B_INPUT = "text_b"  # the second segment of saved_model.py's pair text signature
+DEFAULT_TEXT_INPUTS = ("text", TEXT_B_INPUT)
 MAX_VERSION = 2**63 - 1  # versions are int64 in TF Serving
 _VERSION_NAME = re.compile(r"^\s*[+-]?\d+\s*$")  # what absl::SimpleAtoi accepts
 _MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -104,7 +105,8 @@ def check_version(version: Any, what: str = "version") -> int:
 
 def publish_version(source: Union[str, os.PathLike, SavedModelWriter], serving_root: str, *,
                     version: Any = None, warmup_texts: Optional[Sequence[Text]] = None,
-                    tokenizer: Optional[Tokenizer] = None) -> tuple[int, str]:
+                    tokenizer: Optional[Tokenizer] = None,
+                    text_inputs: Sequence[str] = DEFAULT_TEXT_INPUTS) -> tuple[int, str]:
     """Publish a SavedModel as a new version folder `serving_root/<version>/`.
 
     Args:
@@ -118,6 +120,8 @@ def publish_version(source: Union[str, os.PathLike, SavedModelWriter], serving_r
         into the new version before it appears (see `build_warmup_requests`).
       tokenizer: the model's tokenizer (`load_tokenizer(model, max_seq_len)`); needed
         with warmup_texts when the SavedModel has a token-id signature.
+      text_inputs: the text signature's string inputs for the first and second
+        segment (`TaskType.text_input_specs` names; default text, text_b).
     Returns (version, absolute path of the version folder). Existing versions are
     never touched; on any error nothing is published and no temporary is left.
     """
@@ -160,6 +164,7 @@ def publish_version(source: Union[str, os.PathLike, SavedModelWriter], serving_r
             signatures = saved_model_signatures(staged)
         if warmup_texts is not None:
             requests = build_warmup_requests(staged, warmup_texts, tokenizer,
+                                             text_inputs=text_inputs,
                                              signatures=signatures)
             write_warmup_requests(staged, requests, overwrite=True)
         number = _rename_to_version(staged, root, requested)
@@ -239,17 +244,20 @@ def predict_request(signature_name: str, inputs: Mapping[str, Any],
 def build_warmup_requests(saved_model_dir: str, texts: Sequence[Text],
                           tokenizer: Optional[Tokenizer] = None,
                           batch_sizes: Sequence[int] = WARMUP_BATCH_SIZES, *,
-                          signatures: Optional[Mapping[str, Any]] = None
+                          signatures: Optional[Mapping[str, Any]] = None,
+                          text_inputs: Sequence[str] = DEFAULT_TEXT_INPUTS
                           ) -> list[predict_pb2.PredictRequest]:
     """One request per signature of the SavedModel and batch size, from example texts.
 
-    String inputs get the texts (`text_b` the second segments of pairs); the
+    String inputs get the texts (the second of `text_inputs`, `text_b` by default,
+    the second segments of pairs, e.g. a SQuAD signature's `context`); the
     token-id inputs (input_word_ids, input_mask, input_type_ids) get the same
     texts packed by `tokenizer` at its max_seq_len. A batch larger than the
     number of texts repeats them. Order: signatures by name, then batch sizes.
     """
     signatures = signatures or saved_model_signatures(saved_model_dir)
-    is_pair = any(TEXT_B_INPUT in s.inputs for s in signatures.values())
+    second = text_inputs[1] if len(text_inputs) > 1 else None
+    is_pair = second is not None and any(second in s.inputs for s in signatures.values())
     texts_a, texts_b = split_texts(list(texts), is_pair, "warmup_texts")
     if not texts_a:
         raise ExportError("warmup_texts is empty: give a few typical inputs (e.g. the first "
@@ -283,7 +291,7 @@ def build_warmup_requests(saved_model_dir: str, texts: Sequence[Text],
                 packed = tokenizer(batch_a, batch_b, max_seq_len=tokenizer.max_seq_len)
                 ids = {k: v.numpy() for k, v in packed.items()}
             inputs = {k: ids[k] if k in INPUT_NAMES else
-                      (batch_b if k == TEXT_B_INPUT else batch_a) for k in keys}
+                      (batch_b if k == second else batch_a) for k in keys}
             requests.append(predict_request(name, inputs))
     return requests
 

@@ -1,25 +1,55 @@
-"""TFLite for Android: float32, float16, dynamic-range int8, full-integer int8.
+"""TFLite for Android: float32, float16, dynamic-range int8, full-integer int8 and
+int16x8 (16-bit activations, 8-bit weights), and text-in float32.
 
-Every flavour has the TFLite Task Library `BertNLClassifier` interface:
+Every ids flavour has the TFLite Task Library `BertNLClassifier` interface:
 inputs `input_word_ids`, `input_mask`, `input_type_ids`, int32 [1, L] (in that
-order), and one float32 output named by the task type (`probabilities` [1, C]
+order), and the float32 outputs named by the task type (`probabilities` [1, C]
 for a classifier, `score` [1, 1] for a regressor). `FLAVOURS` is the table of
 flavours and their converter settings. The converter names tensors
 `serving_default_input_word_ids:0` and orders them alphabetically; we rename
 and reorder them in the flatbuffer so the plain names are the tensor names
 (the SignatureDef, which refers to tensors by index, stays valid).
 
+Every flavour carries TFLite metadata (tflite_metadata.py): the kind the task
+type names (`TaskType.tflite_metadata_kind`: bert_nl_classifier for an uncased
+single-text classifier, which the Task Library's BertNLClassifier loads), or
+its descriptive fallback when the model breaks a Task Library condition
+(`tflite_metadata.fitting_kind`). `convert(..., metadata=False)` gives the
+bare model (benchmarks at batch > 1).
+
 The graph is the model at batch 1 and a fixed length, with its variables
 frozen to constants first (`convert_variables_to_constants_v2`): handing the
 converter a Keras 3 model's live variables leaves READ_VARIABLE ops behind,
 which breaks calibration of the int8 flavour.
 
-Full-integer int8 and the attention mask: the encoder adds -10000 to the
+dynamic_int8: TF 2.20 quantises dense weights per output channel, which makes
+FULLY_CONNECTED version 12; the Task Library's runtime (tflite-support 0.4.4)
+refuses it. Per-tensor dense weights (version 9) load there, and agree as well
+(tests/test_tflite_metadata.py), so the flavour uses them.
+
+Text-in (`text_float32`): inputs `text` (and `text_b`), string [1]; the
+model's own `Tokenizer` (tensorflow-text FastBertTokenizer + core packing
+ops) runs in the graph. FastBertTokenizer converts to three TFLite custom ops,
+FastBertNormalize, FastWordpieceTokenizeWithOffsets and RaggedTensorToTensor
+(`TEXT_CUSTOM_OPS`), which tensorflow-text implements for TFLite
+(`tensorflow_text.tflite_registrar`): an app registers them in its op
+resolver (docs/deploy.md). Here `TFLiteRunner` does so through
+ai-edge-litert's InterpreterWithCustomOps.
+
+Full-integer flavours (int8, int16x8) quantise the integer-friendly trace
+(`integer_friendly`, the same maths: centred LayerNorm, plain GATHER
+embeddings, the 0/1 mask from a GATHER), so no float op is left between the
+int32 ids and the output DEQUANTIZE: what an integer-only delegate needs.
+Measured on the demo (docs/deploy.md): int8 keeps 80% of the dev labels,
+int16x8 all of them (its x86 kernels are slow reference code; the Task
+Library's runtime lacks int16 GELU/RSQRT, so it carries descriptive metadata).
+
+Full-integer quantisation and the attention mask: the encoder adds -10000 to the
 scores of padded keys (`layers.MASK_VALUE`, right for float training). In int8
 the sum "scores + mask" then spans [-10000, max score], one int8 step is ~40,
 and every real score rounds to the same value: attention turns uniform and the
-labels are noise (we measured 53% agreement on a toy task). For the int8
-flavour only, we trace the graph with a mask value sized from the calibration
+labels are noise (we measured 53% agreement on a toy task). For the
+full-integer flavours only, we trace the graph with a mask value sized from the calibration
 data instead (the encoder's `mask_value` call argument): -(max score range
 seen + 20), which still gives padded keys a weight below e^-20 of the best
 real key while leaving int8 resolution for the real scores (100% agreement on
@@ -27,17 +57,24 @@ the same task). The float flavours keep -10000.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import os
-from typing import Any, Callable, Iterable, Optional, Sequence, Union
+import warnings
+from typing import Any, Callable, Iterable, Iterator, Optional, Sequence, Union
 
+import keras
 import numpy as np
 import tensorflow as tf
+import tensorflow_text as tf_text
 from tensorflow.lite.tools import flatbuffer_utils
 from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
+from tinybert_tf.export import tflite_metadata as tm
 from tinybert_tf.export.common import ExportError, check_seq_len, export_task
 from tinybert_tf.files import write_bytes_atomic
+from tinybert_tf.models.checkpoint import load_tokenizer
 from tinybert_tf.models.encoder import INPUT_NAMES, BertModel
 from tinybert_tf.models.layers import MASK_VALUE
 from tinybert_tf.tasks import TaskType
@@ -45,12 +82,19 @@ from tinybert_tf.tasks import TaskType
 
 @dataclasses.dataclass(frozen=True)
 class Flavour:
-    """A TFLite flavour: how the converter is set up, and whether it needs
-    representative task text to calibrate activation ranges."""
+    """A TFLite flavour: how the converter is set up, whether it needs
+    representative task text to calibrate activation ranges, whether it takes
+    raw text (the tokenizer in the graph) instead of token ids, and whether it
+    quantises the integer-friendly trace (`integer_friendly`)."""
 
     description: str
     configure: Callable[[Any, Optional[list]], None]
     calibrated: bool = False
+    text_input: bool = False
+    integer: bool = False
+    # Why the Task Library's runtime cannot run this flavour (None: it can); such a
+    # flavour gets the descriptive fallback of the task's Task Library kind.
+    not_in_task_library: Optional[str] = None
 
 
 def _float32(converter, rows) -> None:
@@ -64,6 +108,9 @@ def _float16(converter, rows) -> None:
 
 def _dynamic_int8(converter, rows) -> None:
     converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    # Per-tensor dense weights: FULLY_CONNECTED v9, which the Task Library loads
+    # (per-channel makes v12, which it refuses; see the module docstring).
+    converter._experimental_disable_per_channel_quantization_for_dense_layers = True
 
 
 def _int8(converter, rows) -> None:
@@ -74,12 +121,39 @@ def _int8(converter, rows) -> None:
     # feeds int32 ids and reads float scores.
 
 
+def _int16x8(converter, rows) -> None:
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    converter.representative_dataset = lambda: iter(rows)
+    converter.target_spec.supported_ops = [
+        tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8]
+
+
+def _text(converter, rows) -> None:
+    # The tokenizer's tensorflow-text ops stay custom ops (TEXT_CUSTOM_OPS).
+    converter.allow_custom_ops = True
+
+
 FLAVOURS: dict[str, Flavour] = {
     "float32": Flavour("TFLite float32", _float32),
     "float16": Flavour("TFLite with float16 weights", _float16),
     "dynamic_int8": Flavour("TFLite with int8 weights, float activations", _dynamic_int8),
-    "int8": Flavour("TFLite full-integer int8 (calibrated)", _int8, calibrated=True),
+    "int8": Flavour("TFLite full-integer int8 (calibrated)", _int8, calibrated=True,
+                    integer=True),
+    "int16x8": Flavour("TFLite full-integer, int16 activations and int8 weights (calibrated)",
+                       _int16x8, calibrated=True, integer=True,
+                       not_in_task_library="the Task Library's TFLite runtime (tflite-support "
+                       "0.4.4) has no int16 GELU and RSQRT kernels (measured: it cannot "
+                       "allocate or invoke a 16x8 model)"),
+    "text_float32": Flavour("TFLite float32 taking raw text (WordPiece in the graph, "
+                            "tensorflow-text custom ops)", _text, text_input=True),
 }
+
+# What the text-in flavour's graph needs beyond TFLite's builtin ops, all
+# registered by tensorflow_text.tflite_registrar (C++: tensorflow_text/core/kernels/
+# *_tflite.cc, e.g. AddFastBertNormalize).
+TEXT_CUSTOM_OPS = ("FastBertNormalize", "FastWordpieceTokenizeWithOffsets",
+                   "RaggedTensorToTensor")
+TEXT_INPUT_NAMES = ("text", "text_b")
 
 
 def tflite_file(flavour: str) -> str:
@@ -112,10 +186,13 @@ def calibrated_mask_value(model: BertModel, rows: Sequence[dict[str, np.ndarray]
 
 
 def model_function(model: BertModel, max_seq_len: int, batch_size: int = 1,
-                   mask_value: Optional[float] = None, task: Optional[TaskType] = None):
+                   mask_value: Optional[float] = None, task: Optional[TaskType] = None,
+                   integer: bool = False):
     """A frozen concrete function: 3 x int32 [batch, L] -> the task's TFLite outputs.
 
     mask_value: the additive attention mask to trace with (None: the encoder's).
+    integer: trace the integer-friendly graph (`integer_friendly`; the same
+    maths) that the full-integer flavours quantise.
     """
     task = export_task(model, task)
     value = MASK_VALUE if mask_value is None else float(mask_value)
@@ -123,9 +200,81 @@ def model_function(model: BertModel, max_seq_len: int, batch_size: int = 1,
 
     @tf.function(input_signature=spec)
     def predict(input_word_ids, input_mask, input_type_ids):
+        if integer:
+            # A float 0/1 mask from a two-entry table: GATHER has integer kernels,
+            # the encoder's int32 -> float32 CAST has none (it would stay float).
+            input_mask = tf.gather(tf.constant([0.0, 1.0]), input_mask)
         inputs = {"input_word_ids": input_word_ids, "input_mask": input_mask,
                   "input_type_ids": input_type_ids}
         logits = tf.cast(model(inputs, training=False, mask_value=value)["logits"], tf.float32)
+        return task.tflite_outputs(logits)
+
+    with integer_friendly(model, enabled=integer):
+        return convert_variables_to_constants_v2(predict.get_concrete_function())
+
+
+@contextlib.contextmanager
+def integer_friendly(model: BertModel, enabled: bool = True) -> Iterator[None]:
+    """While tracing, give the model's LayerNormalization and Embedding layers
+    stand-in `call`s with the same maths in integer-friendly ops; restored after.
+
+    LayerNorm: Keras computes x * (gamma * rsqrt(var)) + (beta - mean * gamma *
+    rsqrt(var)): two large terms that cancel (which a quantised ADD cannot
+    resolve) and a NEG that has no integer kernel (it stayed float in the int8
+    model). The stand-in centres first, (x - mean) * rsqrt(mean((x - mean)^2) +
+    eps) * gamma + beta, squaring by MUL (SQUARED_DIFFERENCE has no int16
+    kernel). Embedding: a plain GATHER, without Keras's negative-index fix-up
+    (LESS/ADD/SELECT on int32 ids), which the 16x8 quantiser cannot calibrate.
+    """
+    patched = []
+    if enabled:
+        for layer in model._flatten_layers(include_self=False):
+            if getattr(layer, "quantization_mode", None) is not None:
+                continue
+            if (isinstance(layer, keras.layers.LayerNormalization) and not layer.rms_scaling
+                    and tuple(np.atleast_1d(layer.axis)) in ((-1,), (2,))):
+                layer.call = functools.partial(_centred_layer_norm, layer)
+                patched.append(layer)
+            elif (isinstance(layer, keras.layers.Embedding)
+                  and not getattr(layer, "lora_enabled", False)):
+                layer.call = functools.partial(_gather_embedding, layer)
+                patched.append(layer)
+    try:
+        yield
+    finally:
+        for layer in patched:
+            del layer.call
+
+
+def _centred_layer_norm(layer, inputs):
+    x = tf.cast(inputs, tf.float32)
+    centred = x - tf.reduce_mean(x, axis=-1, keepdims=True)
+    variance = tf.reduce_mean(centred * centred, axis=-1, keepdims=True)
+    out = centred * tf.math.rsqrt(variance + layer.epsilon)
+    if layer.gamma is not None:
+        out = out * tf.cast(layer.gamma, tf.float32)
+    if layer.beta is not None:
+        out = out + tf.cast(layer.beta, tf.float32)
+    return tf.cast(out, layer.compute_dtype)
+
+
+def _gather_embedding(layer, inputs):
+    return tf.cast(tf.gather(layer.embeddings, tf.cast(inputs, tf.int32)), layer.compute_dtype)
+
+
+def text_model_function(model: BertModel, max_seq_len: int, is_pair: bool,
+                        task: Optional[TaskType] = None):
+    """A frozen concrete function: `text` (and `text_b`), string [1] -> the task's
+    TFLite outputs, tokenised in graph by the model's `Tokenizer`."""
+    task = export_task(model, task)
+    tokenizer = load_tokenizer(model, max_seq_len)
+    names = TEXT_INPUT_NAMES[:2 if is_pair else 1]
+    spec = [tf.TensorSpec([1], tf.string, name=n) for n in names]
+
+    @tf.function(input_signature=spec)
+    def predict(*texts):
+        inputs = tokenizer(*texts, max_seq_len=max_seq_len)
+        logits = tf.cast(model(inputs, training=False)["logits"], tf.float32)
         return task.tflite_outputs(logits)
 
     return convert_variables_to_constants_v2(predict.get_concrete_function())
@@ -133,32 +282,107 @@ def model_function(model: BertModel, max_seq_len: int, batch_size: int = 1,
 
 def convert(model: BertModel, fmt: str, max_seq_len: int,
             representative: Optional[Iterable[dict[str, np.ndarray]]] = None,
-            batch_size: int = 1, task: Optional[TaskType] = None) -> bytes:
+            batch_size: int = 1, task: Optional[TaskType] = None, *, is_pair: bool = False,
+            metadata: bool = True) -> bytes:
     """Convert `model` to one TFLite flavour; returns the flatbuffer bytes.
 
     Args:
-      fmt: float32 | float16 | dynamic_int8 | int8.
+      fmt: a key of FLAVOURS (float32 | float16 | dynamic_int8 | int8 | text_float32).
       max_seq_len: the fixed sequence length L of the inputs.
       representative: for int8, packed inputs (dicts of int32 [N, L]) of real
         task text used to calibrate activation ranges.
       batch_size: the fixed batch of the inputs (1 for Android / the Task
         Library; larger only for throughput benchmarks: TFLite graphs cannot be
         resized afterwards, their reshapes are fixed at conversion).
+      is_pair: the task reads text pairs (metadata; the text-in inputs).
+      metadata: attach TFLite metadata (`attach_metadata`).
     """
     if fmt not in FLAVOURS:
         raise ExportError(f"unknown TFLite format {fmt!r}; use one of {', '.join(FLAVOURS)}.")
     flavour = FLAVOURS[fmt]
     task = export_task(model, task)
     max_seq_len = check_seq_len(model, max_seq_len)
-    rows, mask_value = None, None
-    if flavour.calibrated:
-        rows = _representative_rows(representative, max_seq_len, batch_size)
-        mask_value = calibrated_mask_value(model, rows)
-    fn = model_function(model, max_seq_len, batch_size, mask_value=mask_value, task=task)
+    rows = None
+    if flavour.text_input:
+        kind = text_metadata_kind(model, task, is_pair, fmt)
+        if batch_size != 1:
+            raise ExportError(f"{fmt}: the text-in flavour takes one text per call; "
+                              f"batch_size={batch_size} is for the ids flavours.")
+        fn = text_model_function(model, max_seq_len, is_pair, task)
+        in_names = TEXT_INPUT_NAMES[:2 if is_pair else 1]
+    else:
+        mask_value = None
+        if flavour.calibrated:
+            rows = _representative_rows(representative, max_seq_len, batch_size)
+            mask_value = calibrated_mask_value(model, rows)
+        fn = model_function(model, max_seq_len, batch_size, mask_value=mask_value, task=task,
+                            integer=flavour.integer)
+        in_names = INPUT_NAMES
     converter = tf.lite.TFLiteConverter.from_concrete_functions([fn], tf.Module())
     flavour.configure(converter, rows)
-    flat = converter.convert()
-    return name_io(flat, list(task.tflite_outputs_names()))
+    flat = name_io(converter.convert(), list(task.tflite_outputs_names()), in_names)
+    if not metadata:
+        return flat
+    if flavour.text_input:
+        return tm.add_metadata(flat, kind=kind, vocab=None, labels=_labels(task, kind),
+                               lower_case=model.bert_config.lower_case, pair=is_pair)
+    return attach_metadata(flat, model, task, is_pair, max_seq_len, batch_size,
+                           runtime_note=flavour.not_in_task_library)
+
+
+def _labels(task: TaskType, kind: str) -> Optional[list[str]]:
+    """The task's label names when the kind's outputs are labelled, else None."""
+    return list(task.label_names) if any(o.labels for o in tm.KINDS[kind].outputs) else None
+
+
+def metadata_kind(model: BertModel, task: TaskType, is_pair: bool, max_seq_len: int,
+                  batch_size: int = 1, runtime_note: Optional[str] = None
+                  ) -> tuple[str, Optional[str]]:
+    """(kind, fallback note): the task type's kind, or its descriptive fallback
+    when this model cannot run in the Task Library (tflite_metadata.fitting_kind;
+    runtime_note: why the flavour cannot run there, if so)."""
+    kind = task.tflite_metadata_kind(bool(is_pair), bool(model.bert_config.lower_case))
+    if kind not in tm.KINDS:
+        raise ExportError(f"{type(task).__name__}.tflite_metadata_kind returned {kind!r}; "
+                          f"use one of {', '.join(tm.KINDS)}.")
+    return tm.fitting_kind(kind, batch_size=batch_size, seq_len=max_seq_len,
+                           lower_case=bool(model.bert_config.lower_case), pair=bool(is_pair),
+                           runtime_note=runtime_note)
+
+
+def text_metadata_kind(model: BertModel, task: TaskType, is_pair: bool, fmt: str) -> str:
+    """The text-in kind of the task's ids kind; ExportError when it has none (the
+    task's text inputs are not one text or a pair: token tags, questions)."""
+    kind = task.tflite_metadata_kind(bool(is_pair), bool(model.bert_config.lower_case))
+    text_kind = tm.KINDS[kind].text_kind if kind in tm.KINDS else None
+    if text_kind is None:
+        raise ExportError(f"{fmt}: a {task.kind} task has no text-in TFLite model (its "
+                          f"metadata kind {kind!r} has no text-in twin; text-in covers "
+                          "sentence classification and regression). Drop it from "
+                          "--export_formats and tokenise in the app with an ids flavour "
+                          "and its vocab.txt.")
+    return text_kind
+
+
+def attach_metadata(flat: bytes, model: BertModel, task: TaskType, is_pair: bool,
+                    max_seq_len: int, batch_size: int = 1,
+                    runtime_note: Optional[str] = None) -> bytes:
+    """Add the task's TFLite metadata (vocab.txt, labels.txt) to an ids model.
+
+    A Task Library kind the model (or its flavour: `runtime_note`) cannot
+    satisfy falls back to its descriptive kind; the reason is in the metadata's
+    description, and a warning says it too unless the flavour decided it.
+    """
+    kind, note = metadata_kind(model, task, is_pair, max_seq_len, batch_size, runtime_note)
+    if note and not runtime_note:
+        warnings.warn(f"TFLite metadata: {note}", stacklevel=2)
+    labels = _labels(task, kind)
+    if labels is not None and not getattr(model, "label_names", None):
+        warnings.warn(f"TFLite metadata: the model has no label names; labels.txt names the "
+                      f"classes {labels} (set label_names when saving the model).", stacklevel=2)
+    return tm.add_metadata(flat, kind=kind, vocab=model.vocab, labels=labels,
+                           lower_case=bool(model.bert_config.lower_case), pair=bool(is_pair),
+                           note=note)
 
 
 def _representative_rows(representative, max_seq_len: int, batch_size: int = 1
@@ -179,18 +403,20 @@ def _representative_rows(representative, max_seq_len: int, batch_size: int = 1
         chunk = [flat[(s + j) % len(flat)] for j in range(batch_size)]
         rows.append({k: np.concatenate([r[k] for r in chunk], 0) for k in INPUT_NAMES})
     if not rows:
-        raise ExportError("int8 export needs a representative data set of task text to "
-                          "calibrate activations, and got none: pass representative_texts "
-                          "(bin/export: --data_dir with train/dev text, "
-                          "--representative_examples > 0), or drop int8 from "
+        raise ExportError("full-integer export (int8, int16x8) needs a representative data "
+                          "set of task text to calibrate activations, and got none: pass "
+                          "representative_texts (bin/export: --data_dir with train/dev text, "
+                          "--representative_examples > 0), or drop int8 and int16x8 from "
                           "--export_formats.")
     return rows
 
 
-def name_io(flat: bytes, out_names: Union[str, Sequence[str]]) -> bytes:
-    """Rename the inputs to INPUT_NAMES (in that order) and the outputs to `out_names`
+def name_io(flat: bytes, out_names: Union[str, Sequence[str]],
+            in_names: Sequence[str] = INPUT_NAMES) -> bytes:
+    """Rename the inputs to `in_names` (in that order) and the outputs to `out_names`
     (the keys the traced function returned, in that order)."""
     out_names = [out_names] if isinstance(out_names, str) else list(out_names)
+    in_names = list(in_names)
 
     model = flatbuffer_utils.read_model_from_bytearray(bytearray(flat))
     if len(model.subgraphs) != 1:
@@ -199,18 +425,18 @@ def name_io(flat: bytes, out_names: Union[str, Sequence[str]]) -> bytes:
     by_name = {}
     for idx in sg.inputs:
         name = sg.tensors[idx].name.decode()
-        match = [n for n in INPUT_NAMES if name == n or name.endswith("_" + n + ":0")
+        match = [n for n in in_names if name == n or name.endswith("_" + n + ":0")
                  or name.startswith(n + ":")]
         if len(match) != 1:
             raise ExportError(f"unexpected TFLite input tensor {name!r}.")
         by_name[match[0]] = idx
-    if sorted(by_name) != sorted(INPUT_NAMES) or len(sg.outputs) != len(out_names):
+    if sorted(by_name) != sorted(in_names) or len(sg.outputs) != len(out_names):
         raise ExportError(f"TFLite model has inputs {sorted(by_name)} and "
-                          f"{len(sg.outputs)} outputs; expected {INPUT_NAMES} and "
+                          f"{len(sg.outputs)} outputs; expected {in_names} and "
                           f"{len(out_names)}.")
     for n, idx in by_name.items():
         sg.tensors[idx].name = n.encode()
-    sg.inputs = np.array([by_name[n] for n in INPUT_NAMES], dtype=np.int32)
+    sg.inputs = np.array([by_name[n] for n in in_names], dtype=np.int32)
     # The SignatureDef maps the function's output keys to tensors.
     by_key = {}
     for sig in model.signatureDefs or []:
@@ -240,24 +466,33 @@ class TFLiteRunner:
       batch_size: rows per call; must equal the batch the model was converted
         at (TFLite cannot resize our graphs: their reshapes are fixed).
       num_threads: CPU threads for the interpreter (XNNPACK); None = all cores.
+
+    A text-in model (inputs `text` [, `text_b`]) runs with tensorflow-text's
+    TFLite ops registered; call it with {"text": [str], ...}.
     """
 
     def __init__(self, model: Union[str, bytes], batch_size: int = 1,
                  num_threads: Optional[int] = None):
-        from ai_edge_litert.interpreter import Interpreter
+        from ai_edge_litert.interpreter import InterpreterWithCustomOps
 
         kwargs = {"model_path": model} if isinstance(model, str) else {"model_content": model}
         # The interpreter's own default is one thread; a 2-core box runs the
         # student ~1.9x faster with both (measured: 20.4 -> 11.1 ms, seq 128).
         self.num_threads = int(num_threads or os.cpu_count() or 1)
-        self.interpreter = Interpreter(num_threads=self.num_threads, **kwargs)
+        self.interpreter = InterpreterWithCustomOps(
+            custom_op_registerers=list(tf_text.tflite_registrar.SELECT_TFTEXT_OPS),
+            num_threads=self.num_threads, **kwargs)
         details = {d["name"]: d for d in self.interpreter.get_input_details()}
-        missing = [n for n in INPUT_NAMES if n not in details]
+        self.text_input = TEXT_INPUT_NAMES[0] in details
+        names = [n for n in TEXT_INPUT_NAMES if n in details] if self.text_input else INPUT_NAMES
+        missing = [n for n in names if n not in details]
         if missing:
             raise ExportError(f"TFLite model lacks input tensors {missing}; got {sorted(details)}.")
-        self.input_index = {n: details[n]["index"] for n in INPUT_NAMES}
-        self.seq_len = int(details[INPUT_NAMES[0]]["shape"][1])
-        self.batch_size = int(details[INPUT_NAMES[0]]["shape"][0])
+        self.input_names = tuple(names)
+        self.input_index = {n: details[n]["index"] for n in names}
+        first = details[names[0]]["shape"]
+        self.seq_len = None if self.text_input else int(first[1])
+        self.batch_size = int(first[0])
         if batch_size != self.batch_size:
             raise ExportError(f"this TFLite model was converted for batch {self.batch_size}, "
                               f"not {batch_size}; convert(..., batch_size={batch_size}).")
@@ -270,7 +505,9 @@ class TFLiteRunner:
         """One batch of exactly batch_size rows: int32 [B, L] each -> the output
         ([B, C] for a classifier), or {name: output} when the model has several."""
         for n, idx in self.input_index.items():
-            self.interpreter.set_tensor(idx, np.asarray(inputs[n], np.int32))
+            value = (np.asarray(inputs[n], object) if self.text_input
+                     else np.asarray(inputs[n], np.int32))
+            self.interpreter.set_tensor(idx, value)
         self.interpreter.invoke()
         outs = {n: np.array(self.interpreter.get_tensor(i)) for n, i in self.output_index.items()}
         return outs[self.output_names[0]] if len(outs) == 1 else outs
@@ -278,11 +515,11 @@ class TFLiteRunner:
     def predict(self, inputs: dict[str, np.ndarray]) -> Union[np.ndarray, dict]:
         """Any number of rows [N, L] -> [N, ...] (or {name: [N, ...]}), run batch_size
         rows at a time (the last batch padded with copies of its first row)."""
-        n = len(inputs[INPUT_NAMES[0]])
+        n = len(inputs[self.input_names[0]])
         outs = []
         for s in range(0, n, self.batch_size):
-            chunk = {k: np.asarray(v[s:s + self.batch_size]) for k, v in inputs.items()}
-            m = len(chunk[INPUT_NAMES[0]])
+            chunk = {k: np.asarray(inputs[k][s:s + self.batch_size]) for k in self.input_names}
+            m = len(chunk[self.input_names[0]])
             if m < self.batch_size:
                 chunk = {k: np.concatenate([v, np.repeat(v[:1], self.batch_size - m, 0)])
                          for k, v in chunk.items()}
@@ -321,10 +558,24 @@ def operators(flat: Union[str, bytes]) -> list[str]:
                    for op in model.subgraphs[0].operators})
 
 
+def custom_operators(flat: Union[str, bytes]) -> list[str]:
+    """Sorted custom op codes the model needs (what an app's op resolver must add)."""
+
+    if isinstance(flat, str):
+        with open(flat, "rb") as f:
+            flat = f.read()
+    model = flatbuffer_utils.read_model_from_bytearray(bytearray(flat))
+    used = {op.opcodeIndex for sg in model.subgraphs for op in sg.operators}
+    return sorted(model.operatorCodes[i].customCode.decode() for i in used
+                  if model.operatorCodes[i].customCode)
+
+
 def write_tflite(flat: bytes, path: str) -> str:
     write_bytes_atomic(path, flat)
     return os.path.abspath(path)
 
 
 __all__: Sequence[str] = ["convert", "TFLiteRunner", "name_io", "model_function",
-                          "tensor_types", "operators", "write_tflite"]
+                          "text_model_function", "attach_metadata", "metadata_kind",
+                          "tensor_types", "operators", "custom_operators", "write_tflite",
+                          "TEXT_CUSTOM_OPS"]

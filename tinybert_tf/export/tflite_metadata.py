@@ -45,12 +45,27 @@ Regression and token classification have no Task Library API; their kinds
 classifiers, which BertNLClassifier would tokenise wrongly) carry the same
 tokenizer process unit and input names plus a described output, for apps that
 read the metadata with the TFLite Support library's MetadataExtractor and run a
-plain Interpreter.
+plain Interpreter. The stated fallbacks, all descriptive:
+- `fitting_kind` swaps a Task Library kind for its descriptive twin
+  (`Kind.fallback`: bert_nl_classifier -> classifier, bert_question_answerer ->
+  question_answerer) when the model breaks a Task Library condition (a pair,
+  a cased vocabulary, batch > 1, QA not at 384 tokens), and says why;
+- "generic" (what `TaskType.tflite_metadata_kind` returns for a task type
+  that names no kind) describes the tokenizer and inputs and names every
+  output by its tensor name, whatever it is;
+- text-in models (the tokenizer inside the graph, `Kind.text_input`:
+  "text_classifier", "text_regressor", reached from an ids kind by
+  `Kind.text_kind`) describe their string inputs and outputs and pack only
+  labels.txt. Their layout is NLClassifier's (string input 0, scores output
+  0 with TENSOR_AXIS_LABELS), but the graph needs tensorflow-text's TFLite
+  custom ops, which no Task Library build registers, so no Task Library API
+  runs them: apps use an Interpreter with those ops (docs/deploy.md).
 """
 from __future__ import annotations
 
 import dataclasses
 import io
+import re
 import zipfile
 from typing import Any, Optional, Sequence, Union
 
@@ -108,7 +123,11 @@ class Kind:
     task_library: the Task Library class that reads it (None: no Task Library
     API fits). Task Library kinds need an uncased vocabulary and batch 1;
     single_text: the client feeds one text, never a pair; seq_len, when set,
-    is the only sequence length the client can feed.
+    is the only sequence length the client can feed. outputs empty: any
+    outputs, each described by its tensor name. fallback: the descriptive kind
+    to write when the model breaks a Task Library condition (`fitting_kind`).
+    text_input: the model takes raw strings (tokenizer in the graph);
+    text_kind: the text-in kind of the same task.
     """
     name: str
     description: str
@@ -116,61 +135,117 @@ class Kind:
     task_library: Optional[str] = None
     single_text: bool = False
     seq_len: Optional[int] = None
+    fallback: Optional[str] = None
+    text_input: bool = False
+    text_kind: Optional[str] = None
 
 
 _PROBABILITY = OutputSpec("probabilities", "probability",
                           "Probabilities of the labels respectively.",
                           labels=True, unit_range=True)
 
+_SPAN_OUTPUTS = (OutputSpec("end_logits", "end_logits", "Logits of the answer's last token.",
+                            per_token=True),
+                 OutputSpec("start_logits", "start_logits", "Logits of the answer's first token.",
+                            per_token=True))
+_SCORE = OutputSpec("score", "score", "The predicted score.", width=1)
+_NO_TASK_LIBRARY = "No Task Library API: tokenise in the app with vocab.txt."
+
 KINDS: dict[str, Kind] = {
     "bert_nl_classifier": Kind(
         "BertNLClassifier", "Classify the input text into a set of known categories.",
-        (_PROBABILITY,), task_library="BertNLClassifier", single_text=True),
+        (_PROBABILITY,), task_library="BertNLClassifier", single_text=True,
+        fallback="classifier", text_kind="text_classifier"),
     "bert_question_answerer": Kind(
         "BertQuestionAnswerer",
         "Answers a question with a span of the context: logits of the span's first and "
-        "last token.",
-        (OutputSpec("end_logits", "end_logits", "Logits of the answer's last token.",
-                    per_token=True),
-         OutputSpec("start_logits", "start_logits", "Logits of the answer's first token.",
-                    per_token=True)),
-        task_library="BertQuestionAnswerer", seq_len=QA_SEQ_LEN),
+        "last token.", _SPAN_OUTPUTS, task_library="BertQuestionAnswerer", seq_len=QA_SEQ_LEN,
+        fallback="question_answerer"),
     "classifier": Kind(
         "BertClassifier",
         "Classifies one text or a pair of texts ([CLS] a [SEP] b [SEP]) into a set of "
-        "known categories. No Task Library API: tokenise in the app with vocab.txt.",
-        (_PROBABILITY,)),
+        f"known categories. {_NO_TASK_LIBRARY}", (_PROBABILITY,), text_kind="text_classifier"),
     "regressor": Kind(
         "BertRegressor",
         "Scores one text or a pair of texts ([CLS] a [SEP] b [SEP]) with one real number. "
-        "No Task Library API: tokenise in the app with vocab.txt.",
-        (OutputSpec("score", "score", "The predicted score.", width=1),)),
+        f"{_NO_TASK_LIBRARY}", (_SCORE,), text_kind="text_regressor"),
     "token_classifier": Kind(
         "BertTokenClassifier",
-        "Tags every WordPiece token of the input with a set of known categories. No Task "
-        "Library API: tokenise in the app with vocab.txt.",
+        "Tags every WordPiece token of the input with a set of known categories. "
+        f"{_NO_TASK_LIBRARY}",
         (OutputSpec("probabilities", "probability",
                     "Per-token probabilities of the labels (last axis).", rank=3,
                     per_token=True, labels=True, unit_range=True,
                     dimension_names=("batch", "token", "label")),)),
+    "question_answerer": Kind(
+        "BertSpanQuestionAnswerer",
+        "Answers a question ([CLS] question [SEP] context [SEP]) with a span of the context: "
+        "logits of the span's first and last token. Not at the 384 tokens "
+        f"BertQuestionAnswerer packs: {_NO_TASK_LIBRARY}", _SPAN_OUTPUTS),
+    "generic": Kind(
+        "BertModel",
+        "A BERT task model; each output is described by its tensor name. "
+        f"{_NO_TASK_LIBRARY}", ()),
+    "text_classifier": Kind(
+        "BertTextClassifier",
+        "Classifies raw text into a set of known categories; WordPiece tokenisation runs "
+        "inside the model (tensorflow-text TFLite custom ops: register them in the "
+        "interpreter's op resolver).", (_PROBABILITY,), text_input=True),
+    "text_regressor": Kind(
+        "BertTextRegressor",
+        "Scores raw text with one real number; WordPiece tokenisation runs inside the model "
+        "(tensorflow-text TFLite custom ops: register them in the interpreter's op resolver).",
+        (_SCORE,), text_input=True),
+}
+
+# Text-in inputs: tensor name -> (metadata name, description).
+TEXT_INPUT_METADATA = {
+    "text": ("text", "The raw input text (UTF-8), one string."),
+    "text_b": ("text_b", "The second raw text of a pair (UTF-8), one string."),
 }
 
 
-def add_metadata(flat: bytes, *, kind: str, vocab: Sequence[str], lower_case: bool,
+def fitting_kind(kind: str, *, batch_size: int, seq_len: int, lower_case: bool,
+                 pair: bool, runtime_note: Optional[str] = None) -> tuple[str, Optional[str]]:
+    """(kind to write, why it differs or None): a Task Library kind whose
+    conditions the model breaks becomes its descriptive `fallback`.
+    runtime_note: why the model's ops cannot run in the Task Library, if so."""
+    spec = _kind(kind)
+    if not spec.task_library:
+        return kind, None
+    reasons = [runtime_note] if runtime_note else []
+    if not lower_case:
+        reasons.append("the vocabulary is cased and the Task Library lower-cases every input")
+    if spec.single_text and pair:
+        reasons.append(f"{spec.task_library} feeds one text, the model reads a pair")
+    if batch_size != 1:
+        reasons.append(f"the Task Library feeds batch 1, the model takes batch {batch_size}")
+    if spec.seq_len is not None and seq_len != spec.seq_len:
+        reasons.append(f"{spec.task_library} packs exactly {spec.seq_len} tokens, the model "
+                       f"takes {seq_len}")
+    if not reasons or spec.fallback is None:
+        return kind, None
+    return spec.fallback, (f"{kind} -> {spec.fallback} (descriptive metadata, no Task "
+                           f"Library API): {'; '.join(reasons)}")
+
+
+def add_metadata(flat: bytes, *, kind: str, vocab: Optional[Sequence[str]], lower_case: bool,
                  labels: Optional[Sequence[str]] = None, pair: bool = False,
                  name: Optional[str] = None, description: Optional[str] = None,
                  version: Optional[str] = None, author: Optional[str] = None,
-                 license: Optional[str] = None) -> bytes:
+                 license: Optional[str] = None, note: Optional[str] = None) -> bytes:
     """Attach Task Library metadata and its files to a converted model.
 
     Args:
       flat: a .tflite flatbuffer with inputs input_word_ids, input_mask,
         input_type_ids (int32 [B, L], any order: found by tensor name or
-        SignatureDef key) and the outputs of `kind`. Metadata it already has
-        is replaced.
+        SignatureDef key), or for text-in kinds `text` (and `text_b`), string
+        [B]; and the outputs of `kind`. Metadata it already has is replaced.
       kind: a key of KINDS: bert_nl_classifier | bert_question_answerer |
-        classifier | regressor | token_classifier.
-      vocab: the WordPiece vocabulary, in id order (packed as vocab.txt).
+        classifier | regressor | token_classifier | question_answerer |
+        generic | text_classifier | text_regressor.
+      vocab: the WordPiece vocabulary, in id order (packed as vocab.txt);
+        unused (may be None) for text-in kinds, whose graph holds it.
       lower_case: whether the model expects lower-cased text; the Task
         Library always lower-cases, so its kinds need True.
       labels: class names in output order (packed as labels.txt); None: the
@@ -178,13 +253,16 @@ def add_metadata(flat: bytes, *, kind: str, vocab: Sequence[str], lower_case: bo
       pair: the model reads a pair of texts (BertNLClassifier cannot feed one).
       name, description, version, author, license: ModelMetadata fields
         (defaults: the kind's name and description).
+      note: a sentence appended to the default description (e.g. why a
+        descriptive kind was written instead of a Task Library one).
 
     Returns:
       The model bytes: flatbuffer with the metadata buffer, then the zip of
-      vocab.txt (and labels.txt).
+      vocab.txt (ids kinds) and labels.txt (when given).
     """
     spec = _kind(kind)
-    _check_vocab(vocab)
+    if not spec.text_input:
+        _check_vocab(vocab)
     label_list = _check_labels(labels, spec)
     if spec.task_library and not lower_case:
         raise ExportError(f"kind={kind!r}: the Task Library's {spec.task_library} lower-cases "
@@ -198,33 +276,37 @@ def add_metadata(flat: bytes, *, kind: str, vocab: Sequence[str], lower_case: bo
     model = flatbuffer_utils.read_model_from_bytearray(bytearray(flat))
     if len(model.subgraphs) != 1:
         raise ExportError(f"expected one TFLite subgraph, got {len(model.subgraphs)}.")
-    inputs = _input_metadata(model, spec, kind)
+    inputs = (_text_input_metadata(model, pair) if spec.text_input
+              else _input_metadata(model, spec, kind))
     outputs = _output_metadata(model, spec, kind, label_list)
     text_desc = ("a pair of texts, [CLS] a [SEP] b [SEP]" if pair
                  else "one text, [CLS] text [SEP]")
     case_desc = "lower-cased, accents stripped" if lower_case else "cased (not lower-cased)"
-    vocab_file = md.AssociatedFileT()
-    vocab_file.name = VOCAB_FILE
-    vocab_file.description = (f"WordPiece vocabulary, one token a line in id order; input "
-                              f"text is {case_desc}.")
-    vocab_file.type = md.AssociatedFileType.VOCABULARY
-    tokenizer = md.BertTokenizerOptionsT()
-    tokenizer.vocabFile = [vocab_file]
-    unit = md.ProcessUnitT()
-    unit.optionsType = md.ProcessUnitOptions.BertTokenizerOptions
-    unit.options = tokenizer
     subgraph = md.SubGraphMetadataT()
     subgraph.inputTensorMetadata = inputs
     subgraph.outputTensorMetadata = outputs
-    subgraph.inputProcessUnits = [unit]
+    files = {}
+    if not spec.text_input:
+        vocab_file = md.AssociatedFileT()
+        vocab_file.name = VOCAB_FILE
+        vocab_file.description = (f"WordPiece vocabulary, one token a line in id order; "
+                                  f"input text is {case_desc}.")
+        vocab_file.type = md.AssociatedFileType.VOCABULARY
+        tokenizer = md.BertTokenizerOptionsT()
+        tokenizer.vocabFile = [vocab_file]
+        unit = md.ProcessUnitT()
+        unit.optionsType = md.ProcessUnitOptions.BertTokenizerOptions
+        unit.options = tokenizer
+        subgraph.inputProcessUnits = [unit]
+        files[VOCAB_FILE] = _lines(vocab)
     meta = md.ModelMetadataT()
     meta.name = name or spec.name
     meta.description = description or (f"{spec.description} Input: {text_desc}, "
-                                        f"WordPiece, {case_desc}.")
+                                        f"WordPiece, {case_desc}."
+                                        + (f" Note: {note}." if note else ""))
     meta.version, meta.author, meta.license = version, author, license
     meta.subgraphMetadata = [subgraph]
     meta.minParserVersion = min_parser_version(meta)
-    files = {VOCAB_FILE: _lines(vocab)}
     if label_list:
         files[LABELS_FILE] = _lines(label_list)
     return _pack(model, _finish(meta), files)
@@ -440,11 +522,32 @@ def _input_metadata(model, spec: Kind, kind: str) -> list[md.TensorMetadataT]:
     return out
 
 
+def _text_input_metadata(model, pair: bool) -> list[md.TensorMetadataT]:
+    """TensorMetadata for a text-in model's string inputs, in the model's input order."""
+    sg = model.subgraphs[0]
+    names = _names(model, sg, sg.inputs, "inputs")
+    wanted = ["text", "text_b"] if pair else ["text"]
+    out = []
+    for idx, alias in names.items():
+        match = [n for n in wanted if n in alias]
+        if len(match) != 1 or sg.tensors[idx].type != tfl.TensorType.STRING:
+            raise ExportError(f"text-in TFLite input {sorted(alias)}: expected string inputs "
+                              f"named {wanted} (tinybert_tf.export.tflite converts them).")
+        out.append(_tensor_metadata(*TEXT_INPUT_METADATA[match[0]]))
+    if len(out) != len(wanted):
+        raise ExportError(f"text-in TFLite model has {len(out)} inputs; expected {wanted}.")
+    return out
+
+
 def _output_metadata(model, spec: Kind, kind: str, labels: Optional[list[str]]
                      ) -> list[md.TensorMetadataT]:
     """TensorMetadata for the model's outputs, in the model's output order."""
     sg = model.subgraphs[0]
     names = _names(model, sg, sg.outputs, "outputs")
+    if not spec.outputs:  # generic: every output described by its own name
+        return [_tensor_metadata(_plain_name(names[int(i)], sg.tensors[i]),
+                                 "Model output (see the task type's documentation).")
+                for i in sg.outputs]
     if len(names) != len(spec.outputs):
         raise ExportError(f"kind={kind!r} expects {len(spec.outputs)} output(s) "
                           f"({[o.key for o in spec.outputs]}); the model has {len(names)}: "
@@ -460,7 +563,7 @@ def _output_metadata(model, spec: Kind, kind: str, labels: Optional[list[str]]
                                   f"{[sorted(a) for a in names.values()]} (tensor names or "
                                   "SignatureDef keys).")
             assigned[hits[0]] = o
-    length = _shape(sg.tensors[sg.inputs[0]])[1]
+    length = None if spec.text_input else _shape(sg.tensors[sg.inputs[0]])[1]
     out = []
     for idx in sg.outputs:
         o, tensor = assigned[int(idx)], sg.tensors[idx]
@@ -470,7 +573,7 @@ def _output_metadata(model, spec: Kind, kind: str, labels: Optional[list[str]]
             want = f"[1, {o.width}]" if o.width is not None else f"rank {o.rank}"
             raise ExportError(f"output {o.key}: expected float32 {want}, got "
                               f"{flatbuffer_utils.type_to_name(tensor.type)} {shape}.")
-        if o.per_token and shape[1] != length:
+        if o.per_token and length is not None and shape[1] != length:
             raise ExportError(f"output {o.key}: expected [1, {length}] (one logit a token), "
                               f"got {shape}.")
         if labels is not None and o.labels and shape[-1] != len(labels):
@@ -490,6 +593,13 @@ def _output_metadata(model, spec: Kind, kind: str, labels: Optional[list[str]]
             meta.associatedFiles = [label_file]
         out.append(meta)
     return out
+
+
+def _plain_name(alias: set[str], tensor) -> str:
+    """A tensor's most telling name: the shortest alias that is not a converter
+    placeholder (output_N, PartitionedCall:N)."""
+    telling = [n for n in alias if not re.match(r"^(output_\d+|\w*PartitionedCall)", n)]
+    return min(telling or alias or {tensor.name.decode()}, key=lambda n: (len(n), n))
 
 
 def _tensor_metadata(name: str, description: str) -> md.TensorMetadataT:
@@ -572,6 +682,7 @@ def _plain(value):
     return value
 
 
-__all__ = ["KINDS", "Kind", "OutputSpec", "add_metadata", "read_metadata", "MetadataContents",
-           "metadata_buffer", "packed_files", "min_parser_version", "METADATA_NAME",
+__all__ = ["KINDS", "Kind", "OutputSpec", "add_metadata", "fitting_kind", "read_metadata",
+           "MetadataContents", "metadata_buffer", "packed_files", "min_parser_version",
+           "METADATA_NAME",
            "VOCAB_FILE", "LABELS_FILE", "QA_SEQ_LEN"]

@@ -387,6 +387,11 @@ def define_export_tool_flags(fv: flags.FlagValues = FLAGS) -> None:
     _loose(flags.DEFINE_string, "model_dir", None, "The task model directory to export "
            "(config.json + vocab.txt + weights, with a task head).", fv=fv)
     _loose(flags.DEFINE_string, "output_dir", None, "Where to write: OUTPUT/export/.", fv=fv)
+    _loose(flags.DEFINE_string, "serving_model_name", "", "TF Serving model name written to "
+           "OUTPUT/export/serving/models.config (empty: the task name).", fv=fv)
+    _loose(flags.DEFINE_integer, "serving_version", 0, "Publish the SavedModel as this "
+           "version folder (0: the next free one). An existing version is an error: served "
+           "versions are never rewritten.", fv=fv)
 
 
 def define_benchmark_tool_flags(fv: flags.FlagValues = FLAGS) -> None:
