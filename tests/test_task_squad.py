@@ -361,3 +361,18 @@ def test_squad_configs_carry_berts_windows_and_the_paper_schedule(name, task, mo
     assert (f.teacher_lr, f.teacher_batch_size, f.teacher_epochs) == (3e-5, 32, 2)
     assert f.intermediate_epochs == 10 and f.pred_epochs == 3 and f.pred_lr == 3e-5
     assert f.use_augmented and "finetune_teacher" in f.stages and f.output_dir
+
+
+def test_epochs_are_sized_in_windows_not_questions(tmp_path):
+    """Steps come from the windows the dataset yields: at these small sizes most
+    questions span several windows."""
+    vocab = fixture_vocab()
+    ns = squad_flags(tmp_path, vocab, stages=["finetune_teacher"], dry_run=True,
+                     teacher_batch_size=2)
+    plan = run(ns)
+    (phase,) = plan["phases"]
+    examples = squad.read_squad(V2, "2.0")
+    windows = len(squad.make_features(examples, Tokenizer(vocab), SIZES["max_seq_len"],
+                                      SIZES["doc_stride"], SIZES["max_query_len"]))
+    assert windows > len(examples)
+    assert phase["examples"] == windows and phase["steps_per_epoch"] == windows // 2

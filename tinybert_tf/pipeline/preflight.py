@@ -346,25 +346,26 @@ def _phases(checks: _Checks, ctx: S.Context, needs: set, count_corpus: bool
     if needs & {"finetune_teacher", "task", "evaluate", "export", "augment"}:
         train = checks.run(lambda: ctx.examples("train"), "")
         dev = checks.run(lambda: ctx.examples(ctx.task.dev_splits[0]), "")
-        if train is not None and "finetune_teacher" in needs:
-            specs.append(checks.run(lambda: S.finetune_phase(ctx, len(train))))
-        if "task" in needs and train is not None:
+        n_train = checks.run(lambda: S.rows(ctx, train)) if train is not None else None
+        if n_train is not None and "finetune_teacher" in needs:
+            specs.append(checks.run(lambda: S.finetune_phase(ctx, n_train)))
+        if "task" in needs and n_train is not None:
             d = ctx.config.distill
-            size = len(train)
+            size = n_train
             if d.use_augmented:
                 aug = (checks.run(lambda: ctx.examples("train_aug"))
                        if ctx.state.is_done("augment") else None)
                 # Not augmented yet: N_a + 1 rows per example at most.
-                size = len(aug) if aug is not None else None
+                size = checks.run(lambda: S.rows(ctx, aug)) if aug is not None else None
             note = ("" if size is not None else "the augmented set is not written yet: sizes "
-                    f"and steps assume the {len(train)} original examples; augmentation adds "
+                    f"and steps assume the {n_train} original rows; augmentation adds "
                     f"up to {ctx.config.augment.num_aug} variants each")
             phases = []
             if d.intermediate:
-                phases.append(checks.run(lambda: S.intermediate_phase(ctx, size or len(train))))
+                phases.append(checks.run(lambda: S.intermediate_phase(ctx, size or n_train)))
             original = S.prediction_on_original(ctx)
             phases.append(checks.run(lambda: S.prediction_phase(
-                ctx, len(train) if original else (size or len(train)))))
+                ctx, n_train if original else (size or n_train))))
             for i, spec in enumerate(phases):
                 if spec is not None and note and (i == 0 or not original):
                     spec.note = note

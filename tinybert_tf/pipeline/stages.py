@@ -114,6 +114,11 @@ def upstream(stage: str, config: PipelineConfig) -> list[str]:
     return []
 
 
+def rows(ctx: Context, examples) -> int:
+    """Training rows of `examples` (QA: windows), the size a phase's steps come from."""
+    return ctx.task.type.dataset_rows(examples, ctx.tokenizer, ctx.max_seq_len)
+
+
 def epoch_order(examples, seed: int, epoch: int):
     """`examples` in the order of `epoch`: a NumPy permutation seeded by (seed, epoch).
 
@@ -386,7 +391,7 @@ def student_config(ctx: Context, teacher_config: BertConfig, vocab_size: int) ->
 
 def finetune_teacher(ctx: Context) -> dict[str, Any]:
     train, dev = ctx.examples("train"), ctx.examples(ctx.task.dev_splits[0])
-    spec = finetune_phase(ctx, len(train))
+    spec = finetune_phase(ctx, rows(ctx, train))
     spec.check()
     with ctx.strategy.scope():
         teacher = load_model(ctx.config.models.teacher, **ctx.task.type.head_kwargs())
@@ -449,7 +454,7 @@ def task(ctx: Context) -> dict[str, Any]:
 
     out: dict[str, Any] = {"train_examples": len(train)}
     if d.intermediate:
-        spec = intermediate_phase(ctx, len(train))
+        spec = intermediate_phase(ctx, rows(ctx, train))
         spec.check()
         with ctx.strategy.scope():
             distiller = _distiller(ctx, student, teacher, spec)
@@ -459,7 +464,7 @@ def task(ctx: Context) -> dict[str, Any]:
         out["intermediate_steps"] = _run(ctx, phase)["steps"]
 
     model_dir = ctx.student_path()
-    spec = prediction_phase(ctx, len(pred_train))
+    spec = prediction_phase(ctx, rows(ctx, pred_train))
     spec.check()
     with ctx.strategy.scope():
         distiller = _distiller(ctx, student, teacher, spec, ctx.task.type.label_metrics())

@@ -118,6 +118,11 @@ class TaskType:
         """Examples -> tf.data of (inputs, labels): inputs int32 [B, max_seq_len] dicts."""
         raise NotImplementedError
 
+    def dataset_rows(self, examples: Sequence[Any], tokenizer, max_seq_len: int) -> int:
+        """Rows `dataset` yields for `examples` (what an epoch's steps are sized on):
+        one per example, unless an example becomes several (QA windows)."""
+        return len(examples)
+
     # --- losses (see tinybert_tf.distill.terms) --------------------------------
     def soft_count(self, inputs: dict, num_outputs: int) -> tf.Tensor:
         """Elements the prediction-layer loss averages over (this replica's batch)."""

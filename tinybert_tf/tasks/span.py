@@ -186,6 +186,13 @@ class SpanQA(TaskType):
             batch_size = input_context.get_per_replica_batch_size(batch_size)
         return ds.batch(batch_size, drop_remainder=drop_remainder).prefetch(tf.data.AUTOTUNE)
 
+    def dataset_rows(self, examples, tokenizer, max_seq_len) -> int:
+        """Windows of `examples` (each question gives one or more)."""
+        examples = list(examples)
+        return sum(len(squad.make_features(examples[s:s + _CHUNK], tokenizer, int(max_seq_len),
+                                           self.doc_stride, self.max_query_len))
+                   for s in range(0, len(examples), _CHUNK))
+
     # --- losses -------------------------------------------------------------------------
     def soft_count(self, inputs, num_outputs):
         """One element per window."""
