@@ -259,3 +259,28 @@ def test_preflight_rejects_too_little_free_disk(finished, tmp_path, monkeypatch)
     with pytest.raises(PreflightError, match="--output_dir=.*GiB free"):
         run(ns2)
     assert not os.path.exists(tmp_path / "full" / "general")
+
+
+def test_new_export_formats_on_a_finished_run_export_only_those(finished, tmp_path):
+    """A finished folder refuses other --export_formats, naming the command that redoes only
+    the export; that command exports the new formats and leaves every other stage alone."""
+    tmp, ns, _ = finished
+    copy = tmp_path / "copy"
+    shutil.copytree(ns.output_dir, copy)
+    before = {s: read_json(str(copy / s / "stage_done.json"))["fingerprint"] for s in STAGES}
+    changed = type(ns)(**{**vars(ns), "output_dir": str(copy),
+                          "export_formats": ["saved_model", "float32", "float16"]})
+    with pytest.raises(OutputDirError, match=r"--export_formats: .*--overwrite --stages=export"
+                       r" \("):
+        run(changed)
+    run(type(changed)(**{**vars(changed), "stages": ["export"], "overwrite": True}))
+    assert os.path.isfile(copy / "export" / "model_float16.tflite")
+    after = {s: read_json(str(copy / s / "stage_done.json"))["fingerprint"] for s in STAGES}
+    assert {s for s in STAGES if after[s] != before[s]} == {"export"}
+    results = run(changed)  # the new command now finds everything done
+    assert all(info.get("fingerprint") == after[s] for s, info in results.items())
+    # Model folders are readable by a serving account.
+    for model_dir in ("general/model", "task/model", "export/serving/1"):
+        for name in os.listdir(copy / model_dir):
+            if os.path.isfile(copy / model_dir / name):
+                assert os.stat(copy / model_dir / name).st_mode & 0o044 == 0o044, name

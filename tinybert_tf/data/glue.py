@@ -23,8 +23,8 @@ from typing import Iterable, Iterator, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
+from tinybert_tf import files
 from tinybert_tf.data.examples import DataError, Example, Examples
-from tinybert_tf.files import atomic_path
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +67,7 @@ class TaskSpec:
     tfds_features: tuple = ()  # (text_a key, text_b key or None)
     tfds_label_names: tuple = ()  # TFDS ClassLabel names, in TFDS's own order
     tfds_to_ours: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    score_range: Optional[tuple] = None  # regression: the (low, high) scores allowed
 
     @property
     def num_labels(self) -> int:
@@ -177,7 +178,8 @@ _register(TaskSpec(
     layouts=_train_dev(FileLayout("train.tsv", 10, 7, 8, 9, ("sentence1", "sentence2", "score")),
                        {"test": FileLayout("test.tsv", 9, 7, 8, None,
                                            ("sentence1", "sentence2", None))}),
-    dev_splits=("dev",), tfds_name="glue/stsb", tfds_features=("sentence1", "sentence2")))
+    dev_splits=("dev",), tfds_name="glue/stsb", tfds_features=("sentence1", "sentence2"),
+    score_range=(0.0, 5.0)))
 _register(TaskSpec(
     name="qqp", label_names=("0", "1"), is_pair=True, is_regression=False,
     metric_names=_ACC_F1[0], primary_metric=_ACC_F1[1], default_max_seq_len=_PAIR,
@@ -273,38 +275,62 @@ def label_names(task: Union[str, TaskSpec]) -> tuple:
 
 def _task_file(spec: TaskSpec, data_dir: str, split: str) -> tuple[str, FileLayout]:
     layout = spec.layout(split)
-    if not data_dir or not os.path.isdir(data_dir):
+    if not data_dir or not files.isdir(data_dir):
         raise DataError(
             f"{data_dir or '(empty --data_dir)'}: task directory not found; --data_dir must be a "
             f"directory in GLUE layout holding {layout.file} for task {spec.name} "
             f"(or --data_dir=tfds to read TFDS glue/*).")
     path = os.path.join(data_dir, layout.file)
-    if not os.path.isfile(path):
-        present = sorted(f for f in os.listdir(data_dir) if f.endswith(".tsv"))
+    if not files.isfile(path):
+        present = sorted(f for f in files.listdir(data_dir) if f.endswith(".tsv"))
         hint = (" (train_aug.tsv is written by the augment stage)" if split == "train_aug" else "")
         raise DataError(f"{path}: file not found for split '{split}' of task {spec.name}{hint}; "
                         f"the directory holds {present or 'no .tsv files'}.")
     return path, layout
 
 
+_CHUNK_BYTES = 1 << 20
+
+
+def binary_lines(path: str) -> Iterator[bytes]:
+    """The lines of a file, each with its b"\\n", bytes exactly as stored; any
+    tf.io.gfile path. (gfile's own readline drops every b"\\r" of a line; remote
+    files are read in 1 MiB chunks and split here instead.)"""
+    if not files.is_remote(path):
+        with open(path, "rb") as f:
+            yield from f
+        return
+    rest = b""
+    with files.open(path, "rb") as f, files.translate_errors(path, "read"):
+        while True:
+            chunk = f.read(_CHUNK_BYTES)
+            if not chunk:
+                break
+            lines = (rest + chunk).split(b"\n")
+            rest = lines.pop()
+            for line in lines:
+                yield line + b"\n"
+    if rest:
+        yield rest
+
+
 def _iter_lines(path: str) -> Iterator[tuple[int, str]]:
     """(1-based line number, decoded line without its newline). Binary read so only
     '\\n' ends a line (a stray '\\r' inside text is kept) and bad UTF-8 names its line."""
-    with open(path, "rb") as f:
-        for no, raw in enumerate(f, start=1):
-            if no == 1 and raw.startswith(b"\xef\xbb\xbf"):
-                raw = raw[3:]  # UTF-8 byte-order mark (MRPC's source files carry one)
-            if raw.endswith(b"\n"):
-                raw = raw[:-1]
-            if raw.endswith(b"\r"):
-                raw = raw[:-1]
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise DataError(f"{path}:{no}: invalid UTF-8 at byte {e.start} of the line "
-                                f"({raw[max(0, e.start - 10):e.start + 10]!r}); GLUE files are "
-                                f"UTF-8: re-encode the file (e.g. iconv -t UTF-8).") from None
-            yield no, line
+    for no, raw in enumerate(binary_lines(path), start=1):
+        if no == 1 and raw.startswith(b"\xef\xbb\xbf"):
+            raw = raw[3:]  # UTF-8 byte-order mark (MRPC's source files carry one)
+        if raw.endswith(b"\n"):
+            raw = raw[:-1]
+        if raw.endswith(b"\r"):
+            raw = raw[:-1]
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise DataError(f"{path}:{no}: invalid UTF-8 at byte {e.start} of the line "
+                            f"({raw[max(0, e.start - 10):e.start + 10]!r}); GLUE files are "
+                            f"UTF-8: re-encode the file (e.g. iconv -t UTF-8).") from None
+        yield no, line
 
 
 def _looks_like_header(fields: list[str], layout: FileLayout) -> bool:
@@ -367,8 +393,8 @@ def write_rows(path: str, header: Optional[Sequence[str]], rows: Iterable[Sequen
     A field holding a tab or newline cannot be represented in GLUE TSV: ValueError.
     """
     n = 0
-    with atomic_path(path) as tmp:
-        with open(tmp, "w", encoding="utf-8", newline="\n") as f:
+    with files.atomic_path(path) as tmp:
+        with files.open(tmp, "w") as f, files.translate_errors(tmp, "write"):
             if header is not None:
                 f.write(tsv_line(header, path, "header"))
             for fields in rows:
@@ -453,6 +479,13 @@ def _row_to_example(spec: TaskSpec, layout: FileLayout, split: str, no: int,
             column = layout.label_col % layout.num_columns + 1
             raise DataError(f"{path}:{no}: unknown label {raw!r} in column {column}; "
                             f"expected {want}.") from None
+        if spec.score_range is not None and not spec.score_range[0] <= label \
+                <= spec.score_range[1]:
+            low, high = spec.score_range
+            column = layout.label_col % layout.num_columns + 1
+            raise DataError(f"{path}:{no}: score {raw!r} in column {column} is outside "
+                            f"{spec.name}'s range [{low:g}, {high:g}]; fix the row (a "
+                            "shifted column or a scaled score?) or remove it.")
     text_b = fields[layout.text_b_col] if layout.text_b_col is not None else None
     return Example(guid=f"{split}-{no}", text_a=fields[layout.text_a_col], text_b=text_b,
                    label=label)

@@ -5,20 +5,34 @@
 resumes: finished stages are skipped, an interrupted one continues from its
 latest checkpoint, and a stage made with other settings (or from an output
 redone since) runs again.
+
+Once every check has passed the run locks `--output_dir` (the chief alone under
+multi_worker: the workers share its folder), removes what killed writers left,
+records its config and runs the stages; the lock is released at the end.
+
+Exit codes of `main` (bin/distill): 0 done; 2 an error of the command or its
+environment (flag, file, data, a folder in use, full disk, read-only folder),
+printed as one message naming the flag or file and the fix; 1 an internal
+error (a bug: one line, the traceback saved to a file it names); 130
+interrupted (Ctrl-C); an exception with an int `exit_code` attribute ends with
+that code and its message. A re-run of the same command resumes after any of them.
 """
 from __future__ import annotations
 
 import contextlib
+import errno
 import importlib
 import json
 import logging
 import os
-import re
 import sys
+import tempfile
 import time
-from typing import Any, Sequence
+import traceback
+from typing import Any, Optional, Sequence
 
 import keras
+import tensorflow as tf
 from absl import flags
 
 from tinybert_tf.config import ConfigError
@@ -27,6 +41,7 @@ from tinybert_tf.models.checkpoint import CheckpointError
 from tinybert_tf.pipeline import flags as tb_flags
 from tinybert_tf.pipeline import preflight
 from tinybert_tf.pipeline.configs import PipelineConfig
+from tinybert_tf.pipeline.lock import FileLock, LockError, os_fix, read_holder
 from tinybert_tf.pipeline.stages import (
     CHIEF_ONLY_STAGES,
     STAGE_FUNCTIONS,
@@ -34,7 +49,7 @@ from tinybert_tf.pipeline.stages import (
     Context,
     upstream,
 )
-from tinybert_tf.pipeline.state import OutputDirError, RunState
+from tinybert_tf.pipeline.state import LOCK_FILE, OutputDirError, RunState
 from tinybert_tf.pipeline.strategy import make_strategy
 from tinybert_tf.tasks.catalog import resolve_task
 
@@ -58,7 +73,7 @@ def parse_argv(argv: Sequence[str]) -> PipelineConfig:
         hint = tb_flags.REMOVED_FLAGS.get(name.removeprefix("no"))
         raise UsageError(f"--{name}: {hint}" if hint else str(e)) from None
     except flags.Error as e:
-        raise UsageError(str(e)) from None
+        raise UsageError(str(e).removeprefix("ERROR:: ")) from None
     if len(rest) > 1:
         raise UsageError(f"unexpected arguments: {' '.join(rest[1:])}; use --flag=value.")
     if not fv.output_dir:
@@ -96,11 +111,14 @@ def run(config: PipelineConfig) -> dict[str, Any]:
     if config.numerics.mixed_precision != "none":
         keras.mixed_precision.set_global_policy(config.numerics.mixed_precision)
     task = resolve_task(config.task)
-    strategy = make_strategy(r.strategy, r.tpu)
+    strategy = make_strategy(r.strategy, r.tpu, r.peer_timeout)
     state = RunState(r.output_dir)
     ctx = Context(config, task, state, strategy)
+    lock = state.lock(r.lock_stale_minutes)
+    in_use = _in_use(lock) if ctx.chief else None
+    stage_flags = {s: list(config.stage_settings(s)) for s in STAGES}
     try:
-        state.check_config(config.results(), r.overwrite)
+        state.check_config(config.results(), r.overwrite, stage_flags)
         config_error = None
     except OutputDirError as e:
         config_error = e
@@ -114,29 +132,51 @@ def run(config: PipelineConfig) -> dict[str, Any]:
             plan, errors = None, e.errors + ([str(config_error)] if config_error else [])
         if errors:
             raise preflight.PreflightError(errors)
+        if in_use:
+            plan["warnings"].append(in_use + " A real run now would be refused.")
         print(json.dumps(plan, indent=1, default=str), flush=True)
         return plan
+    if in_use:
+        raise LockError(in_use)
     preflight.check(ctx, stages)
     if config_error is not None:
         raise config_error
-    # Checks passed: now (and only now) the folder records this config.
-    if ctx.chief:
+    if not ctx.chief:
+        return _run_stages(ctx, stages, None)
+    with lock:
+        # Under the lock: nothing changes the folder but this run from here on.
+        state.check_config(config.results(), r.overwrite, stage_flags)
+        removed = state.clean_temporaries(before=lock.acquired_at)
+        if removed:
+            print(f"== removed {len(removed)} temporary file(s) left by an interrupted run: "
+                  + ", ".join(os.path.relpath(p, state.output_dir) for p in removed[:5])
+                  + (" ..." if len(removed) > 5 else ""), flush=True)
+        # Checks passed: now (and only now) the folder records this config.
         if r.overwrite:
             state.reset(stages)
         state.write_config(config.results())
-    return _run_stages(ctx, stages)
+        return _run_stages(ctx, stages, lock)
 
 
-def _run_stages(ctx: Context, stages: Sequence[str]) -> dict[str, Any]:
+def _in_use(lock: FileLock) -> Optional[str]:
+    """The refusal message when a live run holds `lock`, else None."""
+    holder = lock.live_holder()
+    return lock.held_message(holder) if holder is not None else None
+
+
+def _run_stages(ctx: Context, stages: Sequence[str],
+                lock: Optional[FileLock]) -> dict[str, Any]:
     config, state = ctx.config, ctx.state
     results: dict[str, Any] = {}
     for stage in stages:
+        if lock is not None:
+            lock.check()
         inputs = {up: state.stage_fingerprint(up) or "" for up in upstream(stage, config)}
         settings = config.stage_settings(stage)
         if not ctx.chief and stage in CHIEF_ONLY_STAGES:
             # Not collective: the chief alone runs it; workers need only augment's file.
             if stage == "augment":
-                _wait_for_chief(state, stage)
+                _wait_for_chief(state, stage, config.run.lock_stale_minutes * 60)
             continue
         if state.is_done(stage):
             reason = state.stale_reason(stage, settings, inputs)
@@ -155,32 +195,111 @@ def _run_stages(ctx: Context, stages: Sequence[str]) -> dict[str, Any]:
         info = STAGE_FUNCTIONS[stage](ctx) or {}
         info["seconds"] = round(time.time() - start, 1)
         if ctx.chief:
+            if lock is not None:
+                lock.check()
             state.mark_done(stage, info, settings, inputs)
         results[stage] = info
         print(f"== {stage}: finished in {info['seconds']:.0f}s", flush=True)
     return results
 
 
-def _wait_for_chief(state: RunState, stage: str, poll_seconds: float = 2.0) -> None:
+def _wait_for_chief(state: RunState, stage: str, stale_after: float,
+                    poll_seconds: float = 2.0) -> None:
+    """Wait for the chief to finish a stage it runs alone (augment), as long as the
+    chief's lock heartbeat says it lives: a chief gone for `stale_after` seconds (or
+    whose lock never appears) is an error, not an endless wait."""
     print(f"== {stage}: waiting for the chief to finish it ({state.path(stage)})", flush=True)
+    lock_path = state.path(LOCK_FILE)
+    since = time.time()
     while not state.is_done(stage):
+        holder = read_holder(lock_path)
+        last = holder.heartbeat if holder is not None else since
+        if time.time() - last > stale_after:
+            seen = (f"its lock heartbeat is {time.time() - last:.0f} s old" if holder
+                    else f"it holds no lock on {state.output_dir}")
+            raise LockError(f"{stage}: this worker waited for the chief, but {seen} (more "
+                            f"than --lock_stale_minutes={stale_after / 60:g}); the chief "
+                            "stopped: look at its log, then re-run every worker.")
         time.sleep(poll_seconds)
 
 
 def main(argv: Sequence[str]) -> int:
-    """The command: our errors become one line on stderr and exit code 2."""
+    """The command: every error becomes one message on stderr and an exit code (module doc)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     try:
         run_argv(argv)
     except USER_ERRORS as e:
         # Our errors are ValueErrors that name the file/flag and the fix.
-        print(f"distill: error: {_one_line_head(e)}", file=sys.stderr, flush=True)
-        return 2
+        return _fail(_one_line_head(e))
+    except OSError as e:
+        return _fail(environment_message(e))
+    except tf.errors.OpError as e:
+        message = _tf_environment_message(e)
+        if message is None:
+            return _internal_error(e)
+        return _fail(message)
+    except KeyboardInterrupt:
+        print("distill: interrupted; re-run the same command to resume from the last "
+              "checkpoint.", file=sys.stderr, flush=True)
+        return 130
+    except Exception as e:
+        code = getattr(e, "exit_code", None)
+        if isinstance(code, int) and not isinstance(code, bool):
+            # An error that knows its exit status (e.g. a preempted run): its message.
+            print(f"distill: {_one_line_head(e)}", file=sys.stderr, flush=True)
+            return code
+        return _internal_error(e)  # a bug: one line here, the traceback in a file
     return 0
 
 
+_RESUME = "then re-run the same command: it resumes where it stopped"
+
+
+def environment_message(e: OSError) -> str:
+    """An OSError from the file system as one line: the path, the reason, the fix."""
+    where = f"{e.filename}: " if e.filename else ""
+    reason = e.strerror or str(e)
+    return f"{where}{reason}; {os_fix(e)}; {_RESUME}."
+
+
+def _tf_environment_message(e: tf.errors.OpError) -> Optional[str]:
+    """A TensorFlow I/O error (checkpoints, summaries) caused by the environment, as one
+    line; None for other TensorFlow errors."""
+    text = " ".join((e.message or str(e)).split())
+    for marker, code in (("No space left", errno.ENOSPC), ("Disk quota", errno.EDQUOT),
+                         ("Read-only file system", errno.EROFS),
+                         ("Permission denied", errno.EACCES)):
+        if marker in text or (isinstance(e, tf.errors.PermissionDeniedError)
+                              and code == errno.EACCES):
+            fix = os_fix(OSError(code, marker))
+            return f"{text[:300]}; {fix}; {_RESUME}."
+    return None
+
+
 def _one_line_head(e: Exception) -> str:
-    return re.sub(r"\s+$", "", str(e))
+    return str(e).rstrip()
+
+
+def _fail(message: str) -> int:
+    print(f"distill: error: {message}", file=sys.stderr, flush=True)
+    return 2
+
+
+def _internal_error(e: BaseException) -> int:
+    """One line naming the error and a file with its traceback (exit code 1)."""
+    text = "".join(traceback.format_exception(type(e), e, e.__traceback__))
+    try:
+        fd, path = tempfile.mkstemp(prefix="distill-error-", suffix=".txt")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(" ".join(sys.argv) + "\n\n" + text)
+        where = f"the traceback is in {path}"
+    except OSError:
+        where = "no traceback file could be written"
+    first = " ".join(str(e).split())[:300]
+    print(f"distill: internal error: {type(e).__name__}: {first} ({where}; please report it). "
+          "Re-running the same command resumes from the last checkpoint.",
+          file=sys.stderr, flush=True)
+    return 1
 
 
 def entry_point() -> None:

@@ -11,20 +11,25 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import os
+import re
 import shutil
 from typing import Any, Callable, Optional, Sequence
 
+from tinybert_tf import files
 from tinybert_tf.config import BertConfig, ConfigError, get_config
 from tinybert_tf.data.examples import DataError
 from tinybert_tf.distill.distilbert import init_mismatch
 from tinybert_tf.distill.mapping import layer_map
 from tinybert_tf.distill.terms import layer_weights, resolve_names
-from tinybert_tf.export.formats import check_formats
+from tinybert_tf.export.formats import FORMATS, check_formats, check_output_dir
 from tinybert_tf.models.checkpoint import CheckpointError, ModelInfo, inspect_model
 from tinybert_tf.models.labels import label_order
 from tinybert_tf.pipeline import stages as S
 from tinybert_tf.pipeline.configs import PipelineConfig
+from tinybert_tf.pipeline.state import unfinished_stage_output
+from tinybert_tf.tasks.catalog import Task
 from tinybert_tf.tokenizer import SPECIAL_TOKENS
 
 log = logging.getLogger("tinybert_tf")
@@ -37,7 +42,7 @@ class PreflightError(ValueError):
     """Checks failed before training; the message lists each with its flag and fix."""
 
     def __init__(self, errors: Sequence[str]):
-        self.errors = list(errors)
+        self.errors = list(dict.fromkeys(errors))  # each message once, in order
         super().__init__(self.errors[0] if len(self.errors) == 1 else
                          f"{len(self.errors)} problems:\n  - " + "\n  - ".join(self.errors))
 
@@ -102,7 +107,72 @@ def _ranges(c: PipelineConfig) -> list[tuple[str, Any, Callable[[Any], bool], st
         ("--max_seq_len", c.task.max_seq_len, nonneg, ">= 0 (0 = the task's default)"),
         ("--general_max_seq_len", g.max_seq_len, lambda v: v >= 4, ">= 4"),
         ("--seed", c.numerics.seed, nonneg, ">= 0"),
+        ("--alpha_ce", g.alpha_ce, nonneg, ">= 0"), ("--alpha_mlm", g.alpha_mlm, nonneg, ">= 0"),
+        ("--alpha_cos", g.alpha_cos, nonneg, ">= 0"),
+        ("--max_query_len", c.task.max_query_len, pos, ">= 1"),
+        ("--doc_stride", c.task.doc_stride, pos, ">= 1"),
+        ("--n_best_size", c.task.n_best_size, pos, ">= 1"),
+        ("--max_answer_len", c.task.max_answer_len, pos, ">= 1"),
+        ("--lock_stale_minutes", r.lock_stale_minutes, pos, "> 0"),
+        ("--peer_timeout", r.peer_timeout, pos, "> 0 seconds"),
     ]
+
+
+def _layer_weight_errors(values: Sequence[str]) -> list[str]:
+    """--layer_weights must be finite numbers >= 0 (their count is checked against the
+    student's layers by `layer_weights`)."""
+    bad = []
+    for i, v in enumerate(values):
+        try:
+            ok = math.isfinite(float(v)) and float(v) >= 0
+        except ValueError:
+            ok = False
+        if not ok:
+            bad.append(f"item {i + 1} ({v!r})")
+    if not bad:
+        return []
+    return [f"--layer_weights={','.join(values)}: {', '.join(bad)} must be a number >= 0 "
+            "(lambda_0 for embeddings, lambda_1..M for the student layers, lambda_M+1 for "
+            "the prediction layer)."]
+
+
+def _trains_nothing(c: PipelineConfig, needs: set) -> list[str]:
+    """Stages that would publish an untrained model as their output."""
+    out = []
+    g, f, d = c.general, c.finetune, c.distill
+    if "general" in needs and g.epochs == 0:
+        out.append("--general_epochs=0: the general stage would train nothing and save a "
+                   "random student as OUTPUT/general/model; give epochs > 0, or skip the stage "
+                   "with --general_model=DIR (or --general_model=none for a random start).")
+    if "finetune_teacher" in needs and f.epochs == 0:
+        out.append("--teacher_epochs=0: the finetune_teacher stage would train nothing and "
+                   "save --teacher with an untrained task head as the task teacher; give "
+                   "epochs > 0, or a fine-tuned teacher with --task_teacher=DIR.")
+    if "task" in needs:
+        if d.intermediate and d.intermediate_epochs == 0:
+            out.append("--intermediate_epochs=0 with --intermediate: the intermediate phase "
+                       "would train nothing; give epochs > 0, or skip the phase with "
+                       "--nointermediate.")
+        elif not d.intermediate and d.pred_epochs == 0:
+            out.append("--pred_epochs=0 with --nointermediate: task distillation would train "
+                       "nothing and export the undistilled student as the task model; give "
+                       "--pred_epochs > 0, or --intermediate to distil the intermediate "
+                       "layers only.")
+    return out
+
+
+def task_head_errors(info: ModelInfo, task: Task, flag: str) -> list[str]:
+    """Problems of a model with a task head `info` used for `task` (head kind, output
+    count); label names are matched separately (`label_order`)."""
+    want = task.type
+    if info.head != want.head:
+        return [f"{flag}={info.path} has head={info.head!r} but task {task.name} needs a "
+                f"{want.head} head; give a model fine-tuned on {task.name}."]
+    if info.num_labels != want.num_outputs:
+        return [f"{flag}={info.path} has {info.num_labels} outputs but task {task.name} has "
+                f"{want.num_outputs} labels; give a model fine-tuned on {task.name} (or the "
+                f"--task it was trained on)."]
+    return []
 
 
 # --- the checks ------------------------------------------------------------------------------
@@ -111,6 +181,10 @@ def _ranges(c: PipelineConfig) -> list[tuple[str, Any, Callable[[Any], bool], st
 class _Checks:
     errors: list[str] = dataclasses.field(default_factory=list)
     warnings: list[str] = dataclasses.field(default_factory=list)
+    # Flags whose value is out of range (and those messages): later errors about
+    # them would only echo it.
+    bad_flags: set = dataclasses.field(default_factory=set)
+    range_errors: set = dataclasses.field(default_factory=set)
 
     def run(self, fn: Callable[[], Any], prefix: str = "") -> Any:
         """fn(), recording its error (ours are ValueErrors naming the flag) instead of raising."""
@@ -122,8 +196,32 @@ class _Checks:
             self.errors.append(prefix + str(e))
         return None
 
+    def final(self) -> list[str]:
+        """The errors, each once, without echoes of an out-of-range flag."""
+        out = []
+        for e in self.errors:
+            m = re.match(r"(?:[a-z_ ]+: )?(--[a-z_]+)\b", e)
+            if m and m.group(1) in self.bad_flags and e not in self.range_errors:
+                continue
+            out.append(e)
+        return list(dict.fromkeys(out))
+
+    def range_error(self, flag: str, message: str) -> None:
+        self.bad_flags.add(flag)
+        self.range_errors.add(message)
+        self.errors.append(message)
+
 
 def _model(checks: _Checks, path: str, flag: str) -> Optional[ModelInfo]:
+    if path and ("/" in path or path.startswith(".")):  # a path, not a short or hub name
+        if not files.exists(path):
+            checks.errors.append(f"{flag}={path}: no such folder; give a model directory "
+                                 "(config.json, vocab.txt and weights).")
+            return None
+        unfinished = unfinished_stage_output(path)
+        if unfinished:
+            checks.errors.append(f"{flag}={path}: {unfinished}")
+            return None
     info = checks.run(lambda: inspect_model(path), f"{flag}={path}: ")
     if info is None:
         return None
@@ -146,16 +244,44 @@ def check(ctx: S.Context, stages: Sequence[str], count_corpus: bool = False
     c, checks = ctx.config, _Checks()
     for flag, value, ok, allowed in _ranges(c):
         if not ok(value):
-            checks.errors.append(f"{flag}={value}: must be {allowed}.")
+            checks.range_error(flag, f"{flag}={value}: must be {allowed}.")
+    weight_errors = _layer_weight_errors(c.loss.layer_weights)
+    for e in weight_errors:
+        checks.range_error("--layer_weights", e)
     m = c.models
     needs = set(stages)
     plan: dict[str, Any] = {"output_dir": ctx.state.output_dir, "stages": list(stages),
                             "replicas": ctx.replicas, "task": ctx.task.describe()}
+    checks.errors.extend(_trains_nothing(c, needs))
+    # The output folder, and what earlier runs left in it.
+    checks.errors.extend(_output_dir_errors(ctx.state.output_dir))
+    checks.errors.extend(checks.run(lambda: ctx.state.damaged_records(
+        stages if c.run.overwrite else ())) or [])
+    # What each stage reads must be there (or come first in this run).
+    missing_outputs = set()
+    for stage in stages:
+        for up in S.upstream(stage, c):
+            if up not in stages and not ctx.state.is_done(up):
+                missing_outputs.add(stage)
+                checks.errors.append(
+                    f"--stages={','.join(stages)}: {stage} reads the output of {up}, which "
+                    f"is not in {ctx.state.path(up)}; add {up} to --stages (or give "
+                    + _explicit_flag(up) + ").")
+    if "task" in needs and c.distill.use_augmented and ctx.state.is_done("augment") \
+            and "augment" not in needs and not files.exists(ctx.augmented_path()):
+        missing_outputs.add("task")
+        checks.errors.append(
+            f"{ctx.augmented_path()}: missing, although the augment stage is marked done "
+            f"({ctx.state.path('augment', 'stage_done.json')}); redo it with "
+            "--stages=augment --overwrite (or give --nouse_augmented).")
 
     # Models, read without weights.
     teacher = None
     if needs & {"general", "finetune_teacher", "augment"} or (m.random_student and "task" in needs
                                                              and not m.task_teacher):
+        teacher = _model(checks, m.teacher, "--teacher")
+    elif not m.task_teacher and needs & {"task", "evaluate", "export"} - missing_outputs:
+        # These stages tokenise with --teacher's vocab (the fine-tuned teacher keeps it).
         teacher = _model(checks, m.teacher, "--teacher")
     task_teacher = None
     if m.task_teacher and needs & {"task", "evaluate", "augment"}:
@@ -181,6 +307,10 @@ def check(ctx: S.Context, stages: Sequence[str], count_corpus: bool = False
             checks.errors.append(f"--general_model={m.general_model} and the teacher use "
                                  "different vocabularies (or special-token ids); distil from a "
                                  "teacher with the student's vocab.txt.")
+    elif not m.general_model and "task" in needs and "general" not in needs \
+            and ctx.state.is_done("general"):
+        general_model = checks.run(lambda: inspect_model(ctx.general_path()),
+                                   f"{ctx.general_path()}: ")
     if "general" in needs and teacher is not None:
         if c.general.distilbert and teacher.head != "mlm":
             checks.errors.append(f"--recipe=distilbert needs a teacher with an MLM head; "
@@ -200,72 +330,104 @@ def check(ctx: S.Context, stages: Sequence[str], count_corpus: bool = False
     pairs = []
     if "general" in needs and student_cfg is not None and teacher is not None:
         pairs.append((student_cfg, teacher.config))
-    if "task" in needs and vocab_model is not None:
-        s_cfg = student_cfg if m.random_student else (
-            general_model.config if general_model is not None else None)
-        if s_cfg is not None:
-            pairs.append((s_cfg, vocab_model.config))
+    # The task stage's student: --general_model=none, a given or finished general
+    # model, or (general runs first) --student_config.
+    task_student: Optional[BertConfig] = student_cfg if (
+        m.random_student or (not m.general_model and "general" in needs)) else (
+        general_model.config if general_model is not None else None)
+    if "task" in needs and vocab_model is not None and task_student is not None:
+        pairs.append((task_student, vocab_model.config))
     for s_cfg, t_cfg in pairs:
         checks.run(lambda: layer_map(c.loss.layer_mapping, s_cfg.num_layers, t_cfg.num_layers))
-        checks.run(lambda: layer_weights(c.loss.lambdas, s_cfg.num_layers))
+        if not weight_errors:
+            checks.run(lambda: layer_weights(c.loss.lambdas, s_cfg.num_layers))
         if s_cfg.num_heads != t_cfg.num_heads and "attn" in resolve_safe(c.loss.loss_terms):
             checks.warnings.append(f"student has {s_cfg.num_heads} heads, teacher "
                                    f"{t_cfg.num_heads}: the attention loss compares "
                                    "head-averaged maps.")
     # Sequence lengths against position tables.
+    task_stages = needs & {"finetune_teacher", "task", "evaluate", "export"}
     for info, flag in ((teacher, "--teacher"), (task_teacher, "--task_teacher"),
                        (general_model, "--general_model")):
         if info is None:
             continue
         limit = info.config.max_position_embeddings
-        if ctx.max_seq_len > limit and needs & {"finetune_teacher", "task", "evaluate", "export"}:
+        if ctx.max_seq_len > limit and task_stages:
             checks.errors.append(f"--max_seq_len={ctx.max_seq_len} exceeds {flag}'s "
                                  f"max_position_embeddings={limit}; lower --max_seq_len.")
         if flag == "--teacher" and "general" in needs and c.general.max_seq_len > limit:
             checks.errors.append(f"--general_max_seq_len={c.general.max_seq_len} exceeds the "
-                                 f"teacher's max_position_embeddings={limit}.")
+                                 f"teacher's max_position_embeddings={limit}; lower "
+                                 "--general_max_seq_len.")
     if student_cfg is not None:
         limit = student_cfg.max_position_embeddings
         if "general" in needs and c.general.max_seq_len > limit:
             checks.errors.append(f"--general_max_seq_len={c.general.max_seq_len} exceeds "
-                                 f"--student_config's max_position_embeddings={limit}.")
-        if "task" in needs and m.random_student and ctx.max_seq_len > limit:
+                                 f"--student_config's max_position_embeddings={limit}; lower "
+                                 "--general_max_seq_len or use a student with a longer table.")
+        if "task" in needs and task_student is student_cfg and ctx.max_seq_len > limit:
             checks.errors.append(f"--max_seq_len={ctx.max_seq_len} exceeds --student_config's "
-                                 f"max_position_embeddings={limit}.")
+                                 f"max_position_embeddings={limit} (the task stage's student); "
+                                 "lower --max_seq_len.")
     # Augmentation inputs.
     if "augment" in needs:
         _check_augment(checks, ctx, vocab_model)
     if "export" in needs:
-        checks.run(lambda: check_formats(c.export.formats))
-    # Data and phases.
-    plan["phases"] = _phases(checks, ctx, needs, count_corpus)
-    # What each stage reads must be there (or come first in this run).
-    for stage in stages:
-        for up in S.upstream(stage, c):
-            if up not in stages and not ctx.state.is_done(up):
-                checks.errors.append(
-                    f"--stages={','.join(stages)}: {stage} reads the output of {up}, which "
-                    f"is not in {ctx.state.path(up)}; add {up} to --stages (or give "
-                    + _explicit_flag(up) + ").")
+        formats = checks.run(lambda: check_formats(c.export.formats))
+        if formats:
+            checks.run(lambda: check_output_dir(formats, ctx.state.path("export")))
+        calibrated = [f for f in formats or () if FORMATS[f].calibrated]
+        if calibrated and c.export.representative_examples <= 0:
+            checks.errors.append(
+                f"--representative_examples={c.export.representative_examples}: "
+                f"{', '.join(calibrated)} calibrate on task text; give > 0 examples or drop "
+                "them from --export_formats.")
+    # Data and phases (unless a flag or model they are built from is already known to be
+    # bad: the task tokenizer is --task_teacher's or --teacher's, the corpus's --teacher's).
+    tokenizer_ok = (task_teacher if m.task_teacher else teacher) is not None or not (
+        needs & {"finetune_teacher", "task"})
+    if not weight_errors:
+        plan["phases"] = _phases(checks, ctx, needs, count_corpus, tokenizer_ok,
+                                 teacher is not None or "general" not in needs)
     # Disk.
     needed = _DISK_MARGIN_BYTES + (16 * teacher.num_weights() if teacher is not None else 0)
-    free = shutil.disk_usage(_existing_parent(ctx.state.output_dir)).free
-    if free < needed:
-        checks.errors.append(f"--output_dir={ctx.state.output_dir}: {free / 2**30:.2f} GiB "
-                             f"free, about {needed / 2**30:.2f} GiB needed; free space or "
-                             "choose another folder.")
+    if not files.is_remote(ctx.state.output_dir):
+        free = shutil.disk_usage(_existing_parent(ctx.state.output_dir)).free
+        if free < needed:
+            checks.errors.append(f"--output_dir={ctx.state.output_dir}: {free / 2**30:.2f} "
+                                 f"GiB free, about {needed / 2**30:.2f} GiB needed; free space "
+                                 "or choose another folder.")
     plan["models"] = {name: _describe(info) for name, info in
                       (("teacher", teacher), ("task_teacher", task_teacher),
                        ("general_model", general_model)) if info is not None}
     if student_cfg is not None:
         plan["models"]["student_config"] = student_cfg.to_dict()
     plan["warnings"] = checks.warnings
-    if checks.errors:
-        raise PreflightError(checks.errors)
+    errors = checks.final()
+    if errors:
+        raise PreflightError(errors)
     for w in checks.warnings:
         log.warning(w)
         print(f"warning: {w}", flush=True)
     return plan
+
+
+def _output_dir_errors(output_dir: str) -> list[str]:
+    """--output_dir must be a folder this user can write (or can create)."""
+    if files.is_remote(output_dir):
+        return []
+    if os.path.exists(output_dir) and not os.path.isdir(output_dir):
+        return [f"--output_dir={output_dir}: is a file; give a folder (new or from an "
+                "earlier run of this config)."]
+    parent = _existing_parent(output_dir)
+    if not os.path.isdir(parent):
+        return [f"--output_dir={output_dir}: {parent} is a file, so the folder cannot be "
+                "made; choose another path."]
+    if not os.access(parent, os.W_OK | os.X_OK):
+        what = "is" if parent == output_dir else f"cannot be made in {parent}, which is"
+        return [f"--output_dir={output_dir}: {what} not writable by this user (read-only "
+                "or another owner); fix its permissions or choose another folder."]
+    return []
 
 
 def resolve_safe(names) -> tuple[str, ...]:
@@ -289,21 +451,15 @@ def _describe(info: ModelInfo) -> dict[str, Any]:
 
 def _check_task_head(checks: _Checks, info: ModelInfo, ctx: S.Context, flag: str,
                      plan: dict[str, Any]) -> None:
-    want = ctx.task.type
-    if info.head != want.head:
-        checks.errors.append(f"{flag}={info.path} has head {info.head!r} but task "
-                             f"{ctx.task.name} needs a {want.head} head; give a teacher "
-                             "fine-tuned on it.")
-    elif info.num_labels != want.num_outputs:
-        checks.errors.append(
-            f"{flag}={info.path} has {info.num_labels} outputs but task {ctx.task.name} has "
-            f"{want.num_outputs} labels; give a teacher fine-tuned on it.")
-    elif want.named_outputs:
+    errors = task_head_errors(info, ctx.task, flag)
+    checks.errors.extend(errors)
+    if not errors and ctx.task.type.named_outputs:
         order = checks.run(lambda: label_order(
             list(ctx.config.models.teacher_label_order) or info.label_names,
-            want.label_names, f"{flag}={info.path}"))
+            ctx.task.type.label_names, f"{flag}={info.path}"))
         if order is not None:
-            plan["teacher_label_mapping"] = {n: i for n, i in zip(want.label_names, order)}
+            plan["teacher_label_mapping"] = {n: i for n, i in zip(ctx.task.type.label_names,
+                                                                  order)}
 
 
 def _check_augment(checks: _Checks, ctx: S.Context, vocab_model: Optional[ModelInfo]) -> None:
@@ -326,16 +482,16 @@ def _check_augment(checks: _Checks, ctx: S.Context, vocab_model: Optional[ModelI
         if info is not None and vocab_model is not None and info.vocab != vocab_model.vocab:
             checks.errors.append(f"--mlm_model={a.mlm_model} has another vocabulary than the "
                                  "teacher; augmentation must tokenise as the task models do.")
-    if a.word_vectors and not os.path.isfile(a.word_vectors):
+    if a.word_vectors and not files.isfile(a.word_vectors):
         checks.errors.append(f"--word_vectors={a.word_vectors}: file not found.")
-    checks.run(lambda: ctx.task.source.augment_table(), "augment: ")
 
 
-def _phases(checks: _Checks, ctx: S.Context, needs: set, count_corpus: bool
-            ) -> list[dict[str, Any]]:
-    """Each training phase's spec (checked), reading the data it trains on."""
+def _phases(checks: _Checks, ctx: S.Context, needs: set, count_corpus: bool,
+            tokenizer_ok: bool = True, teacher_ok: bool = True) -> list[dict[str, Any]]:
+    """Each training phase's spec (checked), reading the data it trains on. Sizes need
+    the tokenizers: none is built from a model that failed its checks."""
     specs = []
-    if "general" in needs:
+    if "general" in needs and teacher_ok:
         count = None
         if count_corpus:
             count = checks.run(lambda: S.corpus_sequences(ctx))
@@ -345,8 +501,14 @@ def _phases(checks: _Checks, ctx: S.Context, needs: set, count_corpus: bool
             specs.append(checks.run(lambda: S.general_phase(ctx, count)))
     if needs & {"finetune_teacher", "task", "evaluate", "export", "augment"}:
         train = checks.run(lambda: ctx.examples("train"), "")
-        dev = checks.run(lambda: ctx.examples(ctx.task.dev_splits[0]), "")
-        n_train = checks.run(lambda: S.rows(ctx, train)) if train is not None else None
+        # A folder or flag at fault shows in the train split already: say it once.
+        dev = (checks.run(lambda: ctx.examples(ctx.task.dev_splits[0]), "")
+               if train is not None else None)
+        if "augment" in needs and train is not None:
+            checks.run(lambda: ctx.task.source.augment_table(), "augment: ")
+        # Sizing needs the task tokenizer; only training stages need sizes.
+        n_train = (checks.run(lambda: S.rows(ctx, train)) if train is not None and tokenizer_ok
+                   and needs & {"finetune_teacher", "task"} else None)
         if n_train is not None and "finetune_teacher" in needs:
             specs.append(checks.run(lambda: S.finetune_phase(ctx, n_train)))
         if "task" in needs and n_train is not None:
@@ -354,7 +516,8 @@ def _phases(checks: _Checks, ctx: S.Context, needs: set, count_corpus: bool
             size = n_train
             if d.use_augmented:
                 aug = (checks.run(lambda: ctx.examples("train_aug"))
-                       if ctx.state.is_done("augment") else None)
+                       if ctx.state.is_done("augment") and files.exists(ctx.augmented_path())
+                       else None)
                 # Not augmented yet: N_a + 1 rows per example at most.
                 size = checks.run(lambda: S.rows(ctx, aug)) if aug is not None else None
             note = ("" if size is not None else "the augmented set is not written yet: sizes "
@@ -375,6 +538,8 @@ def _phases(checks: _Checks, ctx: S.Context, needs: set, count_corpus: bool
     for spec in specs:
         if spec is None:
             continue
+        if {spec.batch_flag, "--grad_accum_steps"} & checks.bad_flags:
+            continue  # out of range: reported once, by the range check
         checks.run(spec.check)
         if 0 < spec.micro_batch < 1:
             checks.errors.append(
