@@ -1,5 +1,6 @@
-"""A task-distillation run killed with SIGKILL mid-phase and re-run ends with the
-same weights as an uninterrupted run of the same command."""
+"""A task-distillation run killed with SIGKILL mid-phase, or stopped with SIGTERM (a
+preemption: checkpoint at the next step boundary, exit code 75), and re-run ends
+with the same weights as an uninterrupted run of the same command."""
 from __future__ import annotations
 
 import glob
@@ -9,6 +10,7 @@ import subprocess
 import time
 
 import numpy as np
+import pytest
 
 from pipeline_helpers import (
     REPO,
@@ -25,36 +27,60 @@ def _first_checkpoint(out: str):
     return glob.glob(os.path.join(out, "task", "*", "ckpt", "ckpt-*.index"))
 
 
-def test_resume_after_sigkill_matches_uninterrupted_run(tmp_path, tiny_vocab):
-    teacher = write_teacher(str(tmp_path / "task_teacher"), tiny_vocab, head="classifier")
-    ns = tiny_flags(tmp_path, tiny_vocab, stages=["task"], general_model="none",
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, tiny_vocab):
+    """The flagfile of a short task-distillation run and its uninterrupted weights."""
+    tmp = tmp_path_factory.mktemp("resume")
+    teacher = write_teacher(str(tmp / "task_teacher"), tiny_vocab, head="classifier")
+    ns = tiny_flags(tmp, tiny_vocab, stages=["task"], general_model="none",
                     task_teacher=teacher, use_augmented=False, intermediate_epochs=3,
                     pred_epochs=2, checkpoint_every=2)
-    # Uninterrupted reference.
-    ref_file = write_flagfile(ns, str(tmp_path / "ref.cfg"))
-    ref = run_distill(ref_file, f"--output_dir={tmp_path / 'ref'}")
+    flagfile = write_flagfile(ns, str(tmp / "ref.cfg"))
+    ref = run_distill(flagfile, f"--output_dir={tmp / 'ref'}")
     assert ref.returncode == 0, ref.stderr[-3000:]
+    return flagfile, load_weights(str(tmp / "ref" / "task" / "model"))
 
-    # Same command, killed as soon as its first checkpoint exists, then re-run.
-    out = tmp_path / "killed"
-    cmd = distill_command(ref_file, f"--output_dir={out}")
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL,
+
+def _interrupt(flagfile: str, out, sig: int) -> subprocess.CompletedProcess:
+    """Start the command, send `sig` as soon as its first checkpoint exists."""
+    proc = subprocess.Popen(distill_command(flagfile, f"--output_dir={out}"), cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
     deadline = time.time() + 240
     while not _first_checkpoint(str(out)) and proc.poll() is None and time.time() < deadline:
         time.sleep(0.05)
-    assert proc.poll() is None, "the run finished before it could be killed"
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    assert proc.poll() is None, "the run finished before it could be interrupted"
+    proc.send_signal(sig)
+    stdout, stderr = proc.communicate(timeout=240)
     assert not os.path.isfile(out / "task" / "stage_done.json")
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
 
-    resumed = run_distill(ref_file, f"--output_dir={out}")
+
+def _resume_and_compare(flagfile: str, out, expected) -> str:
+    resumed = run_distill(flagfile, f"--output_dir={out}")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "resumed from" in resumed.stderr + resumed.stdout
-
-    a = load_weights(str(tmp_path / "ref" / "task" / "model"))
+    text = resumed.stderr + resumed.stdout
+    assert "resumed from" in text
     b = load_weights(str(out / "task" / "model"))
-    assert a.keys() == b.keys()
-    for key in a:
-        np.testing.assert_allclose(a[key], b[key], atol=1e-5, err_msg=key)
+    assert expected.keys() == b.keys()
+    for key in expected:
+        np.testing.assert_allclose(expected[key], b[key], atol=1e-5, err_msg=key)
+    return text
+
+
+def test_resume_after_sigkill_matches_uninterrupted_run(tmp_path, reference):
+    flagfile, expected = reference
+    _interrupt(flagfile, tmp_path / "killed", signal.SIGKILL)
+    _resume_and_compare(flagfile, tmp_path / "killed", expected)
+
+
+def test_sigterm_saves_a_checkpoint_exits_75_and_the_resume_matches(tmp_path, reference):
+    flagfile, expected = reference
+    out = tmp_path / "preempted"
+    stopped = _interrupt(flagfile, out, signal.SIGTERM)
+    assert stopped.returncode == 75, stopped.stderr[-3000:]
+    assert "SIGTERM: stopping at the next step boundary" in stopped.stderr
+    step = int(stopped.stderr.split("stopped by SIGTERM at step ")[1].split(",")[0])
+    assert glob.glob(str(out / "task" / "*" / "ckpt" / f"ckpt-{step}.index"))
+    text = _resume_and_compare(flagfile, out, expected)
+    assert f"(step {step})" in text

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from typing import Any
 
 from tinybert_tf import files
@@ -229,7 +228,7 @@ def get_config(name_or_path: str, **overrides: Any) -> BertConfig:
     """A preset by name, or a JSON file (ours or Hugging Face's)."""
     if name_or_path in PRESETS:
         config = PRESETS[name_or_path]
-    elif name_or_path.endswith(".json") or os.path.isfile(name_or_path):
+    elif name_or_path.endswith(".json") or files.isfile(name_or_path):
         data = read_json(name_or_path)
         if "bert_config" in data:
             data = data["bert_config"]

@@ -11,12 +11,13 @@ truncation (BERT's `_truncate_seq_pair`) to `max_seq_len`, zero padding.
 """
 from __future__ import annotations
 
-import os
 from typing import Optional, Sequence, Union
 
 import numpy as np
 import tensorflow as tf
 import tensorflow_text as tf_text
+
+from tinybert_tf import files
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
@@ -26,14 +27,14 @@ class VocabError(ValueError):
 
 
 def read_vocab(path: str) -> list[str]:
-    """One token per line, line number = id (BERT's vocab.txt)."""
-    if not os.path.isfile(path):
+    """One token per line, line number = id (BERT's vocab.txt); any tf.io.gfile path."""
+    if not files.isfile(path):
         raise VocabError(f"{path}: vocab file not found; a model directory needs vocab.txt.")
     try:
-        with open(path, encoding="utf-8") as f:
-            tokens = [line.rstrip("\n").rstrip("\r") for line in f]
+        text = files.read_bytes(path).decode("utf-8-sig")  # a leading BOM is dropped
     except UnicodeDecodeError as e:
         raise VocabError(f"{path}: not UTF-8 ({e.reason}).") from e
+    tokens = [line.rstrip("\r") for line in text.split("\n")]
     while tokens and tokens[-1] == "":
         tokens.pop()
     if not tokens:
@@ -57,9 +58,8 @@ def check_vocab(tokens: Sequence[str], source: str = "vocab") -> None:
 
 
 def write_vocab(tokens: Sequence[str], path: str) -> None:
-    with open(path, "w", encoding="utf-8") as f:
-        for t in tokens:
-            f.write(t + "\n")
+    """One token per line (the whole file at once; any tf.io.gfile path)."""
+    files.write_text_atomic(path, "".join(t + "\n" for t in tokens))
 
 
 def longest_first_lengths(lengths: Sequence[tf.Tensor], budget: int) -> list[tf.Tensor]:

@@ -26,7 +26,9 @@ so a shard or a resumed run writes exactly the bytes of the same chunks of an
 uninterrupted run. Output: `OUTPUT.partial` grows a chunk at a time;
 `OUTPUT.progress.json` records the chunks and bytes done (written after the
 chunk's bytes are on disk); the final rename makes `OUTPUT` appear only when
-complete.
+complete. On object stores (gs://, ram://: no append, no truncate) each chunk
+is its own object `OUTPUT.parts/chunk-NNNNNN`, written whole; when the last
+one is done they are concatenated into `OUTPUT` (one upload) and removed.
 """
 from __future__ import annotations
 
@@ -41,6 +43,7 @@ from typing import Any, Iterator, Optional, Sequence, Union
 
 import numpy as np
 
+from tinybert_tf import files
 from tinybert_tf.augment.candidates import MLMCandidates, MLMError
 from tinybert_tf.augment.vectors import (
     DEFAULT_VOCAB_LIMIT,
@@ -309,6 +312,72 @@ def _mlm_fingerprint(mlm: Optional[MLMCandidates]) -> Optional[str]:
     return h.hexdigest()[:16]
 
 
+class _LocalPartial:
+    """OUTPUT.partial, appended a chunk at a time (fsynced) and cut back on resume to
+    the bytes the progress record vouches for."""
+
+    def __init__(self, output_path: str):
+        self.output_path = output_path
+        self.path = output_path + ".partial"
+
+    def usable(self, state: dict) -> bool:
+        return os.path.isfile(self.path) and os.path.getsize(self.path) >= state["bytes"]
+
+    def resume(self, state: dict) -> None:
+        with open(self.path, "r+b") as f:
+            f.truncate(state["bytes"])  # drop a chunk written after the last record
+
+    def start(self, head: bytes) -> None:
+        self.append(-1, head)
+
+    def append(self, index: int, data: bytes) -> None:
+        with open(self.path, "ab" if index >= 0 else "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+
+    def publish(self, chunks: int) -> None:
+        os.replace(self.path, self.output_path)
+
+
+class _ChunkObjects:
+    """OUTPUT.parts/: the header and each chunk as its own object, written whole (object
+    stores cannot append or truncate); concatenated into OUTPUT at the end."""
+
+    def __init__(self, output_path: str):
+        self.output_path = output_path
+        self.path = output_path + ".parts"
+
+    def _part(self, index: int) -> str:
+        return f"{self.path}/{'head' if index < 0 else f'chunk-{index:06d}'}"
+
+    def usable(self, state: dict) -> bool:
+        done = state["chunks_done"]
+        return files.isfile(self._part(-1)) and (done == 0 or files.isfile(self._part(done - 1)))
+
+    def resume(self, state: dict) -> None:
+        done = state["chunks_done"]
+        for path in files.glob(f"{self.path}/chunk-*"):
+            if int(path.rsplit("-", 1)[1]) >= done:
+                files.remove(path)  # a chunk written after the last record
+
+    def start(self, head: bytes) -> None:
+        if files.exists(self.path):
+            files.rmtree(self.path)
+        files.makedirs(self.path)
+        self.append(-1, head)
+
+    def append(self, index: int, data: bytes) -> None:
+        files.write_bytes_atomic(self._part(index), data)
+
+    def publish(self, chunks: int) -> None:
+        with files.atomic_path(self.output_path) as tmp:
+            with files.open(tmp, "wb") as out, files.translate_errors(tmp, "write"):
+                for index in range(-1, chunks):
+                    out.write(files.read_bytes(self._part(index)))
+        files.rmtree(self.path)
+
+
 def _read_progress(path: str) -> Optional[dict]:
     """The progress record, or None when absent or unreadable (then we start over)."""
     try:
@@ -360,7 +429,7 @@ def augment_source(source: sources.DataSource, output_path: str, *,
     """
     _validate(num_aug, replace_prob, num_candidates, seed, batch_size, chunk_size)
     shard_i, shard_n = parse_shard(shard)
-    output_path = os.path.abspath(output_path)
+    output_path = files.absolute(output_path)
     out_dir = os.path.dirname(output_path)
     table = source.augment_table()
     cols = table.text_columns
@@ -374,7 +443,7 @@ def augment_source(source: sources.DataSource, output_path: str, *,
                             f"{table.num_columns} (the file's layout).")
         total += 1
     header = table.header
-    os.makedirs(out_dir, exist_ok=True)
+    files.makedirs(out_dir)
 
     # Models.
     if isinstance(mlm_model, str):
@@ -408,25 +477,21 @@ def augment_source(source: sources.DataSource, output_path: str, *,
         "replace_prob": float(replace_prob), "num_candidates": num_candidates, "seed": seed,
         "batch_size": batch_size, "mode": mode, "mlm": _mlm_fingerprint(mlm),
         "vectors": fingerprint(kv), "vocab_limit": vocab_limit}
-    partial, progress_path = output_path + ".partial", output_path + ".progress.json"
+    partial = (_ChunkObjects if files.is_remote(output_path) else _LocalPartial)(output_path)
+    progress_path = output_path + ".progress.json"
     state = _read_progress(progress_path)
     resumed = 0
-    if (state and state.get("identity") == identity and os.path.isfile(partial)
-            and os.path.getsize(partial) >= state["bytes"]):
-        with open(partial, "r+b") as f:
-            f.truncate(state["bytes"])  # drop a chunk written after the last record
+    if state and state.get("identity") == identity and partial.usable(state):
+        partial.resume(state)
         resumed = state["chunks_done"]
-        logger.info("augment: resuming %s after %d of %d chunk(s)", partial, resumed,
+        logger.info("augment: resuming %s after %d of %d chunk(s)", partial.path, resumed,
                     c_end - c_begin)
     else:
         if state:
             logger.warning("augment: %s was started with other settings or data; starting "
                            "over.", progress_path)
         head = table.encode([header]) if header is not None and shard_i == 0 else b""
-        with open(partial, "wb") as f:
-            f.write(head)
-            f.flush()
-            os.fsync(f.fileno())
+        partial.start(head)
         state = {"identity": identity, "chunks_done": 0, "bytes": len(head), "rows": 0,
                  "stats": dataclasses.asdict(ChunkStats())}
         write_json_atomic(progress_path, state)
@@ -451,10 +516,7 @@ def augment_source(source: sources.DataSource, output_path: str, *,
             for (_, fields), per_field in zip(chunk, variants):
                 out_rows += example_rows(fields, cols, per_field)
             data = table.encode(out_rows)
-            with open(partial, "ab") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
+            partial.append(state["chunks_done"], data)
             totals.add(stats)
             state.update(chunks_done=state["chunks_done"] + 1, bytes=state["bytes"] + len(data),
                          rows=state["rows"] + len(out_rows), stats=dataclasses.asdict(totals))
@@ -470,12 +532,12 @@ def augment_source(source: sources.DataSource, output_path: str, *,
     elapsed = time.perf_counter() - started
     complete = state["chunks_done"] >= c_end - c_begin
     if complete:
-        os.replace(partial, output_path)
-        os.remove(progress_path)
+        partial.publish(state["chunks_done"])
+        files.remove(progress_path)
     result = {"examples": shard_examples, "written": state["rows"],
               "examples_per_s": processed / elapsed if elapsed > 0 and processed else 0.0,
               "mode": mode, "shard": f"{shard_i}/{shard_n}", "resumed_chunks": resumed,
-              "complete": complete, "output": output_path if complete else partial,
+              "complete": complete, "output": output_path if complete else partial.path,
               "eligible_words": totals.eligible, "mlm_words": totals.mlm_words,
               "vector_words": totals.vector_words, "skipped_words": totals.skipped}
     if mlm is not None:

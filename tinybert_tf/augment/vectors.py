@@ -13,19 +13,27 @@ They are computed many words at a time (one float32 matrix product) and
 re-scored exactly in float64 with a per-row formula, so a word's neighbour
 list never depends on which other words shared its batch: the augmented file
 is then identical whether a run was sharded, resumed or not.
+
+Paths may be remote (gs://, ram://): gensim reads and writes local files, so a
+remote vector file is copied to a local temporary file first, and the
+Word2Vec cache is written locally and copied up whole. A cache that cannot be
+read (cut by a full disk or a kill) is rebuilt with a warning.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
-from typing import Any, Iterable, Optional, Sequence, Union
+import shutil
+import tempfile
+from typing import Any, Iterable, Iterator, Optional, Sequence, Union
 
 import numpy as np
 
+from tinybert_tf import files
 from tinybert_tf.augment.words import WordSplitter
 from tinybert_tf.data import corpus as corpus_lib
-from tinybert_tf.files import atomic_path
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +52,21 @@ _FORMATS = ("a GloVe .txt (no header), a word2vec .txt (with 'count dim' header)
             "or a gensim KeyedVectors .kv file")
 
 
+@contextlib.contextmanager
+def _local(path: str) -> Iterator[str]:
+    """`path` itself when local; a remote file copied to a temporary local one."""
+    if not files.is_remote(path):
+        yield path
+        return
+    folder = tempfile.mkdtemp(prefix="tinybert-vectors-")
+    try:
+        local = os.path.join(folder, os.path.basename(path))
+        files.copy(path, local)
+        yield local
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def _has_header(path: str) -> bool:
     """True if the first line of a text vector file is word2vec's 'count dim' header."""
     from gensim import utils
@@ -59,10 +82,15 @@ def load_vectors(path: str, flag: str = "--word_vectors"):
     binary word2vec; anything else is text: word2vec text if its first line is
     a 'count dim' header, else GloVe (`no_header=True`).
     """
-    from gensim.models import KeyedVectors
-    if not path or not os.path.isfile(path):
+    if not path or not files.isfile(path):
         raise VectorsError(f"{flag}={path}: word-vector file not found; give {_FORMATS}, or "
                            f"leave {flag} empty to train Word2Vec on the general corpus.")
+    with _local(path) as local:
+        return _load_local(local, path, flag)
+
+
+def _load_local(path: str, shown: str, flag: str):
+    from gensim.models import KeyedVectors
     name = path.lower()
     try:
         if name.endswith(".kv"):
@@ -74,17 +102,17 @@ def load_vectors(path: str, flag: str = "--word_vectors"):
             kv = KeyedVectors.load_word2vec_format(path, binary=False,
                                                    no_header=not _has_header(path))
     except Exception as e:  # gensim raises ValueError, UnicodeDecodeError, pickle errors...
-        raise VectorsError(f"{flag}={path}: cannot read word vectors "
+        raise VectorsError(f"{flag}={shown}: cannot read word vectors "
                            f"({type(e).__name__}: {str(e)[:200]}); give {_FORMATS}.") from None
     if not hasattr(kv, "vectors") or len(kv) == 0:
-        raise VectorsError(f"{flag}={path}: the file holds no word vectors; give {_FORMATS}.")
+        raise VectorsError(f"{flag}={shown}: the file holds no word vectors; give {_FORMATS}.")
     return kv
 
 
 def _corpus_key(corpus: Any, seed: int, lower_case: bool) -> str:
-    if isinstance(corpus, str) and os.path.exists(corpus):
-        st = os.stat(corpus)
-        ident = f"{os.path.abspath(corpus)}|{st.st_size}|{st.st_mtime_ns}"
+    if isinstance(corpus, str) and files.isfile(corpus):
+        st = files.stat(corpus)
+        ident = f"{files.absolute(corpus)}|{st.size}|{st.mtime_ns}"
     else:
         ident = repr(corpus)
     blob = f"{ident}|{sorted(W2V_PARAMS.items())}|{seed}|{lower_case}".encode()
@@ -117,10 +145,13 @@ def train_word2vec(corpus: Any, cache_dir: Optional[str] = None, seed: int = 42,
     from gensim.models.word2vec import LineSentence
     key = _corpus_key(corpus, seed, lower_case)
     cached = os.path.join(cache_dir, f"word2vec-{key}.bin") if cache_dir else None
-    if cached and os.path.isfile(cached):
-        logger.info("word vectors: loading cached Word2Vec %s", cached)
-        return KeyedVectors.load_word2vec_format(cached, binary=True)
-    work = cache_dir or os.environ.get("TMPDIR", "/tmp")
+    if cached and files.isfile(cached):
+        kv = _read_cache(cached)
+        if kv is not None:
+            return kv
+    # The sentences file is gensim's input: always local.
+    work = (cache_dir if cache_dir and not files.is_remote(cache_dir)
+            else os.environ.get("TMPDIR", "/tmp"))
     os.makedirs(work, exist_ok=True)
     text = os.path.join(work, f"word2vec-{key}.sentences.tmp-{os.getpid()}")
     splitter = WordSplitter(lower_case)
@@ -150,11 +181,30 @@ def train_word2vec(corpus: Any, cache_dir: Optional[str] = None, seed: int = 42,
         raise VectorsError("the corpus is too small to train word vectors (no word occurs "
                            f"{W2V_PARAMS['min_count']} times); give --word_vectors.")
     if cached:
-        with atomic_path(cached) as tmp:
-            kv.save_word2vec_format(tmp, binary=True)
-        # Reload so a fresh run and a cached run see byte-identical vectors.
-        return KeyedVectors.load_word2vec_format(cached, binary=True)
+        folder = tempfile.mkdtemp(prefix="tinybert-vectors-")
+        try:
+            local = os.path.join(folder, os.path.basename(cached))
+            kv.save_word2vec_format(local, binary=True)
+            with files.atomic_path(cached) as tmp:
+                files.copy(local, tmp)
+            # Reload so a fresh run and a cached run see byte-identical vectors.
+            return KeyedVectors.load_word2vec_format(local, binary=True)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
     return kv
+
+
+def _read_cache(cached: str):
+    """The cached Word2Vec vectors, or None (with a warning) when the file is damaged."""
+    from gensim.models import KeyedVectors
+    logger.info("word vectors: loading cached Word2Vec %s", cached)
+    try:
+        with _local(cached) as local:
+            return KeyedVectors.load_word2vec_format(local, binary=True)
+    except Exception as e:  # gensim raises several types for a cut file
+        logger.warning("word vectors: the cache %s cannot be read (%s: %s); training "
+                       "Word2Vec again", cached, type(e).__name__, str(e)[:120])
+        return None
 
 
 def resolve_vectors(word_vectors: Union[None, str, Any], corpus: Any = None,

@@ -29,8 +29,7 @@ import json
 import os
 from typing import Any, Mapping, Optional, Sequence
 
-import tensorflow as tf
-
+from tinybert_tf import files
 from tinybert_tf.data import conll, tabular
 from tinybert_tf.data.examples import DataError, Example, Examples
 from tinybert_tf.data.sources import AUGMENTED_SPLIT, DataSource, RowTable, register_source
@@ -47,11 +46,10 @@ class WordsExample(Example):
 
 def file_facts(path: str) -> dict[str, Any]:
     """Path, size and modification time (through tf.io.gfile), or {"missing": True}."""
-    if not tf.io.gfile.exists(path):
+    if not files.exists(path):
         return {"path": path, "missing": True}
-    st = tf.io.gfile.stat(path)
-    return {"path": os.path.abspath(path) if "://" not in path else path,
-            "size": int(st.length), "mtime_ns": int(st.mtime_nsec)}
+    st = files.stat(path)
+    return {"path": files.absolute(path), "size": st.size, "mtime_ns": st.mtime_ns}
 
 
 def _split_file(files: Mapping[str, str], split: str) -> str:

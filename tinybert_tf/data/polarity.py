@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 from typing import Optional
 
+from tinybert_tf import files
 from tinybert_tf.data import glue
 from tinybert_tf.data.examples import DataError, Example, Examples
 
@@ -31,30 +32,29 @@ def default_path() -> str:
 
 def _read(path: str) -> list[tuple[int, str, int]]:
     """(line number, sentence, label id) of every line of the .cor file."""
-    if not os.path.isfile(path):
+    if not files.isfile(path):
         raise DataError(f"{path}: the demo task file is missing; it ships with gensim's "
                              f"test data (pip install --force-reinstall gensim), or pass a "
                              f"--data_dir in GLUE layout.")
     names = glue.get_task("polarity").label_names
     out = []
-    with open(path, "rb") as f:
-        for no, raw in enumerate(f, start=1):
-            try:
-                line = raw.decode("utf-8").strip()
+    for no, raw in enumerate(glue.binary_lines(path), start=1):
+        try:
+            line = raw.decode("utf-8").strip()
+        except UnicodeDecodeError:
+            try:  # the original release is Windows-1252 (six lines: em dash, e-acute, ...)
+                line = raw.decode("cp1252").strip()
             except UnicodeDecodeError:
-                try:  # the original release is Windows-1252 (six lines: em dash, e-acute, ...)
-                    line = raw.decode("cp1252").strip()
-                except UnicodeDecodeError:
-                    raise DataError(f"{path}:{no}: neither UTF-8 nor Windows-1252 "
-                                         f"text.") from None
-            if not line:
-                continue
-            tag, _, text = line.partition(" ")
-            label = tag[len("__label__"):] if tag.startswith("__label__") else None
-            if label not in names or not text.strip():
-                raise DataError(f"{path}:{no}: expected '__label__neg <text>' or "
-                                     f"'__label__pos <text>', got {line[:60]!r}.")
-            out.append((no, text.strip(), names.index(label)))
+                raise DataError(f"{path}:{no}: neither UTF-8 nor Windows-1252 "
+                                     f"text.") from None
+        if not line:
+            continue
+        tag, _, text = line.partition(" ")
+        label = tag[len("__label__"):] if tag.startswith("__label__") else None
+        if label not in names or not text.strip():
+            raise DataError(f"{path}:{no}: expected '__label__neg <text>' or "
+                                 f"'__label__pos <text>', got {line[:60]!r}.")
+        out.append((no, text.strip(), names.index(label)))
     if not out:
         raise DataError(f"{path}: empty file.")
     return out
@@ -88,7 +88,7 @@ def write_task_dir(out_dir: str, path: Optional[str] = None) -> str:
     GLUE-layout tools (augmentation writes train_aug.tsv next to them) then work
     on the demo task with `--data_dir=out_dir`. Returns out_dir.
     """
-    os.makedirs(out_dir, exist_ok=True)
+    files.makedirs(out_dir)
     names = glue.get_task("polarity").label_names
     for split, rows in split_rows(path).items():
         glue.write_rows(os.path.join(out_dir, f"{split}.tsv"), ["sentence", "label"],

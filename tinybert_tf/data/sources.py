@@ -19,6 +19,7 @@ import dataclasses
 import os
 from typing import Any, Callable, ClassVar, Iterator, Optional, Sequence
 
+from tinybert_tf import files
 from tinybert_tf.data import glue, polarity
 from tinybert_tf.data.examples import DataError, Examples
 
@@ -51,9 +52,9 @@ class RowTable:
     pre_split: bool = False
 
     def fingerprint(self) -> dict[str, Any]:
-        st = os.stat(self.path)
-        return {"path": os.path.abspath(self.path), "size": st.st_size,
-                "mtime_ns": st.st_mtime_ns}
+        st = files.stat(self.path)
+        return {"path": files.absolute(self.path), "size": st.size,
+                "mtime_ns": st.mtime_ns}
 
 
 class DataSource:
@@ -94,10 +95,10 @@ def register_source(cls: type[DataSource]) -> type[DataSource]:
 
 
 def _file_facts(path: str) -> dict[str, Any]:
-    if not os.path.isfile(path):
-        return {"path": os.path.abspath(path), "missing": True}
-    st = os.stat(path)
-    return {"path": os.path.abspath(path), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    if not files.isfile(path):
+        return {"path": files.absolute(path), "missing": True}
+    st = files.stat(path)
+    return {"path": files.absolute(path), "size": st.size, "mtime_ns": st.mtime_ns}
 
 
 def _tsv_bytes(rows: Sequence[Sequence[str]], where: str) -> bytes:
@@ -121,11 +122,11 @@ class GlueTsvSource(DataSource):
         return glue.load_examples(self.spec, self.data_dir, split)
 
     def describe(self):
-        files = {s: _file_facts(os.path.join(self.data_dir, lay.file))
+        found = {s: _file_facts(os.path.join(self.data_dir, lay.file))
                  for s, lay in self.spec.layouts.items()
-                 if os.path.isfile(os.path.join(self.data_dir, lay.file))}
+                 if files.isfile(os.path.join(self.data_dir, lay.file))}
         return {"kind": self.kind, "task": self.spec.name,
-                "data_dir": os.path.abspath(self.data_dir), "files": files}
+                "data_dir": files.absolute(self.data_dir), "files": found}
 
     def augment_table(self):
         layout = self.spec.layout("train")

@@ -33,8 +33,8 @@ from __future__ import annotations
 import json
 from typing import Any, Iterator, Mapping, Optional, Sequence
 
-import tensorflow as tf
-
+from tinybert_tf import files
+from tinybert_tf.data import glue
 from tinybert_tf.data.examples import DataError, Examples
 from tinybert_tf.data.sources import AUGMENTED_SPLIT, DataSource, RowTable, register_source
 from tinybert_tf.data.squad import SquadExample, parse_squad, read_squad
@@ -50,10 +50,10 @@ _FLAGS = {"train": "--train_file", "dev": "--validation_file"}
 
 def _facts(path: str) -> dict[str, Any]:
     """Path, size and modification time (the source's identity for stale-stage checks)."""
-    if not tf.io.gfile.exists(path):
+    if not files.exists(path):
         return {"path": path, "missing": True}
-    st = tf.io.gfile.stat(path)
-    return {"path": path, "size": int(st.length), "mtime_ns": int(st.mtime_nsec)}
+    st = files.stat(path)
+    return {"path": path, "size": st.size, "mtime_ns": st.mtime_ns}
 
 
 @register_source
@@ -176,20 +176,19 @@ class SquadAugmentedSource(DataSource):
 
 def read_articles(path: str) -> list[Any]:
     """The JSON value of every non-empty line of a JSON-lines file."""
-    if not tf.io.gfile.exists(path):
+    if not files.exists(path):
         raise DataError(f"{path}: file not found; run the augment stage (or --nouse_augmented).")
     out: list[Any] = []
-    with tf.io.gfile.GFile(path, "rb") as f:
-        for no, raw in enumerate(f, 1):
-            line = raw.decode("utf-8").strip()
-            if not line:
-                continue
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError as e:
-                raise DataError(f"{path}:{no}: not valid JSON ({e.msg}); the augmented file "
-                                "is cut or edited: delete it and rerun the augment stage."
-                                ) from None
+    for no, raw in enumerate(glue.binary_lines(path), 1):
+        line = raw.decode("utf-8").strip()
+        if not line:
+            continue
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            raise DataError(f"{path}:{no}: not valid JSON ({e.msg}); the augmented file "
+                            "is cut or edited: delete it and rerun the augment stage."
+                            ) from None
     return out
 
 

@@ -24,6 +24,22 @@ Data: a dataset of input dicts (`input_word_ids`, `input_mask`,
 A term that needs no teacher (`hard`, `mlm`) lets `teacher=None`: teacher
 fine-tuning is a Distiller with the `hard` term alone.
 
+Teacher outputs in the batch: when every teacher-reading term declares the
+outputs it reads (`LossTerm.teacher_outputs`, e.g. the prediction term's
+("logits",)) and the batch carries each as `teacher_<name>` (e.g.
+`teacher_logits`, float32 [B, labels], computed once per example by the
+pipeline's teacher cache), the teacher's forward pass is skipped. The choice
+is made when the step is traced, from the batch's keys.
+
+Preemption: `watch_stop_requests(request, agreed)` makes every train step
+all-reduce the per-worker `request` flag together with the loss counts (no
+extra collective) and store the sum in `agreed`, so all workers see a SIGTERM
+received by any of them at the same step (see pipeline/training.py).
+
+Static shapes: with fixed-length, drop_remainder batches the train step is
+traced once per phase (`train_traces` counts traces), so `jit_compile=True`
+compiles it once under XLA.
+
 Variables that receive no gradient in a phase (the pooler and classifier in
 the intermediate phase) are left out of the optimizer update, so AdamW does
 not decay them (as BERT's and the reference's optimizers skip them).
@@ -41,6 +57,9 @@ from tinybert_tf.distill.terms import LossTerm
 
 # Keys of the batch dict the encoder reads; everything else is for the terms.
 MODEL_INPUT_KEYS = ("input_word_ids", "input_mask", "input_type_ids", "masked_lm_positions")
+# A batch key `teacher_<output>` holds that teacher output, computed ahead (a cache).
+TEACHER_KEY_PREFIX = "teacher_"
+_STOP_KEY = "__stop_requests__"
 
 
 def trackable(variables) -> dict[str, Any]:
@@ -135,6 +154,13 @@ class Distiller(MultiWorkerBuildMixin, keras.Model):
         self.term_trackers = {t.name: keras.metrics.Mean(name=f"{t.name}_loss") for t in terms}
         self.label_metrics = list(label_metrics)
         self._no_gradient: Optional[tuple[int, ...]] = None
+        # The teacher outputs the terms read (None: unknown, so the teacher always runs).
+        reads = [t.teacher_outputs for t in terms if t.needs_teacher]
+        self.teacher_reads: Optional[tuple[str, ...]] = (
+            None if any(r is None for r in reads)
+            else tuple(sorted({k for r in reads for k in r})))
+        self._stop_flags: list = []  # [request, agreed] variables, see watch_stop_requests
+        self.train_traces = 0
         self.built = True
 
     # --- public helpers ---------------------------------------------------------
@@ -166,6 +192,18 @@ class Distiller(MultiWorkerBuildMixin, keras.Model):
         if getattr(self, "optimizer", None) is not None:
             items["optimizer"] = self.optimizer
         return items
+
+    def watch_stop_requests(self, request: tf.Variable, agreed: tf.Variable) -> None:
+        """Every train step from now on all-reduces `request` (this worker's stop flag,
+        float32 scalar, replica-local) with the loss counts and writes the global sum
+        to `agreed` (replica-local): > 0 on every worker after the same step."""
+        self._stop_flags = [request, agreed]
+        self.train_function = None  # retrace with the flags
+
+    def teacher_outputs_in(self, batch_keys) -> bool:
+        """Whether a batch with these keys carries every teacher output the terms read."""
+        return self.teacher_reads is not None and all(
+            TEACHER_KEY_PREFIX + k in batch_keys for k in self.teacher_reads)
 
     @property
     def metrics(self) -> list:
@@ -216,11 +254,16 @@ class Distiller(MultiWorkerBuildMixin, keras.Model):
     def _teacher_outputs(self, x):
         if self.teacher is None:
             return None
+        if self.teacher_outputs_in(x):
+            return {k: tf.stop_gradient(x[TEACHER_KEY_PREFIX + k]) for k in self.teacher_reads}
         out = self.teacher(self._model_inputs(x), training=False)
         return tf.nest.map_structure(tf.stop_gradient, out)
 
-    def _global_counts(self, x) -> dict[str, tf.Tensor]:
+    def _global_counts(self, x, extra: Optional[dict] = None) -> dict[str, tf.Tensor]:
+        """Each term's element count summed over replicas (plus `extra` scalars, summed
+        in the same all-reduce)."""
         counts = {t.name: tf.cast(t.count(x), tf.float32) for t in self.terms}
+        counts.update(extra or {})
         ctx = tf.distribute.get_replica_context()
         if ctx is not None and ctx.num_replicas_in_sync > 1:
             counts = ctx.all_reduce(tf.distribute.ReduceOp.SUM, counts)
@@ -331,9 +374,15 @@ class Distiller(MultiWorkerBuildMixin, keras.Model):
         return {m.name: m.result() for m in self.metrics}
 
     def train_step(self, data):
+        self.train_traces += 1  # Python: runs when the step is traced, not per step
         x = self._batch(data)
         variables = self.trainable_variables
-        counts = self._global_counts(x)
+        extra = {}
+        if self._stop_flags:
+            extra[_STOP_KEY] = tf.cast(self._stop_flags[0].read_value(), tf.float32)
+        counts = self._global_counts(x, extra)
+        if self._stop_flags:
+            self._stop_flags[1].assign(counts.pop(_STOP_KEY))
         scale = self._loss_scale()
         if self.grad_accum_steps == 1:
             grads, terms, s_out = self._micro_step(x, counts, variables, scale)

@@ -59,10 +59,16 @@ class LossTerm:
     the two models and precompute what `sum` needs. `needs_teacher=False`
     terms (e.g. the MLM and hard-label losses) let the Distiller run without a
     teacher. `needs_projections` is read after `build`.
+
+    `teacher_outputs` names the teacher output keys `sum` reads (None: unknown,
+    any). When every teacher-reading term names its keys and the batch carries
+    each as `teacher_<key>` (e.g. cached `teacher_logits`), the Distiller skips
+    the teacher's forward pass and hands the terms those tensors instead.
     """
 
     name: ClassVar[str] = ""
     needs_teacher: ClassVar[bool] = True
+    teacher_outputs: ClassVar[Optional[tuple[str, ...]]] = None
 
     def __init__(self, weight: float = 1.0):
         self.weight = float(weight)
@@ -213,6 +219,7 @@ class EmbeddingTerm(_LayerTerm):
     """Eq. 9: lambda_0 * MSE(E_s W_e, E_t)."""
 
     name = "embd"
+    teacher_outputs = ("embeddings",)
 
     def build(self, student, teacher) -> None:
         super().build(student, teacher)
@@ -233,6 +240,7 @@ class AttentionTerm(_LayerTerm):
     """Eq. 7: sum_m lambda_m (1/h) sum_i MSE(A_s,i^m, A_t,i^g(m)) on pre-softmax scores."""
 
     name = "attn"
+    teacher_outputs = ("attention_scores",)
 
     def build(self, student, teacher) -> None:
         super().build(student, teacher)
@@ -257,6 +265,7 @@ class HiddenTerm(_LayerTerm):
     """Eq. 8: sum_m lambda_m MSE(H_s^m W_h, H_t^g(m))."""
 
     name = "hidn"
+    teacher_outputs = ("hidden_states",)
 
     def build(self, student, teacher) -> None:
         super().build(student, teacher)
@@ -296,6 +305,7 @@ class PredictionTerm(LossTerm):
     (soft cross-entropy for classes, MSE to the teacher for a score)."""
 
     name = "pred"
+    teacher_outputs = ("logits",)
 
     def __init__(self, task: Optional[PredictionTask] = None, temperature: float = 1.0,
                  layer_weights: Optional[Sequence[float]] = None, weight: float = 1.0):
@@ -378,6 +388,7 @@ class DistilSoftTargetTerm(LossTerm):
     position), or only at the masked positions (`restrict_ce_to_mask=True`)."""
 
     name = "ce"
+    teacher_outputs = ("logits",)
 
     def __init__(self, temperature: float = 2.0, weight: float = 5.0,
                  restrict_ce_to_mask: bool = False):
@@ -467,6 +478,7 @@ class CosineTerm(LossTerm):
     tokens (through W_h when the widths differ)."""
 
     name = "cos"
+    teacher_outputs = ("sequence_output",)
 
     def __init__(self, weight: float = 1.0):
         super().__init__(weight)

@@ -13,6 +13,7 @@ the dev set of a trained model.
 """
 from __future__ import annotations
 
+import io
 import json
 import os
 import tempfile
@@ -22,10 +23,11 @@ from typing import Any, Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
+from tinybert_tf import files
 from tinybert_tf.config import BertConfig
 from tinybert_tf.export.common import ExportError
 from tinybert_tf.export.formats import FORMATS
-from tinybert_tf.files import atomic_path, write_bytes_atomic
+from tinybert_tf.files import write_bytes_atomic
 from tinybert_tf.models.encoder import INPUT_NAMES, BertModel, count_params, flops_per_example
 from tinybert_tf.timing import median_ms
 from tinybert_tf.tokenizer import SPECIAL_TOKENS
@@ -176,9 +178,10 @@ def plot(report: dict[str, Any], path: str) -> None:
         ax.set_title(f"batch {b}, seq {report['seq_len']}")
         ax.legend()
     fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=100, format="png")
+    png = io.BytesIO()
+    fig.savefig(png, dpi=100, format="png")
     plt.close(fig)
+    write_bytes_atomic(path, png.getvalue())
 
 
 def run_benchmark(configs: Sequence[tuple[str, BertConfig]], seq_len: int,
@@ -193,7 +196,7 @@ def run_benchmark(configs: Sequence[tuple[str, BertConfig]], seq_len: int,
         if seq_len > c.max_position_embeddings:
             raise ExportError(f"--benchmark_seq_len={seq_len} exceeds {name}'s "
                               f"max_position_embeddings={c.max_position_embeddings}.")
-    os.makedirs(output_dir, exist_ok=True)
+    files.makedirs(output_dir)
     models = []
     with tempfile.TemporaryDirectory(prefix="tinybert-bench-") as work:
         for name, config in configs:

@@ -11,6 +11,7 @@ from typing import Optional, Sequence, Union
 import numpy as np
 import tensorflow as tf
 
+from tinybert_tf import files
 from tinybert_tf.models.encoder import INPUT_NAMES, BertModel
 from tinybert_tf.tasks import TaskType, task_type_of
 
@@ -95,10 +96,11 @@ def split_texts(texts: Sequence[Text], is_pair: bool, what: str = "dev_texts"
 
 
 def path_size(path: str) -> int:
-    """Bytes of a file, or of every file under a directory."""
-    if os.path.isfile(path):
-        return os.path.getsize(path)
+    """Bytes of a file, or of every file under a directory (any tf.io.gfile path)."""
+    if files.isfile(path):
+        return files.stat(path).size
     total = 0
-    for root, _, files in os.walk(path):
-        total += sum(os.path.getsize(os.path.join(root, f)) for f in files)
+    with files.translate_errors(path, "list"):
+        for root, _, names in tf.io.gfile.walk(path):
+            total += sum(files.stat(os.path.join(root, f)).size for f in names)
     return total

@@ -12,12 +12,12 @@ artefact (the SavedModel's served version, a TFLite file's metadata).
 from __future__ import annotations
 
 import os
-import shutil
 from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 import tensorflow as tf
 
+from tinybert_tf import files
 from tinybert_tf.export import formats as fmts
 from tinybert_tf.export.common import (
     ExportError,
@@ -75,6 +75,7 @@ def export_all(model: BertModel, output_dir: str, *, max_seq_len: int,
     Returns the parity dict also written to output_dir/parity.json.
     """
     formats = fmts.check_formats(formats, "formats")
+    fmts.check_output_dir(formats, output_dir)
     if serving_version is not None:
         serving_version = check_version(serving_version, "serving_version")
     if isinstance(task, str):
@@ -105,11 +106,11 @@ def export_all(model: BertModel, output_dir: str, *, max_seq_len: int,
                              fmts.serving_model_name(serving_name or task_name),
                              serving_version)
 
-    output_dir = os.path.abspath(output_dir)
-    os.makedirs(output_dir, exist_ok=True)
+    output_dir = files.absolute(output_dir)
+    files.makedirs(output_dir)
     parity_path = os.path.join(output_dir, PARITY_FILE)
-    if os.path.exists(parity_path):  # the completion marker goes first, comes back last
-        os.remove(parity_path)
+    if files.exists(parity_path):  # the completion marker goes first, comes back last
+        files.remove(parity_path)
 
     reference = keras_outputs(model, task, dev_inputs)
     one = {k: tf.constant(v[:1]) for k, v in dev_inputs.items()}
@@ -126,7 +127,7 @@ def export_all(model: BertModel, output_dir: str, *, max_seq_len: int,
         outs = loaded.predict()
         rows[name] = {**compare(task, reference, outs, ctx), "size_bytes": path_size(path),
                       "latency_ms_b1": median_ms(loaded.one, latency_runs),
-                      "path": os.path.relpath(path, output_dir),
+                      "path": _relative(path, output_dir),
                       **(fmt.describe(path) if fmt.describe else {})}
         if dev_labels is not None:
             rows[name]["metric"] = task_metric(task, outs, dev_labels)[1]
@@ -150,12 +151,19 @@ def remove_stale(output_dir: str, formats: Sequence[str]) -> None:
     (not published ones: TF Serving may be serving their versions)."""
     for name, fmt in fmts.FORMATS.items():
         stale = os.path.join(output_dir, fmt.artefact)
-        if name in formats or fmt.published or not os.path.exists(stale):
+        if name in formats or fmt.published or not files.exists(stale):
             continue
-        if os.path.isdir(stale):
-            shutil.rmtree(stale)
+        if files.isdir(stale):
+            files.rmtree(stale)
         else:
-            os.remove(stale)
+            files.remove(stale)
+
+
+def _relative(path: str, root: str) -> str:
+    """`path` relative to `root` (local paths or URLs)."""
+    if files.is_remote(root):
+        return path[len(root.rstrip("/")) + 1:] if path.startswith(root) else path
+    return os.path.relpath(path, root)
 
 
 def task_metric(task: TaskType, outputs: np.ndarray, labels: Sequence) -> tuple[str, float]:

@@ -23,6 +23,7 @@ from typing import Optional
 
 import tensorflow as tf
 
+from tinybert_tf import files
 from tinybert_tf.export.common import ExportError, check_seq_len, export_task
 from tinybert_tf.models.checkpoint import load_tokenizer
 from tinybert_tf.models.encoder import INPUT_NAMES, BertModel
@@ -60,8 +61,7 @@ class ServingModule(tf.Module):
         vocab_path = os.path.join(asset_dir, VOCAB_ASSET)
         labels_path = os.path.join(asset_dir, LABELS_ASSET)
         write_vocab(model.vocab, vocab_path)
-        with open(labels_path, "w", encoding="utf-8") as f:
-            f.write("".join(n + "\n" for n in names))
+        files.write_text_atomic(labels_path, "".join(n + "\n" for n in names))
         self.vocab_file = tf.saved_model.Asset(vocab_path)
         self.labels_file = tf.saved_model.Asset(labels_path)
         self.label_names = tf.constant(names)
@@ -94,8 +94,10 @@ def export_saved_model(model: BertModel, directory: str, max_seq_len: int,
     """Write the TF Serving SavedModel to `directory` (atomically); returns its path.
 
     The directory is built under a temporary sibling and renamed into place
-    only when complete; an existing export there is replaced at that moment.
-    For TF Serving, put it under a numeric version folder (MODEL_BASE/1/).
+    only when complete; an existing export there is replaced at that moment
+    (a remote directory, gs:// or ram://, is written locally and uploaded with
+    saved_model.pb last). For TF Serving, put it under a numeric version folder
+    (MODEL_BASE/1/).
     """
     task = export_task(model, task)
     with tempfile.TemporaryDirectory(prefix="tinybert-assets-") as asset_dir:
@@ -103,14 +105,14 @@ def export_saved_model(model: BertModel, directory: str, max_seq_len: int,
         with atomic_directory(directory) as tmp:
             tf.saved_model.save(module, tmp, signatures=module.signatures())
             _make_readable(tmp)
-    return os.path.abspath(directory)
+    return files.absolute(directory)
 
 
 def _make_readable(directory: str) -> None:
     """mkdtemp makes 0700 dirs: open them up so a serving user can read the export."""
-    for root, dirs, files in os.walk(directory):
+    for root, dirs, names in os.walk(directory):
         os.chmod(root, 0o755)
-        for f in files:
+        for f in names:
             os.chmod(os.path.join(root, f), 0o644)
 
 
@@ -119,11 +121,10 @@ def custom_ops(directory: str) -> list[str]:
     from tensorflow.core.protobuf import saved_model_pb2
 
     path = os.path.join(directory, "saved_model.pb")
-    if not os.path.isfile(path):
+    if not files.isfile(path):
         raise ExportError(f"{directory}: no saved_model.pb; not a SavedModel directory.")
     sm = saved_model_pb2.SavedModel()
-    with open(path, "rb") as f:
-        sm.ParseFromString(f.read())
+    sm.ParseFromString(files.read_bytes(path))
     ops = set()
     for mg in sm.meta_graphs:
         for node in mg.graph_def.node:

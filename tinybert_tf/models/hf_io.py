@@ -21,6 +21,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from tinybert_tf import files
 from tinybert_tf.config import BertConfig, ConfigError
 from tinybert_tf.files import write_json
 from tinybert_tf.models.model_dir import (
@@ -33,6 +34,7 @@ from tinybert_tf.models.model_dir import (
     read_model_json,
     read_model_vocab,
     read_safetensors,
+    safetensors_shapes,
 )
 from tinybert_tf.tokenizer import write_vocab
 
@@ -217,7 +219,7 @@ def read_lower_case(path: str) -> bool:
     """Lower-casing of an HF tokenizer: tokenizer_config.json's do_lower_case,
     else whether the model name says "cased" (default: uncased, like BERT)."""
     tok_cfg = os.path.join(path, "tokenizer_config.json")
-    if os.path.isfile(tok_cfg):
+    if files.isfile(tok_cfg):
         data = read_model_json(tok_cfg)
         if "do_lower_case" in data:
             return bool(data["do_lower_case"])
@@ -229,15 +231,15 @@ def _read_weights(path: str) -> tuple[dict[str, np.ndarray], str, dict[str, str]
     """Raw tensors of an HF directory, the file to name in errors, and key -> file."""
     single = os.path.join(path, SAFETENSORS)
     index = os.path.join(path, SAFETENSORS_INDEX)
-    if os.path.isfile(single):
+    if files.isfile(single):
         arrays = read_safetensors(single)
         return arrays, single, {k: single for k in arrays}
-    if os.path.isfile(index):
+    if files.isfile(index):
         data = read_model_json(index)
         weight_map = data.get("weight_map")
         if not isinstance(weight_map, dict) or not weight_map:
             raise CheckpointError(f"{index}: key 'weight_map' is missing or empty.")
-        arrays, files = {}, {}
+        arrays, key_files = {}, {}
         by_file: dict[str, list[str]] = {}
         for key, fname in weight_map.items():
             by_file.setdefault(os.path.join(path, str(fname)), []).append(key)
@@ -247,9 +249,9 @@ def _read_weights(path: str) -> tuple[dict[str, np.ndarray], str, dict[str, str]
             except CheckpointError as e:
                 raise CheckpointError(f"{e} (shard listed in {index})") from e
             arrays.update(part)
-            files.update({k: fname for k in keys})
-        return arrays, index, files
-    present = [f for f in _UNREADABLE if os.path.isfile(os.path.join(path, f))]
+            key_files.update({k: fname for k in keys})
+        return arrays, index, key_files
+    present = [f for f in _UNREADABLE if files.isfile(os.path.join(path, f))]
     if present:
         raise CheckpointError(
             f"{os.path.join(path, present[0])}: only safetensors weights are read (PyTorch and "
@@ -270,7 +272,7 @@ def read_hf(path: str) -> CheckpointSpec:
         config = BertConfig.from_hf_dict(data, source=config_path)
     except ConfigError as e:
         raise CheckpointError(str(e)) from e
-    raw, weights_file, files = _read_weights(path)
+    raw, weights_file, key_files = _read_weights(path)
     tensors: dict[str, np.ndarray] = {}
     original: dict[str, str] = {}
     decoder = None
@@ -281,15 +283,16 @@ def read_hf(path: str) -> CheckpointSpec:
         if _IGNORED.match(norm):
             continue
         if norm in tensors:
-            raise CheckpointError(f"{files[key]}: key {key!r} duplicates {original[norm]!r}.")
+            raise CheckpointError(f"{key_files[key]}: key {key!r} duplicates {original[norm]!r}.")
         tensors[norm], original[norm] = value, key
 
     emb = tensors.get("embeddings.word_embeddings.weight")
     if decoder is not None and emb is not None and not (
             decoder[1].shape == emb.shape and np.array_equal(decoder[1], emb)):
         raise CheckpointError(
-            f"{files[decoder[0]]}: key {decoder[0]!r} differs from the word embeddings; our MLM "
-            "head ties its decoder to the token embeddings, so an untied decoder cannot load.")
+            f"{key_files[decoder[0]]}: key {decoder[0]!r} differs from the word embeddings; "
+            "our MLM head ties its decoder to the token embeddings, so an untied decoder "
+            "cannot load.")
     config.use_pooler = "pooler.dense.weight" in tensors
     config.lower_case = read_lower_case(path)
     head, num_labels = _detect_head(data, {k: v.shape for k, v in tensors.items()},
@@ -307,15 +310,15 @@ def read_hf(path: str) -> CheckpointSpec:
         key = original[norm]
         if norm not in by_hf:
             raise CheckpointError(
-                f"{files[key]}: unknown weight key {key!r}; it is not part of a BERT encoder "
+                f"{key_files[key]}: unknown weight key {key!r}; it is not part of a BERT encoder "
                 f"with {config.num_layers} layers (config {config_path}) or its heads.")
         ours, kind, shape = by_hf[norm]
         if tuple(value.shape) != shape:
             raise CheckpointError(
-                f"{files[key]}: key {key!r} has shape {tuple(value.shape)}, expected {shape} "
+                f"{key_files[key]}: key {key!r} has shape {tuple(value.shape)}, expected {shape} "
                 f"from {config_path}; config and weights do not match.")
         if not np.issubdtype(value.dtype, np.floating):
-            raise CheckpointError(f"{files[key]}: key {key!r} has dtype {value.dtype}; "
+            raise CheckpointError(f"{key_files[key]}: key {key!r} has dtype {value.dtype}; "
                                   "expected floating-point weights.")
         weights[ours] = np.asarray(_to_ours(kind, value.astype(np.float32), config))
         source_keys[ours] = key
@@ -324,7 +327,7 @@ def read_hf(path: str) -> CheckpointSpec:
     vocab = read_model_vocab(os.path.join(path, VOCAB_FILE))
     return CheckpointSpec(config, vocab, weights, weights_file, head=head,
                           num_labels=num_labels, label_names=label_names,
-                          metadata={"source": os.path.abspath(path), "source_format": "hf"},
+                          metadata={"source": files.absolute(path), "source_format": "hf"},
                           source_keys=source_keys)
 
 
@@ -332,8 +335,6 @@ def inspect_hf(path: str) -> CheckpointSpec:
     """Config, vocab, head and label names of a Hugging Face directory, reading
     only the weight files' headers (key names and shapes), not the weights.
     The returned spec has no weights."""
-    from safetensors import safe_open
-
     config_path = os.path.join(path, CONFIG_FILE)
     data = read_model_json(config_path)
     if data.get("model_type", "bert") != "bert":
@@ -344,28 +345,23 @@ def inspect_hf(path: str) -> CheckpointSpec:
     except ConfigError as e:
         raise CheckpointError(str(e)) from e
     single, index = os.path.join(path, SAFETENSORS), os.path.join(path, SAFETENSORS_INDEX)
-    if os.path.isfile(single):
-        files = [single]
-    elif os.path.isfile(index):
+    if files.isfile(single):
+        weight_files = [single]
+    elif files.isfile(index):
         weight_map = read_model_json(index).get("weight_map") or {}
-        files = sorted({os.path.join(path, str(f)) for f in weight_map.values()})
+        weight_files = sorted({os.path.join(path, str(f)) for f in weight_map.values()})
     else:
         _read_weights(path)  # raises the reader's error for missing/unreadable weights
-        files = []
+        weight_files = []
     shapes: dict[str, tuple[int, ...]] = {}
-    for fname in files:
-        try:
-            with safe_open(fname, framework="np") as f:
-                for key in f.keys():
-                    shapes[_normalise_key(key)] = tuple(f.get_slice(key).get_shape())
-        except Exception as e:  # safetensors raises several types for bad files
-            raise CheckpointError(f"{fname}: cannot read the safetensors header ({e}); the "
-                                  "file is corrupt or truncated.") from e
+    for fname in weight_files:
+        for key, shape in safetensors_shapes(fname).items():
+            shapes[_normalise_key(key)] = shape
     config.use_pooler = "pooler.dense.weight" in shapes
     config.lower_case = read_lower_case(path)
     head, n = _detect_head(data, shapes, config_path)
     return CheckpointSpec(config, read_model_vocab(os.path.join(path, VOCAB_FILE)), {},
-                          single if files == [single] else index, head=head, num_labels=n,
+                          single if weight_files == [single] else index, head=head, num_labels=n,
                           label_names=_label_names(data, head, n))
 
 
@@ -418,4 +414,4 @@ def export_hf(model: Any, directory: str) -> str:
         write_json(os.path.join(tmp, "tokenizer_config.json"),
                    {"tokenizer_class": "BertTokenizer", "do_lower_case": config.lower_case,
                     "model_max_length": config.max_position_embeddings})
-    return os.path.abspath(directory)
+    return files.absolute(directory)

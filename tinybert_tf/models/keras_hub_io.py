@@ -13,7 +13,8 @@ LayerNorm epsilon 1e-5 where ours follows the encoder's config, so MLM logits
 agree only approximately across the two libraries (the encoder is exact).
 
 Presets are read with keras-hub's own loaders (`from_preset` on a local
-directory works offline).
+directory works offline); a remote preset (gs://, ram://) is copied to a
+local temporary folder first.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from tinybert_tf import files
 from tinybert_tf.config import BertConfig
 from tinybert_tf.files import write_json
 from tinybert_tf.models.model_dir import (
@@ -29,6 +31,7 @@ from tinybert_tf.models.model_dir import (
     CheckpointError,
     CheckpointSpec,
     atomic_directory,
+    local_copy,
     model_vocab,
     read_model_json,
     read_model_vocab,
@@ -54,10 +57,10 @@ def read_vocab_and_case(path: str) -> tuple[Optional[list[str]], bool]:
     """The preset's tokenizer vocabulary (None when it has no tokenizer) and
     its lower-casing (tokenizer.json `lowercase`; True when unknown)."""
     vocab_path = os.path.join(path, VOCAB_ASSET)
-    vocab = read_model_vocab(vocab_path) if os.path.isfile(vocab_path) else None
+    vocab = read_model_vocab(vocab_path) if files.isfile(vocab_path) else None
     lower = True
     tok_json = os.path.join(path, "tokenizer.json")
-    if os.path.isfile(tok_json):
+    if files.isfile(tok_json):
         lower = bool(read_model_json(tok_json).get("config", {}).get("lowercase", True))
     return vocab, lower
 
@@ -68,6 +71,16 @@ def _paths(model: Any) -> dict[str, Any]:
 
 def read_keras_hub(path: str) -> CheckpointSpec:
     """Read a keras-hub BERT preset directory into a `CheckpointSpec`."""
+    with local_copy(path) as local:
+        spec = _read_local_keras_hub(local)
+    if local != path:  # name the files where the user put them
+        spec.weights_file = spec.weights_file.replace(local, path, 1)
+        spec.source_keys = {k: v.replace(local, path) for k, v in spec.source_keys.items()}
+        spec.metadata["source"] = path
+    return spec
+
+
+def _read_local_keras_hub(path: str) -> CheckpointSpec:
     import keras_hub
 
     config_path = os.path.join(path, CONFIG_FILE)
@@ -76,13 +89,13 @@ def read_keras_hub(path: str) -> CheckpointSpec:
         raise CheckpointError(f"{config_path}: class_name {data.get('class_name')!r}; only "
                               "keras-hub BertBackbone presets are supported.")
     weights_file = os.path.join(path, "model.weights.h5")
-    if not os.path.isfile(weights_file):
+    if not files.isfile(weights_file):
         raise CheckpointError(f"{weights_file}: weights file not found (a keras-hub preset "
                               "needs config.json and model.weights.h5).")
     task_json = os.path.join(path, "task.json")
     task_weights = os.path.join(path, "task.weights.h5")
     task_class = None
-    if os.path.isfile(task_json) and os.path.isfile(task_weights):
+    if files.isfile(task_json) and files.isfile(task_weights):
         task_class = read_model_json(task_json).get("class_name")
     source = weights_file
     try:
@@ -126,7 +139,7 @@ def read_keras_hub(path: str) -> CheckpointSpec:
             head = "mlm"
     label_names = None
     ours_json = os.path.join(path, "tinybert_tf.json")
-    if os.path.isfile(ours_json) and head == "classifier":
+    if files.isfile(ours_json) and head == "classifier":
         names = read_model_json(ours_json).get("label_names")
         if isinstance(names, list) and len(names) == num_labels:
             label_names = [str(n) for n in names]
@@ -134,7 +147,7 @@ def read_keras_hub(path: str) -> CheckpointSpec:
                    for p in weights}
     return CheckpointSpec(config, vocab, weights, weights_file, head=head,
                           num_labels=num_labels, label_names=label_names,
-                          metadata={"source": os.path.abspath(path),
+                          metadata={"source": files.absolute(path),
                                     "source_format": "keras_hub"},
                           source_keys=source_keys)
 
@@ -233,4 +246,4 @@ def export_keras_hub(model: Any, directory: str, sequence_length: Optional[int] 
         write_json(os.path.join(tmp, "tinybert_tf.json"),
                    {"exported_from": "tinybert_tf", "hidden_act": config.hidden_act,
                     "label_names": model.label_names})
-    return os.path.abspath(directory)
+    return files.absolute(directory)

@@ -4,17 +4,31 @@ type, the in-memory `CheckpointSpec`, and small I/O helpers.
 A leaf of `tinybert_tf.models`: `checkpoint` (our format, the dispatcher),
 `hf_io` (Hugging Face) and `keras_hub_io` (keras-hub presets) all import it,
 and it imports none of them.
+
+Model directories may live on any `tf.io.gfile` file system (gs://, ram://).
+Safetensors files are memory-mapped when local and read whole into memory
+when remote (`safetensors.numpy.load(bytes)`); headers alone are read with a
+few bytes. A directory is written in a local temporary folder first; locally
+it replaces the target with one rename, remotely its files are uploaded with
+`config.json` (a SavedModel's `saved_model.pb`) last, as object stores have no
+directory rename: a reader, which starts at that file, sees no model or the
+complete new one.
 """
 from __future__ import annotations
 
+import json
 import os
+import posixpath
 import shutil
+import struct
 import tempfile
 from contextlib import contextmanager
 from typing import Any, Iterator, Mapping, Optional, Sequence
 
 import numpy as np
+import safetensors.numpy
 
+from tinybert_tf import files
 from tinybert_tf.config import BertConfig, ConfigError, read_json
 from tinybert_tf.tokenizer import VocabError, read_vocab
 
@@ -57,25 +71,104 @@ def read_safetensors(path: str, keys: Optional[Sequence[str]] = None) -> dict[st
     """All (or `keys`) tensors of a safetensors file as NumPy arrays."""
     from safetensors import safe_open
 
-    if not os.path.isfile(path):
+    if not files.isfile(path):
         raise CheckpointError(f"{path}: weights file not found.")
     try:
+        if files.is_remote(path):
+            arrays = safetensors.numpy.load(files.read_bytes(path))
+            return arrays if keys is None else {k: arrays[k] for k in keys}
         out = {}
         with safe_open(path, framework="np") as f:
             for key in (keys if keys is not None else f.keys()):
                 out[key] = f.get_tensor(key)
         return out
+    except files.FileAccessError:
+        raise
     except Exception as e:  # safetensors raises several types for bad files
         raise CheckpointError(f"{path}: cannot read the safetensors file ({e}); the file is "
                               "corrupt or truncated: re-export or re-download it.") from e
+
+
+def safetensors_shapes(path: str) -> dict[str, tuple[int, ...]]:
+    """Key -> shape of a safetensors file, from its header alone (8-byte little-endian
+    length, then JSON), local or remote."""
+    try:
+        with files.open(path, "rb") as f, files.translate_errors(path, "read"):
+            (length,) = struct.unpack("<Q", f.read(8))
+            if length > 100_000_000:
+                raise ValueError(f"header length {length}")
+            header = json.loads(f.read(length).decode("utf-8"))
+        return {k: tuple(int(d) for d in v["shape"]) for k, v in header.items()
+                if k != "__metadata__"}
+    except (files.FileAccessError, CheckpointError):
+        raise
+    except Exception as e:  # struct, JSON and key errors of a bad header
+        raise CheckpointError(f"{path}: cannot read the safetensors header ({e}); the file "
+                              "is corrupt or truncated.") from e
+
+
+@contextmanager
+def local_copy(directory: str) -> Iterator[str]:
+    """`directory` itself when local; a remote one downloaded into a temporary local
+    folder (for libraries that read only local paths, e.g. keras-hub presets)."""
+    if not files.is_remote(directory):
+        yield directory
+        return
+    tmp = tempfile.mkdtemp(prefix="tinybert-model-")
+    try:
+        for name in _tree(directory):
+            target = os.path.join(tmp, *name.split("/"))
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            files.copy(posixpath.join(directory, name), target)
+        yield tmp
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _tree(directory: str) -> list[str]:
+    """Relative paths ("a/b.txt") of every file under a folder, through gfile."""
+    out = []
+    for name in files.listdir(directory):
+        full = posixpath.join(directory, name)
+        if files.isdir(full):
+            out.extend(f"{name}/{sub}" for sub in _tree(full))
+        else:
+            out.append(name)
+    return out
+
+
+def _publish_remote(local: str, directory: str) -> None:
+    """Upload a finished local folder to a remote `directory`: the old one goes first,
+    config.json (saved_model.pb for a SavedModel) comes last: the marker every
+    reader starts from."""
+    if files.exists(directory):
+        files.rmtree(directory)
+    names = sorted(_tree(local), key=lambda n: n in (CONFIG_FILE, "saved_model.pb"))
+    for name in names:
+        target = posixpath.join(directory, name)
+        files.makedirs(posixpath.dirname(target))
+        files.copy(os.path.join(local, *name.split("/")), target)
 
 
 @contextmanager
 def atomic_directory(directory: str) -> Iterator[str]:
     """Yield a temporary sibling directory; on success it replaces `directory`.
 
-    On error the temporary directory is removed and `directory` is untouched.
+    On error the temporary directory is removed and `directory` is untouched. A
+    remote `directory` (gs://, ram://) is written in a local temporary folder and
+    uploaded when complete (`_publish_remote`).
     """
+    if files.is_remote(directory):
+        if files.isfile(directory):
+            raise CheckpointError(f"{directory}: exists and is not a directory; choose "
+                                  "another path.")
+        tmp = tempfile.mkdtemp(prefix="tinybert-model-")
+        try:
+            yield tmp
+            _publish_remote(tmp, directory)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return
     directory = os.path.abspath(directory)
     parent = os.path.dirname(directory)
     os.makedirs(parent, exist_ok=True)

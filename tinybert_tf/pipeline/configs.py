@@ -3,10 +3,10 @@
 Stages read their config, never the flags object. `PipelineConfig.results()`
 is what `run_config.json` records: every config that changes what a run
 computes. `RunOptions` (folders, stages, checkpoint cadence, timing repeats,
-thread counts) steers how a run proceeds and is not recorded, so changing it
-never refuses a resume. `stage_settings(stage)` is the part a stage's output
-depends on; the stage records it, and a later run with other settings redoes
-the stage (and everything made from it).
+thread counts, the output lock's staleness) steers how a run proceeds and is
+not recorded, so changing it never refuses a resume. `stage_settings(stage)`
+is the part a stage's output depends on; the stage records it, and a later run
+with other settings redoes the stage (and everything made from it).
 
 Each field maps to the flag of the same name unless its metadata names
 another (`flag("general_batch_size")`).
@@ -17,6 +17,12 @@ import dataclasses
 from typing import Any, Optional
 
 from tinybert_tf.tasks.catalog import TaskConfig
+
+PRECISIONS = ("none", "mixed_float16", "mixed_bfloat16")
+# --mixed_precision's default: mixed_bfloat16 under --strategy=tpu (TPUs compute in
+# bfloat16 natively), none elsewhere; resolved when the configs are built.
+AUTO_PRECISION = "auto"
+INPUT_SHARDING = ("auto", "exact")
 
 
 def flag(name: str) -> Any:
@@ -54,6 +60,10 @@ class RunOptions:
     export_threads: int
     export_latency_runs: int
     export_max_examples: int
+    peer_timeout: float
+    input_sharding: str
+    teacher_cache: bool
+    lock_stale_minutes: float
 
 
 @dataclasses.dataclass(frozen=True)
@@ -178,7 +188,12 @@ class PipelineConfig:
 
     @classmethod
     def from_flags(cls, values: Any) -> "PipelineConfig":
-        return cls(**{name: _from_flags(part, values) for name, part in _TYPES.items()})
+        parts = {name: _from_flags(part, values) for name, part in _TYPES.items()}
+        numerics = parts["numerics"]
+        if numerics.mixed_precision == AUTO_PRECISION:
+            resolved = "mixed_bfloat16" if parts["run"].strategy == "tpu" else "none"
+            parts["numerics"] = dataclasses.replace(numerics, mixed_precision=resolved)
+        return cls(**parts)
 
     def results(self) -> dict[str, Any]:
         """The result-affecting configs as {flag: value}, JSON-friendly (run_config.json)."""

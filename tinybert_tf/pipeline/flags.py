@@ -23,13 +23,14 @@ from absl import flags
 from tinybert_tf.distill.terms import ALIASES, TERMS
 from tinybert_tf.export.formats import FORMATS
 from tinybert_tf.export.parity import DEFAULT_FORMATS
+from tinybert_tf.pipeline.configs import AUTO_PRECISION, INPUT_SHARDING, PRECISIONS
+from tinybert_tf.pipeline.lock import DEFAULT_STALE_MINUTES
 from tinybert_tf.pipeline.stages import STAGES
-from tinybert_tf.pipeline.strategy import STRATEGIES
+from tinybert_tf.pipeline.strategy import DEFAULT_PEER_TIMEOUT, STRATEGIES
 from tinybert_tf.tasks.catalog import task_names
 
 FLAGS = flags.FLAGS
 RECIPES = ("tinybert", "distilbert")
-PRECISIONS = ("none", "mixed_float16", "mixed_bfloat16")
 
 # Flags that existed once: the message names what replaced them.
 REMOVED_FLAGS = {
@@ -70,10 +71,12 @@ def _group(define):
 def define_numerics(fv: flags.FlagValues) -> None:
     flags.DEFINE_integer("seed", 42, "Random seed for data order, dropout, augmentation.",
                          flag_values=fv)
-    flags.DEFINE_enum("mixed_precision", "none", PRECISIONS,
-                      "Keras mixed-precision policy for training; losses stay float32.",
+    flags.DEFINE_enum("mixed_precision", AUTO_PRECISION, (AUTO_PRECISION, *PRECISIONS),
+                      "Keras mixed-precision policy for training; losses stay float32. "
+                      "auto: mixed_bfloat16 with --strategy=tpu, none otherwise.",
                       flag_values=fv)
-    flags.DEFINE_bool("jit_compile", False, "XLA-compile the train step.", flag_values=fv)
+    flags.DEFINE_bool("jit_compile", False, "XLA-compile the train step (each phase "
+                      "compiles once: fixed sequence lengths, full batches).", flag_values=fv)
 
 
 @_group
@@ -84,6 +87,17 @@ def define_distribution(fv: flags.FlagValues) -> None:
                         "multi_worker and tpu).", flag_values=fv)
     flags.DEFINE_string("tpu", "", "TPU address for --strategy=tpu (e.g. grpc://10.0.0.2:8470).",
                         flag_values=fv)
+    flags.DEFINE_float("peer_timeout", DEFAULT_PEER_TIMEOUT,
+                       "multi_worker: seconds to wait for every worker to start; after a "
+                       "SIGTERM, the longest wait for a step boundary before exiting "
+                       "anyway. A worker that dies mid-run is noticed within 10 s.",
+                       flag_values=fv)
+    flags.DEFINE_enum("input_sharding", "auto", INPUT_SHARDING,
+                      "General stage under multi_worker/TPU pods: auto = each worker reads "
+                      "only its own corpus files when there are at least as many files as "
+                      "workers (else exact); exact = every worker reads the whole corpus "
+                      "and keeps its slice of each global batch (the batches of one "
+                      "replica).", flag_values=fv)
 
 
 @_group
@@ -200,9 +214,17 @@ def define_run(fv: flags.FlagValues) -> None:
     flags.DEFINE_integer("checkpoint_every", 200, "Save a checkpoint every N steps.",
                          flag_values=fv)
     flags.DEFINE_integer("keep_checkpoints", 2, "Checkpoints kept per phase.", flag_values=fv)
+    flags.DEFINE_bool("teacher_cache", True, "Prediction phase: compute the teacher's logits "
+                      "once per training example (kept in the phase folder) and reuse them "
+                      "every epoch instead of running the teacher each step.",
+                      flag_values=fv)
     flags.DEFINE_integer("eval_batch_size", 64, "Batch size of evaluation.", flag_values=fv)
     flags.DEFINE_integer("latency_runs", 30, "Batch-1 forward passes timed for report.json.",
                          flag_values=fv)
+    flags.DEFINE_float("lock_stale_minutes", DEFAULT_STALE_MINUTES,
+                       "A run locks --output_dir (OUTPUT/.lock) and heartbeats; a lock left on "
+                       "another host counts as dead, and is taken over, once its heartbeat is "
+                       "this old (same host: once its process is gone).", flag_values=fv)
 
 
 @_group

@@ -1,12 +1,14 @@
-"""report.json, the printed summary table and the loss-curve PNG."""
+"""report.json, the printed summary table and the loss-curve PNG (through
+`tinybert_tf.files`: the PNG is drawn into memory and written whole, so a
+gs:// or ram:// output folder works)."""
 from __future__ import annotations
 
-import glob
+import io
 import json
-import os
+import posixpath
 from typing import Any
 
-from tinybert_tf.files import atomic_path
+from tinybert_tf import files
 
 
 def build_report(task: str, teacher: dict[str, Any], student: dict[str, Any],
@@ -62,11 +64,15 @@ def summary_table(report: dict[str, Any]) -> str:
 def load_histories(output_dir: str) -> dict[str, list[dict[str, float]]]:
     """Every phase's history.jsonl under output_dir, keyed "stage/phase"."""
     out = {}
-    for path in sorted(glob.glob(os.path.join(output_dir, "*", "*", "history.jsonl"))):
-        stage = os.path.basename(os.path.dirname(os.path.dirname(path)))
-        phase = os.path.basename(os.path.dirname(path))
-        with open(path, encoding="utf-8") as f:
-            rows = [json.loads(line) for line in f if line.strip()]
+    for path in files.glob(posixpath.join(output_dir, "*", "*", "history.jsonl")):
+        stage = posixpath.basename(posixpath.dirname(posixpath.dirname(path)))
+        phase = posixpath.basename(posixpath.dirname(path))
+        rows = []
+        for line in files.read_text(path).splitlines():
+            try:
+                rows.append(json.loads(line))
+            except ValueError:
+                continue  # blank, or cut by a crash mid-write
         if rows:
             out[f"{stage}/{phase}"] = rows
     return out
@@ -93,7 +99,8 @@ def plot_loss_curves(output_dir: str, path: str) -> str | None:
         ax.set_yscale("log")
         ax.legend(fontsize=7)
     fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=90, format="png")
+    png = io.BytesIO()
+    fig.savefig(png, dpi=90, format="png")
     plt.close(fig)
+    files.write_bytes_atomic(path, png.getvalue())
     return path

@@ -13,18 +13,30 @@ so a user can start anywhere by pointing the next stage at an explicit path.
 Each training phase is first described by a `PhaseSpec` (sizes, batches,
 steps, schedule, loss terms) from the configs and the data sizes alone; the
 dry run prints the same specs the stages train with.
+
+Input distribution. Task phases give Keras one dataset of global batches
+(examples in `epoch_order`), which tf.distribute splits. The general stage
+builds its input per worker (`strategy.distribute_datasets_from_function`,
+`general_input`): with at least as many corpus files as workers each worker
+reads only its own files ("file" sharding: less reading, but other batches
+than one replica would see, and an epoch sized on the smallest worker's
+share); otherwise, or with `--input_sharding=exact`, every worker reads the
+whole corpus and keeps its slice of every global batch ("exact": the very
+batches of a single replica).
 """
 from __future__ import annotations
 
 import dataclasses
 import functools
 import logging
+import posixpath
 from typing import Any, Callable, Optional
 
 import keras
 import numpy as np
 import tensorflow as tf
 
+from tinybert_tf import files
 from tinybert_tf.augment.augmenter import augment_source
 from tinybert_tf.config import BertConfig, get_config
 from tinybert_tf.data import corpus as corpus_lib
@@ -39,9 +51,10 @@ from tinybert_tf.models import BertModel
 from tinybert_tf.models.checkpoint import inspect_model, load_model, load_tokenizer, save_model
 from tinybert_tf.models.labels import put_in_order
 from tinybert_tf.pipeline import evaluation, report
+from tinybert_tf.pipeline import teacher_cache as cache_lib
 from tinybert_tf.pipeline.configs import PipelineConfig
 from tinybert_tf.pipeline.state import RunState
-from tinybert_tf.pipeline.strategy import is_chief
+from tinybert_tf.pipeline.strategy import is_chief, num_workers, peer_errors, worker_dir
 from tinybert_tf.pipeline.training import Phase, run_phase, schedule_steps
 from tinybert_tf.tasks.catalog import Task
 
@@ -124,9 +137,10 @@ def epoch_order(examples, seed: int, epoch: int):
 
     Shuffling here rather than with `Dataset.shuffle` keeps the order the same
     under every strategy: tf.distribute rewrites the input graph, and a seeded
-    tf.data shuffle then yields another order than on one device.
+    tf.data shuffle then yields another order than on one device. The teacher
+    cache gathers its logits with the same permutation.
     """
-    order = np.random.default_rng([seed, epoch]).permutation(len(examples))
+    order = cache_lib.epoch_permutation(len(examples), seed, epoch)
     return [examples[i] for i in order]
 
 
@@ -226,15 +240,41 @@ def general_terms(ctx: Context) -> list[LossTerm]:
                       layer_weights=loss.lambdas, mask_padding=loss.mask_padding)
 
 
+def general_sharding(ctx: Context) -> str:
+    """How the general stage's input is split over the workers: "file" (each worker
+    reads only its own corpus files) or "exact" (every worker reads the whole corpus
+    and keeps its slice of each global batch; also a single worker's only mode)."""
+    n = num_workers(ctx.strategy)
+    if n <= 1 or ctx.config.run.input_sharding == "exact":
+        return "exact"
+    shard = corpus_lib.input_shard(_corpus_source(ctx), n, 0)
+    return "file" if shard.mode == "file" else "exact"
+
+
 def general_phase(ctx: Context, count: Optional[int] = None) -> PhaseSpec:
     """The general stage's phase; `count` = packed sequences per epoch (counted
-    and cached in the stage folder when not given)."""
+    and cached in the stage folder when not given). Under "file" sharding with
+    known per-file counts (TFRecord shards), an epoch is as many steps as the
+    smallest worker's share fills: every worker must take the same steps."""
     c = ctx.config.general
     if count is None:
         count = corpus_sequences(ctx)
-    return _phase(ctx, "general", "distill", f"corpus {_corpus_source(ctx)}", count,
+    note = ""
+    if general_sharding(ctx) == "file":
+        n = num_workers(ctx.strategy)
+        shares = corpus_lib.pipeline_sequence_counts(_corpus_source(ctx), n)
+        if shares:
+            count = min(shares) * n
+            note = (f"file sharding over {n} workers: an epoch is {min(shares)} sequences "
+                    f"per worker (the smallest share of {shares})")
+        else:
+            note = (f"file sharding over {n} workers: per-worker counts are unknown (no "
+                    "PREFIX.json), so workers with fewer sequences wrap around in an epoch")
+    spec = _phase(ctx, "general", "distill", f"corpus {_corpus_source(ctx)}", count,
                   c.batch_size, "--general_batch_size", c.epochs, c.max_steps, c.lr, "linear",
                   c.warmup, general_terms(ctx))
+    spec.note = note
+    return spec
 
 
 def corpus_sequences(ctx: Context) -> int:
@@ -296,8 +336,10 @@ def prediction_on_original(ctx: Context) -> bool:
 
 def _run(ctx: Context, phase: Phase) -> dict[str, Any]:
     r = ctx.config.run
-    return run_phase(phase, ctx.strategy, checkpoint_every=r.checkpoint_every,
-                     keep_checkpoints=r.keep_checkpoints, log_every=1, verbose=1)
+    with peer_errors(r.peer_timeout):
+        return run_phase(phase, ctx.strategy, checkpoint_every=r.checkpoint_every,
+                         keep_checkpoints=r.keep_checkpoints, log_every=1, verbose=1,
+                         stop_grace_seconds=r.peer_timeout)
 
 
 def _distiller(ctx: Context, student, teacher, spec: PhaseSpec,
@@ -312,21 +354,29 @@ def _distiller(ctx: Context, student, teacher, spec: PhaseSpec,
     return distiller
 
 
-def _task_dataset(ctx: Context, examples, batch_size: int) -> Callable[[int], tf.data.Dataset]:
+def _task_dataset(ctx: Context, examples, batch_size: int,
+                  teacher_logits: Optional[np.ndarray] = None
+                  ) -> Callable[[int], tf.data.Dataset]:
+    """Epoch -> batches of `examples` in the epoch's order (static shapes: fixed
+    length, drop_remainder), with the cached `teacher_logits` rows when given."""
     seed = ctx.config.numerics.seed
 
     def make(epoch: int) -> tf.data.Dataset:
-        return ctx.task.type.dataset(epoch_order(examples, seed, epoch), ctx.tokenizer,
-                                     ctx.max_seq_len, batch_size, drop_remainder=True)
+        ds = ctx.task.type.dataset(epoch_order(examples, seed, epoch), ctx.tokenizer,
+                                   ctx.max_seq_len, batch_size, drop_remainder=True)
+        if teacher_logits is None:
+            return ds
+        order = cache_lib.epoch_permutation(len(examples), seed, epoch)
+        return cache_lib.with_teacher_logits(ds, teacher_logits, order, batch_size)
     return make
 
 
 def _evaluator(ctx: Context, model, examples,
                out_dir: Optional[str] = None) -> Callable[[], dict[str, float]]:
     batch = ctx.config.run.eval_batch_size
-    files = {"out_dir": out_dir} if out_dir else {}  # the task type's prediction files
+    where = {"out_dir": out_dir} if out_dir else {}  # the task type's prediction files
     return lambda: ctx.task.type.evaluate(model, examples, ctx.tokenizer, ctx.max_seq_len,
-                                          batch, **files)
+                                          batch, **where)
 
 
 def load_task_teacher(ctx: Context) -> BertModel:
@@ -365,19 +415,61 @@ def general(ctx: Context) -> dict[str, Any]:
                   "copied", flush=True)
         distiller = _distiller(ctx, student, teacher, spec)
 
-    def make_dataset(epoch: int) -> tf.data.Dataset:
-        return corpus_lib.general_dataset(
-            _corpus_source(ctx), tokenizer, max_seq_len=c.max_seq_len,
-            batch_size=c.batch_size, seed=ctx.config.numerics.seed + epoch,
-            pack="single" if c.distilbert else "pair", masking=c.distilbert)
-
-    phase = Phase("general", spec.directory, distiller, distiller.checkpoint_items(),
-                  make_dataset, spec.steps_per_epoch, spec.epochs, max_steps=spec.max_steps)
+    phase = Phase("general", spec.directory, distiller, distiller.checkpoint_items(), None,
+                  spec.steps_per_epoch, spec.epochs, max_steps=spec.max_steps,
+                  make_input=functools.partial(general_input, ctx, tokenizer))
     result = _run(ctx, phase)
     if ctx.chief:
-        save_model(student, ctx.state.path("general", "model"),
+        # Written aside; published as general/model with the stage's done marker.
+        save_model(student, ctx.state.work_path("general", "model"),
                    metadata={"stage": "general", "teacher": m.teacher, "recipe": c.recipe})
     return {"steps": result["steps"], "sequences_per_epoch": spec.examples}
+
+
+def general_input(ctx: Context, tokenizer, epoch: int, offset: int, steps: int):
+    """The general stage's input for `steps` steps from step `offset` of `epoch`, built
+    on each worker (`distribute_datasets_from_function`, see the module docstring).
+
+    Each input pipeline yields per-replica batches (static shapes: drop_remainder),
+    `replicas per worker` of them per step; the skip and take for a resume apply
+    inside, in those units.
+    """
+    c = ctx.config.general
+    source = _corpus_source(ctx)
+    mode = general_sharding(ctx)
+    options = dict(max_seq_len=c.max_seq_len, seed=ctx.config.numerics.seed + epoch,
+                   pack="single" if c.distilbert else "pair", masking=c.distilbert,
+                   drop_remainder=True)
+
+    def dataset_fn(input_context: tf.distribute.InputContext) -> tf.data.Dataset:
+        local = input_context.num_replicas_in_sync // input_context.num_input_pipelines
+        per_replica = input_context.get_per_replica_batch_size(c.batch_size)
+        if mode == "file":
+            ds = corpus_lib.general_dataset(source, tokenizer, batch_size=c.batch_size,
+                                            input_context=input_context, repeat=True,
+                                            **options)
+        else:  # the global batches of one replica; this pipeline keeps its slice
+            ds = corpus_lib.general_dataset(source, tokenizer, batch_size=c.batch_size,
+                                            **options)
+            ds = _pipeline_slice(ds, input_context, c.batch_size, per_replica)
+        return ds.skip(offset * local).take(steps * local)
+
+    return ctx.strategy.distribute_datasets_from_function(dataset_fn)
+
+
+def _pipeline_slice(ds: tf.data.Dataset, input_context: tf.distribute.InputContext,
+                    global_batch: int, per_replica: int) -> tf.data.Dataset:
+    """Global batches [B, ...] -> this input pipeline's contiguous share of each, as
+    per-replica batches [B / replicas, ...], in order."""
+    n = input_context.num_input_pipelines
+    if n == 1 and per_replica == global_batch:
+        return ds
+    size = global_batch // n
+    lo = input_context.input_pipeline_id * size
+    ds = ds.map(lambda batch: tf.nest.map_structure(lambda t: t[lo:lo + size], batch))
+    if per_replica != size:
+        ds = ds.unbatch().batch(per_replica, drop_remainder=True)
+    return ds
 
 
 def student_config(ctx: Context, teacher_config: BertConfig, vocab_size: int) -> BertConfig:
@@ -407,7 +499,7 @@ def finetune_teacher(ctx: Context) -> dict[str, Any]:
     result = _run(ctx, phase)
     last = result["evals"][-1] if result["evals"] else {}
     if ctx.chief:
-        save_model(teacher, ctx.state.path("finetune_teacher", "model"),
+        save_model(teacher, ctx.state.work_path("finetune_teacher", "model"),
                    metadata={"stage": "finetune_teacher", "dev": last,
                              **ctx.task.type.model_metadata(last)})
     return {"dev": last}
@@ -463,11 +555,13 @@ def task(ctx: Context) -> dict[str, Any]:
                       spec.epochs, max_steps=spec.max_steps)
         out["intermediate_steps"] = _run(ctx, phase)["steps"]
 
-    model_dir = ctx.student_path()
+    # The best model so far, written aside; published as task/model with the done marker.
+    model_dir = ctx.state.work_path("task", "model") if ctx.chief else None
     spec = prediction_phase(ctx, rows(ctx, pred_train))
     spec.check()
     with ctx.strategy.scope():
         distiller = _distiller(ctx, student, teacher, spec, ctx.task.type.label_metrics())
+    logits = _cached_teacher_logits(ctx, teacher, distiller, pred_train, spec)
 
     def on_best(metrics):
         if ctx.chief:
@@ -475,7 +569,8 @@ def task(ctx: Context) -> dict[str, Any]:
                                                      **ctx.task.type.model_metadata(metrics)})
 
     phase = Phase("prediction", spec.directory, distiller, distiller.checkpoint_items(),
-                  _task_dataset(ctx, pred_train, spec.global_batch), spec.steps_per_epoch,
+                  _task_dataset(ctx, pred_train, spec.global_batch, logits),
+                  spec.steps_per_epoch,
                   spec.epochs, max_steps=spec.max_steps,
                   evaluate=_evaluator(ctx, student, dev),
                   select_metric=ctx.task.type.primary_metric, on_best=on_best,
@@ -483,6 +578,29 @@ def task(ctx: Context) -> dict[str, Any]:
     result = _run(ctx, phase)
     out["best"] = result["best"]
     return out
+
+
+def _cached_teacher_logits(ctx: Context, teacher: BertModel, distiller: Distiller, examples,
+                           spec: PhaseSpec) -> Optional[np.ndarray]:
+    """The teacher's logits of the prediction phase's rows, computed once and kept in
+    the phase folder (pipeline/teacher_cache.py); None when the cache is off, does
+    not apply to the task, or the phase is finished."""
+    if (not ctx.config.run.teacher_cache or spec.total_steps < 1
+            or not cache_lib.applies(ctx.task.type, distiller)):
+        return None
+    if files.isfile(posixpath.join(spec.directory, "phase_done.json")):
+        return None
+    teacher_dir = ctx.teacher_path()
+    facts = [[name, st.size, st.mtime_ns] for name in ("config.json", "model.safetensors")
+             if files.isfile(posixpath.join(teacher_dir, name))
+             for st in [files.stat(posixpath.join(teacher_dir, name))]]
+    identity = {"teacher": teacher_dir, "teacher_files": facts,
+                "labels": list(ctx.task.type.label_names)}
+    directory = worker_dir(posixpath.join(spec.directory, cache_lib.CACHE_FOLDER),
+                           ctx.strategy)
+    return cache_lib.teacher_logits(teacher, examples, ctx.task.type, ctx.tokenizer,
+                                    ctx.max_seq_len, ctx.config.run.eval_batch_size,
+                                    directory, ctx.strategy, identity)
 
 
 # --- evaluation and report -------------------------------------------------------------

@@ -1,14 +1,39 @@
-"""`--strategy` -> a `tf.distribute.Strategy`, plus chief/worker facts for I/O."""
+"""`--strategy` -> a `tf.distribute.Strategy`, plus chief/worker facts for I/O.
+
+Multi-worker runs (`--strategy=multi_worker`, TF_CONFIG) get TensorFlow's
+coordination service with `--peer_timeout` seconds for every worker to
+register (a worker that never starts fails the others with one clear error
+instead of a silent wait); a worker that dies mid-run misses its heartbeats
+(10 s, or --peer_timeout when shorter) and the others' collectives abort (an
+UnavailableError, translated by `peer_error`). The coordination service
+installs its own SIGTERM handler, which swallows the signal; `make_strategy`
+restores the default action, and a training phase installs the preemption
+handler (pipeline/training.py).
+"""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
+import threading
+from typing import Iterator, Optional
 
 import tensorflow as tf
+from tensorflow.python.eager import context as tf_context
+
+DEFAULT_PEER_TIMEOUT = 300  # seconds
+# TensorFlow's default heartbeat timeout: a dead peer is noticed within 10 s (sooner
+# when --peer_timeout is shorter).
+_HEARTBEAT_TIMEOUT_MS = 10_000
 
 
 class StrategyError(ValueError):
     """A strategy cannot be built here; the message names the flag and the fix."""
+
+
+class PeerError(ValueError):
+    """A multi-worker peer did not start, or stopped answering, within --peer_timeout."""
 
 
 def _default(tpu: str) -> tf.distribute.Strategy:
@@ -31,6 +56,41 @@ def _mirrored(tpu: str) -> tf.distribute.Strategy:
     return tf.distribute.MirroredStrategy(
         devices=[d.name for d in tf.config.list_logical_devices("CPU")],
         cross_device_ops=tf.distribute.ReductionToOneDevice())
+
+
+def _tf_config() -> dict:
+    try:
+        return json.loads(os.environ.get("TF_CONFIG", "") or "{}")
+    except ValueError as e:
+        raise StrategyError(f"TF_CONFIG is not JSON ({e}); see BUILD.md for its form.") from None
+
+
+def _cluster_jobs(config: dict) -> dict[str, int]:
+    """Tasks per coordinated job ("chief", "worker") of a TF_CONFIG."""
+    cluster = config.get("cluster") or {}
+    return {job: len(cluster[job]) for job in ("chief", "worker") if cluster.get(job)}
+
+
+def configure_peer_timeout(peer_timeout: float) -> None:
+    """Before the first multi-worker strategy of the process: registration barrier and
+    heartbeat timeouts of the coordination service, `peer_timeout` seconds each."""
+    # A private TensorFlow module (2.x): only multi-worker runs need it.
+    from tensorflow.compiler.xla.tsl.protobuf import coordination_config_pb2
+
+    config = _tf_config()
+    jobs = _cluster_jobs(config)
+    if not jobs or tf_context.context().coordination_service is not None:
+        return
+    ms = int(max(1.0, float(peer_timeout)) * 1000)
+    leader = "chief" if "chief" in jobs else "worker"
+    tf_context.context().configure_coordination_service(
+        service_type="standalone", service_leader=f"/job:{leader}/replica:0/task:0",
+        cluster_register_timeout_in_ms=ms,
+        heartbeat_timeout_in_ms=min(ms, _HEARTBEAT_TIMEOUT_MS),
+        coordinated_jobs=[coordination_config_pb2.CoordinatedJob(name=job, num_tasks=n)
+                          for job, n in jobs.items()])
+    # Registration is a barrier with the timeout above (the Python API has no argument).
+    tf_context.context().coordination_service.cluster_register_with_barrier = True
 
 
 def _multi_worker(tpu: str) -> tf.distribute.Strategy:
@@ -56,21 +116,84 @@ BUILDERS = {"default": _default, "one_device": _one_device, "mirrored": _mirrore
 STRATEGIES = tuple(BUILDERS)
 
 
-def make_strategy(name: str, tpu: str = "") -> tf.distribute.Strategy:
-    """Build the strategy named by `--strategy` (`tpu`: the --tpu address)."""
+def make_strategy(name: str, tpu: str = "",
+                  peer_timeout: float = DEFAULT_PEER_TIMEOUT) -> tf.distribute.Strategy:
+    """Build the strategy named by `--strategy` (`tpu`: the --tpu address).
+
+    Under a TF_CONFIG cluster, a peer that does not register within
+    `peer_timeout` seconds is a PeerError naming the missing tasks.
+    """
     if name not in BUILDERS:
         raise StrategyError(f"--strategy={name!r} is unknown; use one of "
                             f"{', '.join(STRATEGIES)}.")
-    return BUILDERS[name](tpu)
+    if name == "multi_worker":
+        configure_peer_timeout(peer_timeout)
+    with peer_errors(peer_timeout):
+        strategy = BUILDERS[name](tpu)
+    if threading.current_thread() is threading.main_thread():
+        # The coordination service's SIGTERM notifier swallows the signal: restore the
+        # default (end the process) until a training phase installs its own handler.
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    return strategy
+
+
+def peer_error(error: BaseException, peer_timeout: float) -> Optional[PeerError]:
+    """The one-line PeerError a TensorFlow error of a multi-worker run means, or None."""
+    if not isinstance(error, (tf.errors.DeadlineExceededError, tf.errors.UnavailableError,
+                              tf.errors.AbortedError, tf.errors.CancelledError)):
+        return None
+    config = _tf_config()
+    if not _cluster_jobs(config):
+        return None
+    text = " ".join((getattr(error, "message", None) or str(error)).split())
+    task = config.get("task", {})
+    me = f"{task.get('type', '?')} {task.get('index', '?')}"
+    if "Barrier timed out" in text or "register" in text.lower():
+        missing = text.split("Some timed out task names:", 1)[-1].strip()[:200] \
+            if "Some timed out task names:" in text else "a peer"
+        return PeerError(
+            f"TF_CONFIG ({me}): not every worker started within --peer_timeout="
+            f"{peer_timeout:g}s (missing: {missing}); start every task of the cluster "
+            "with the same command (each with its own TF_CONFIG task), or raise "
+            "--peer_timeout.")
+    return PeerError(
+        f"TF_CONFIG ({me}): a worker stopped answering (it died, was preempted or lost "
+        f"the network) and the run cannot continue without it ({text[:200]}); restart "
+        "every worker with the same command: they resume from the last checkpoint.")
+
+
+@contextlib.contextmanager
+def peer_errors(peer_timeout: float = DEFAULT_PEER_TIMEOUT) -> Iterator[None]:
+    """Around multi-worker work: a lost or missing peer becomes one PeerError."""
+    try:
+        yield
+    except tf.errors.OpError as e:
+        translated = peer_error(e, peer_timeout)
+        if translated is None:
+            raise
+        raise translated from None
+
+
+def num_workers(strategy: tf.distribute.Strategy) -> int:
+    """Processes that each build an input pipeline: MultiWorkerMirroredStrategy's
+    workers, a TPU pod's hosts, else 1."""
+    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return max(1, sum(_cluster_jobs(_tf_config()).values()))
+    if isinstance(strategy, tf.distribute.TPUStrategy):
+        return max(1, int(getattr(strategy.extended, "num_hosts", 1)))
+    return 1
 
 
 def is_chief(strategy: tf.distribute.Strategy) -> bool:
     """True on the one process that writes checkpoints, models and reports."""
     if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
         return True
-    task = json.loads(os.environ.get("TF_CONFIG", "{}")).get("task", {})
+    config = _tf_config()
+    task = config.get("task", {})
     task_type, task_id = task.get("type"), task.get("index", 0)
-    return task_type in (None, "chief") or (task_type == "worker" and task_id == 0)
+    has_chief = "chief" in _cluster_jobs(config)
+    return task_type in (None, "chief") or (task_type == "worker" and task_id == 0
+                                            and not has_chief)
 
 
 def worker_dir(directory: str, strategy: tf.distribute.Strategy) -> str:

@@ -4,9 +4,31 @@ Each phase (general distillation, teacher fine-tuning, the intermediate and
 prediction phases of task distillation) saves a `tf.train.CheckpointManager`
 checkpoint every N steps and at its end. The checkpoint holds what the phase
 trains (student, projections), the optimizer and the step. The position in
-the data is the step: each epoch's dataset is rebuilt with the epoch's seed
-and the batches already consumed are skipped, so a run killed with SIGKILL and
+the data is the step: each epoch's input is rebuilt with the epoch's seed and
+the batches already consumed are skipped, so a run killed with SIGKILL and
 re-run continues on the very batches it would have seen.
+
+Files (all through `tinybert_tf.files`, so gs:// and ram:// work): the phase
+folder holds `ckpt/`, `history.jsonl` (one row per logged step; rows are
+buffered and appended when a checkpoint is saved, so the file never runs
+ahead of the checkpoint a re-run resumes from), `phase_state.json` (dev
+evaluations, the best one) and `phase_done.json`; TensorBoard scalars go to
+OUTPUT/logs/<stage>/<phase>.
+
+Preemption: while a phase trains, SIGTERM (a preemptible VM's or a TPU
+maintenance notice, `kill`, a scheduler's eviction) asks to stop. The request
+travels with the next step's all-reduce of the loss counts (the Distiller's
+`watch_stop_requests`), so every worker learns of it at the same step; each
+then saves a checkpoint of that step and `Preempted` ends the process with
+PREEMPTED_EXIT_CODE (75). Re-running the same command resumes from that
+checkpoint to the same final weights as an uninterrupted run. A second SIGTERM
+ends the process at once; if the step boundary is not reached within
+`stop_grace_seconds` (a step blocked on a dead peer), the process exits with
+143 (128 + SIGTERM) and the previous checkpoint is the resume point.
+
+A truncated or unreadable latest checkpoint (a disk filled or a copy cut
+during the save) is skipped with a warning: the phase resumes from the newest
+readable kept checkpoint (`--keep_checkpoints`).
 """
 from __future__ import annotations
 
@@ -15,15 +37,44 @@ import json
 import logging
 import math
 import os
+import posixpath
+import signal
+import sys
+import threading
 from typing import Any, Callable, Optional
 
 import keras
 import tensorflow as tf
 
-from tinybert_tf.files import read_json, write_bytes_atomic, write_json_atomic
-from tinybert_tf.pipeline.strategy import is_chief, worker_dir
+from tinybert_tf import files
+from tinybert_tf.data import corpus as corpus_lib
+from tinybert_tf.pipeline.strategy import is_chief, num_workers, worker_dir
 
 log = logging.getLogger("tinybert_tf")
+
+# sysexits.h EX_TEMPFAIL: "temporary failure, the user is invited to retry".
+PREEMPTED_EXIT_CODE = 75
+# The shell's code for a process ended by SIGTERM: no checkpoint was saved for the stop.
+SIGTERM_EXIT_CODE = 128 + signal.SIGTERM
+
+
+class Preempted(Exception):
+    """SIGTERM stopped a phase after saving a checkpoint; re-run the command to resume.
+
+    `bin/distill` prints the message and exits with `exit_code` (75, PREEMPTED_EXIT_CODE).
+    """
+
+    exit_code = PREEMPTED_EXIT_CODE
+
+    def __init__(self, phase: str, step: int, checkpoint: str):
+        super().__init__(f"{phase}: stopped by SIGTERM at step {step}, checkpoint "
+                         f"{checkpoint} saved; re-run the same command to resume "
+                         f"(exit code {PREEMPTED_EXIT_CODE}).")
+        self.phase, self.step, self.checkpoint = phase, step, checkpoint
+
+
+class TrainingStateError(ValueError):
+    """A phase's saved state cannot be used; the message names the folder and the fix."""
 
 
 @dataclasses.dataclass
@@ -31,7 +82,10 @@ class Phase:
     """One resumable training phase.
 
     make_dataset(epoch) returns that epoch's batches (global batch size), at
-    least `steps_per_epoch` of them. `evaluate()` returns dev metrics;
+    least `steps_per_epoch` of them. Instead, `make_input(epoch, offset, steps)`
+    may return exactly what `fit` reads for `steps` steps from step `offset` of
+    the epoch (e.g. a `tf.distribute` dataset built per worker, with the skip
+    and take applied inside). `evaluate()` returns dev metrics;
     `on_best(metrics)` is called when `select_metric` improves (e.g. to save
     the best model).
     """
@@ -40,7 +94,7 @@ class Phase:
     directory: str
     model: keras.Model
     checkpoint_objects: dict[str, Any]
-    make_dataset: Callable[[int], tf.data.Dataset]
+    make_dataset: Optional[Callable[[int], tf.data.Dataset]]
     steps_per_epoch: int
     epochs: float
     max_steps: int = 0
@@ -48,10 +102,20 @@ class Phase:
     select_metric: Optional[str] = None
     on_best: Optional[Callable[[dict[str, float]], None]] = None
     eval_every: int = 0
+    make_input: Optional[Callable[[int, int, int], Any]] = None
 
     @property
     def total_steps(self) -> int:
         return schedule_steps(self.epochs, self.steps_per_epoch, self.max_steps)
+
+    def epoch_input(self, epoch: int, offset: int, steps: int) -> Any:
+        """What `fit` reads for `steps` steps from step `offset` of `epoch`."""
+        if self.make_input is not None:
+            return self.make_input(epoch, offset, steps)
+        dataset = self.make_dataset(epoch)
+        if offset:
+            dataset = dataset.skip(offset)
+        return dataset.take(steps)
 
 
 def schedule_steps(epochs: float, steps_per_epoch: int, max_steps: int = 0) -> int:
@@ -64,18 +128,97 @@ def schedule_steps(epochs: float, steps_per_epoch: int, max_steps: int = 0) -> i
     return min(total, max_steps) if max_steps > 0 else total
 
 
+# --- preemption ------------------------------------------------------------------------
+
+class _StopWatch:
+    """SIGTERM -> a stop request, while a phase trains (main thread only).
+
+    Python runs signal handlers between bytecodes of the main thread, i.e. at
+    the latest when the running step returns; a timer thread (which runs while
+    the main thread waits in TensorFlow) ends the process if the phase has not
+    stopped `grace_seconds` after the signal. Leaving the phase (stopped at the
+    agreed step, finished, or failed) cancels the timer.
+    """
+
+    def __init__(self, phase: str, grace_seconds: float):
+        self.phase = phase
+        self.grace_seconds = float(grace_seconds)
+        self.received = False
+        self.saved = False
+        self._previous: Any = None
+        self._installed = False
+        self._timer: Optional[threading.Timer] = None
+
+    def __enter__(self) -> "_StopWatch":
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGTERM, self._handle)
+            self._installed = True
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._installed:
+            signal.signal(signal.SIGTERM, self._previous or signal.SIG_DFL)
+
+    def _handle(self, signum, frame) -> None:
+        self.received = True
+        # A second SIGTERM ends the process at once (the default action).
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        print(f"[{self.phase}] SIGTERM: stopping at the next step boundary to save a "
+              f"checkpoint (exit code {PREEMPTED_EXIT_CODE}); a second SIGTERM ends the "
+              "process now", file=sys.stderr, flush=True)
+        if self.grace_seconds > 0:
+            self._timer = threading.Timer(self.grace_seconds, self._give_up)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def _give_up(self) -> None:
+        code = PREEMPTED_EXIT_CODE if self.saved else SIGTERM_EXIT_CODE
+        print(f"[{self.phase}] SIGTERM: no step boundary within {self.grace_seconds:.0f}s "
+              f"(a peer not responding?); exiting with code {code}"
+              f"{'' if self.saved else ' without a new checkpoint'}.",
+              file=sys.stderr, flush=True)
+        os._exit(code)
+
+
+def _local_flag(strategy: tf.distribute.Strategy, name: str) -> tf.Variable:
+    """A float32 scalar each replica reads and writes locally (no communication)."""
+    with strategy.scope():
+        return tf.Variable(0.0, trainable=False, name=name, dtype=tf.float32,
+                           synchronization=tf.VariableSynchronization.ON_READ,
+                           aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+
+
+def _set_local(strategy: tf.distribute.Strategy, variable: tf.Variable, value: float) -> None:
+    for v in strategy.experimental_local_results(variable):
+        v.assign(value)
+
+
+def _get_local(strategy: tf.distribute.Strategy, variable: tf.Variable) -> float:
+    return float(strategy.experimental_local_results(variable)[0].numpy())
+
+
 class _PhaseCallback(keras.callbacks.Callback):
-    """Counts steps, saves checkpoints, logs scalars and history, evaluates."""
+    """Counts steps, saves checkpoints, logs scalars and history, evaluates, and stops
+    at the step every worker agreed on after a SIGTERM."""
 
     def __init__(self, runner: "_Runner"):
         super().__init__()
         self.runner = runner
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self.runner.forward_stop_request()
 
     def on_train_batch_end(self, batch, logs=None):
         r = self.runner
         r.step.assign_add(1)
         step = int(r.step.numpy())
         r.record(step, logs or {})
+        if r.stop_agreed():
+            r.stop_at(step)
+            self.model.stop_training = True
+            return
         if r.phase.eval_every and step % r.phase.eval_every == 0:
             r.run_eval(step)
         if step % r.checkpoint_every == 0 and step < r.phase.total_steps:
@@ -87,26 +230,40 @@ class _PhaseCallback(keras.callbacks.Callback):
 class _Runner:
     def __init__(self, phase: Phase, strategy: tf.distribute.Strategy,
                  checkpoint_every: int, keep_checkpoints: int, log_every: int,
-                 verbose: int):
+                 verbose: int, watch: _StopWatch):
         self.phase = phase
         self.strategy = strategy
         self.checkpoint_every = max(1, checkpoint_every)
         self.log_every = max(1, log_every)
         self.verbose = verbose
         self.chief = is_chief(strategy)
-        os.makedirs(phase.directory, exist_ok=True)
+        files.makedirs(phase.directory)
         self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
         self.checkpoint = tf.train.Checkpoint(step=self.step, **phase.checkpoint_objects)
-        self.manager = tf.train.CheckpointManager(
-            self.checkpoint, worker_dir(os.path.join(phase.directory, "ckpt"), strategy),
-            max_to_keep=keep_checkpoints)
-        self.history_path = os.path.join(phase.directory, "history.jsonl")
-        self.state_path = os.path.join(phase.directory, "phase_state.json")
-        self.writer = tf.summary.create_file_writer(
-            worker_dir(os.path.join(os.path.dirname(phase.directory), "..", "logs",
-                                    os.path.basename(os.path.dirname(phase.directory)),
-                                    phase.name), strategy))
-        self.state = read_json(self.state_path, {"best": None, "evals": []})
+        self.checkpoint_dir = worker_dir(posixpath.join(phase.directory, "ckpt"), strategy)
+        with files.translate_errors(self.checkpoint_dir, "read the checkpoints in"):
+            self.manager = tf.train.CheckpointManager(
+                self.checkpoint, self.checkpoint_dir, max_to_keep=keep_checkpoints)
+        self.history_path = posixpath.join(phase.directory, "history.jsonl")
+        self.state_path = posixpath.join(phase.directory, "phase_state.json")
+        stage_dir = posixpath.dirname(phase.directory.rstrip("/"))
+        self.writer = tf.summary.create_file_writer(worker_dir(
+            posixpath.join(posixpath.dirname(stage_dir), "logs", posixpath.basename(stage_dir),
+                           phase.name), strategy))
+        self.state = files.read_json(self.state_path, {"best": None, "evals": []},
+                                     error=TrainingStateError, expect=dict)
+        self.pending: list[dict[str, Any]] = []
+        self.watch = watch
+        self.stopped_at: Optional[int] = None
+        self.stopped_checkpoint = ""
+        # Stop requests (this worker's SIGTERM) and the step's all-reduced answer.
+        self.stop_request = _local_flag(strategy, "stop_request")
+        self.stop_agreed_flag = _local_flag(strategy, "stop_agreed")
+        self._request_sent = False
+        watch = getattr(phase.model, "watch_stop_requests", None)
+        self.in_graph_stop = watch is not None
+        if watch is not None:
+            watch(self.stop_request, self.stop_agreed_flag)
 
     # --- persistence ----------------------------------------------------------
     def restore(self) -> int:
@@ -115,26 +272,124 @@ class _Runner:
             # Create the slots now so a checkpoint restores them (not lazily later).
             with self.strategy.scope():
                 optimizer.build(self.phase.model.trainable_variables)
-        latest = self.manager.latest_checkpoint
-        if latest:
-            self.checkpoint.restore(latest).assert_existing_objects_matched()
-            print(f"[{self.phase.name}] resumed from {latest} (step {int(self.step.numpy())})",
+        kept = self._kept_checkpoints()
+        for i, path in enumerate(kept):
+            try:
+                self.checkpoint.restore(path).assert_existing_objects_matched()
+            except (tf.errors.OpError, IndexError, ValueError, AssertionError) as e:
+                reason = " ".join((getattr(e, "message", None) or str(e)).split())[:200]
+                log.warning("%s: checkpoint %s is unreadable (%s)", self.phase.name, path,
+                            reason)
+                print(f"warning: [{self.phase.name}] checkpoint {path} is unreadable or "
+                      f"truncated ({reason}); trying the previous kept one", flush=True)
+                continue
+            if i:
+                print(f"warning: [{self.phase.name}] resuming from the older checkpoint "
+                      f"{path}: the steps after it are trained again", flush=True)
+            print(f"[{self.phase.name}] resumed from {path} (step {int(self.step.numpy())})",
                   flush=True)
+            break
+        else:
+            if kept:
+                raise TrainingStateError(
+                    f"{self.checkpoint_dir}: none of the kept checkpoints "
+                    f"({', '.join(posixpath.basename(p) for p in kept)}) can be read; delete "
+                    f"{self.phase.directory} to train the phase {self.phase.name} from its "
+                    "start.")
+        self._agree_on_start()
         self._truncate_history(int(self.step.numpy()))
         return int(self.step.numpy())
 
-    def save(self, step: int) -> None:
-        self.manager.save(checkpoint_number=step)  # collective: every worker saves
+    def _kept_checkpoints(self) -> list[str]:
+        """Checkpoint prefixes of this phase, newest (highest step) first: the manager's
+        list, plus any complete `ckpt-N` whose save was cut before the manager's state
+        file was rewritten (a kill between the two)."""
+        found = set(self.manager.checkpoints)
+        for index in files.glob(posixpath.join(self.checkpoint_dir, "ckpt-*.index")):
+            found.add(index[:-len(".index")])
+
+        def number(path: str) -> int:
+            tail = posixpath.basename(path).rsplit("-", 1)[-1]
+            return int(tail) if tail.isdigit() else -1
+        return sorted(found, key=number, reverse=True)
+
+    def _agree_on_start(self) -> None:
+        """Workers resume from one step: each restored its own kept checkpoints; when they
+        differ, all go back to the oldest step, which every worker still keeps."""
+        if num_workers(self.strategy) <= 1:
+            return
+        mine = int(self.step.numpy())
+        local = tf.constant([mine], tf.int64)
+
+        @tf.function
+        def every_step():
+            return self.strategy.gather(self.strategy.run(lambda: tf.identity(local)), axis=0)
+
+        low = int(tf.reduce_min(every_step()))
+        if low == mine:
+            return
+        path = next((p for p in self._kept_checkpoints()
+                     if posixpath.basename(p) == f"ckpt-{low}"), None)
+        if path is None:
+            raise TrainingStateError(
+                f"{self.checkpoint_dir}: the workers resume from different steps (this one "
+                f"{mine}, another {low}) and this worker does not keep step {low}; delete "
+                f"{self.phase.directory} (and the workers' .workers/ copies) to restart the "
+                f"phase {self.phase.name}.")
+        print(f"warning: [{self.phase.name}] another worker resumes from step {low}; "
+              "going back to it", flush=True)
+        self.checkpoint.restore(path).assert_existing_objects_matched()
+
+    def save(self, step: int) -> str:
+        with files.translate_errors(self.checkpoint_dir, "write a checkpoint to"):
+            path = self.manager.save(checkpoint_number=step)  # collective: every worker saves
+        self.flush_history()
         if self.chief:
-            write_json_atomic(self.state_path, self.state)
+            files.write_json_atomic(self.state_path, self.state)
+        return path
 
     def _truncate_history(self, step: int) -> None:
         """Drop history lines written after the checkpoint we resume from."""
-        if not self.chief or not os.path.isfile(self.history_path):
+        if not self.chief or not files.isfile(self.history_path):
             return
-        with open(self.history_path, encoding="utf-8") as f:
-            lines = [ln for ln in f if ln.strip() and json.loads(ln)["step"] <= step]
-        write_bytes_atomic(self.history_path, "".join(lines).encode("utf-8"))
+        kept = []
+        for line in files.read_text(self.history_path).splitlines():
+            try:
+                if line.strip() and json.loads(line)["step"] <= step:
+                    kept.append(line + "\n")
+            except (ValueError, KeyError, TypeError):
+                continue  # a line cut by a crash mid-write
+        files.write_text_atomic(self.history_path, "".join(kept))
+
+    def flush_history(self) -> None:
+        """Append the buffered history rows (append: local files and ram://; on object
+        stores gfile rewrites the object, once per checkpoint)."""
+        if not self.pending:
+            return
+        rows, self.pending = self.pending, []
+        if self.chief:
+            with files.open(self.history_path, "a") as f, \
+                    files.translate_errors(self.history_path, "append to"):
+                f.write("".join(json.dumps(row) + "\n" for row in rows))
+
+    # --- preemption -------------------------------------------------------------
+    def forward_stop_request(self) -> None:
+        """After a SIGTERM, mark this worker's request; the next step all-reduces it."""
+        if self.watch.received and not self._request_sent:
+            self._request_sent = True
+            _set_local(self.strategy, self.stop_request, 1.0)
+
+    def stop_agreed(self) -> bool:
+        """Whether the step just run agreed to stop (the same answer on every worker)."""
+        if self.in_graph_stop:
+            return _get_local(self.strategy, self.stop_agreed_flag) > 0
+        return self.watch.received  # a model without the hook: this process decides alone
+
+    def stop_at(self, step: int) -> None:
+        path = self.save(step)
+        self.watch.saved = True
+        self.stopped_at = step
+        self.stopped_checkpoint = path
 
     # --- logging ----------------------------------------------------------------
     def learning_rate(self) -> Optional[float]:
@@ -159,9 +414,7 @@ class _Runner:
             for k, v in row.items():
                 if k != "step":
                     tf.summary.scalar(k, v)
-        if self.chief:
-            with open(self.history_path, "a", encoding="utf-8") as f:
-                f.write(json.dumps(row) + "\n")
+        self.pending.append(row)
 
     def run_eval(self, step: int) -> Optional[dict[str, float]]:
         if self.phase.evaluate is None:
@@ -181,37 +434,44 @@ class _Runner:
             if self.phase.on_best is not None:
                 self.phase.on_best(metrics)
         if self.chief:
-            write_json_atomic(self.state_path, self.state)
+            files.write_json_atomic(self.state_path, self.state)
         return metrics
 
     # --- the loop ---------------------------------------------------------------
     def run(self) -> dict[str, Any]:
+        result = self._run()
+        if self.stopped_at is not None:
+            raise Preempted(self.phase.name, self.stopped_at, self.stopped_checkpoint)
+        return result
+
+    def _run(self) -> dict[str, Any]:
         phase = self.phase
         total = phase.total_steps
         step = self.restore()
-        done_path = os.path.join(phase.directory, "phase_done.json")
-        if os.path.isfile(done_path) and step >= total:
+        done_path = posixpath.join(phase.directory, "phase_done.json")
+        if files.isfile(done_path) and step >= total:
             log.info("%s: already finished (%d steps); skipping", phase.name, step)
-            return read_json(done_path)
+            return files.read_json(done_path, error=TrainingStateError, expect=dict)
         while step < total:
             epoch, offset = divmod(step, phase.steps_per_epoch)
             steps = min(phase.steps_per_epoch - offset, total - step)
-            dataset = phase.make_dataset(epoch)
-            if offset:
-                dataset = dataset.skip(offset)
             if self.verbose:
                 print(f"[{phase.name}] epoch {epoch + 1}/{math.ceil(total / phase.steps_per_epoch)}"
                       f" steps {step}..{step + steps} of {total}", flush=True)
             # steps_per_epoch gives the progress bar its length; the order is the
             # dataset's own (epoch_order), so Keras must not be asked to shuffle.
-            phase.model.fit(dataset.take(steps), epochs=1, steps_per_epoch=steps,
-                            shuffle=False, verbose=self.verbose,
-                            callbacks=[_PhaseCallback(self)])
+            # Data errors raised inside tf.data reach the user as one line.
+            with corpus_lib.translate_data_errors():
+                phase.model.fit(phase.epoch_input(epoch, offset, steps), epochs=1,
+                                steps_per_epoch=steps, shuffle=False, verbose=self.verbose,
+                                callbacks=[_PhaseCallback(self)])
             new_step = int(self.step.numpy())
             if new_step == step:
                 raise RuntimeError(f"{phase.name}: the dataset of epoch {epoch} yielded no "
                                    "batch; check the data and the batch size.")
             step = new_step
+            if self.stopped_at is not None:
+                return {}
             if step % phase.steps_per_epoch == 0 or step >= total:
                 if not phase.eval_every:
                     self.run_eval(step)
@@ -220,10 +480,11 @@ class _Runner:
         if phase.evaluate is not None and (not evals or evals[-1]["step"] != step):
             self.run_eval(step)
             self.save(step)
+        self.flush_history()
         result = {"steps": step, "best": self.state.get("best"),
                   "evals": self.state.get("evals", [])}
         if self.chief:
-            write_json_atomic(done_path, result)
+            files.write_json_atomic(done_path, result)
         return result
 
 
@@ -236,12 +497,15 @@ def _is_number(v: Any) -> bool:
 
 
 def run_phase(phase: Phase, strategy: tf.distribute.Strategy, *, checkpoint_every: int = 200,
-              keep_checkpoints: int = 2, log_every: int = 1, verbose: int = 1
-              ) -> dict[str, Any]:
-    """Train `phase` to its end, resuming from its latest checkpoint if any.
+              keep_checkpoints: int = 2, log_every: int = 1, verbose: int = 1,
+              stop_grace_seconds: float = 300.0) -> dict[str, Any]:
+    """Train `phase` to its end, resuming from its latest readable checkpoint if any.
 
     Returns {"steps", "best", "evals"}. A finished phase is not retrained: its
     final checkpoint is restored into the objects and its result returned.
+    Raises `Preempted` (exit code 75) after a SIGTERM once the checkpoint of the
+    agreed step is saved.
     """
-    return _Runner(phase, strategy, checkpoint_every, keep_checkpoints, log_every,
-                   verbose).run()
+    with _StopWatch(phase.name, stop_grace_seconds) as watch:
+        return _Runner(phase, strategy, checkpoint_every, keep_checkpoints, log_every,
+                       verbose, watch).run()

@@ -1,0 +1,118 @@
+"""A training phase in-process: SIGTERM stops it at a step boundary with a checkpoint
+and exit code 75, a truncated latest checkpoint falls back to the previous kept one,
+and either way the resumed phase ends with the weights of an uninterrupted one; the
+train step is traced once per phase, across epochs and resumes, also under XLA."""
+from __future__ import annotations
+
+import os
+import signal
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tinybert_tf.config import BertConfig
+from tinybert_tf.distill import Distiller, make_terms
+from tinybert_tf.models import BertModel
+from tinybert_tf.pipeline.training import PREEMPTED_EXIT_CODE, Phase, Preempted, run_phase
+
+STEPS_PER_EPOCH, EPOCHS, BATCH, SEQ = 3, 2, 4, 12
+
+
+def _config(vocab_size: int, hidden: int) -> BertConfig:
+    return BertConfig(vocab_size=vocab_size, hidden_size=hidden, num_layers=2, num_heads=2,
+                      intermediate_size=2 * hidden, max_position_embeddings=32,
+                      hidden_dropout=0.0, attention_dropout=0.0)
+
+
+def _dataset(epoch: int) -> tf.data.Dataset:
+    """Fixed-shape batches of random ids, another order each epoch."""
+    rng = np.random.default_rng([7, epoch])
+    n = STEPS_PER_EPOCH * BATCH
+    ids = rng.integers(5, 40, (n, SEQ)).astype(np.int32)
+    mask = (np.arange(SEQ)[None, :] < rng.integers(4, SEQ + 1, (n, 1))).astype(np.int32)
+    x = {"input_word_ids": ids * mask, "input_mask": mask, "input_type_ids": 0 * mask}
+    return tf.data.Dataset.from_tensor_slices(x).batch(BATCH, drop_remainder=True)
+
+
+def _phase(directory: str, *, max_steps: int = 0, jit: bool = False, evaluate=None,
+           eval_every: int = 0) -> Phase:
+    """The same freshly initialised phase every call (seeded models, constant rate)."""
+    keras.utils.set_random_seed(0)
+    teacher = BertModel(_config(40, 16))
+    student = BertModel(_config(40, 8))
+    distiller = Distiller(student=student, teacher=teacher, terms=make_terms("embd,attn,hidn"))
+    distiller.compile(optimizer=keras.optimizers.Adam(1e-2), jit_compile=jit)
+    return Phase("phase", directory, distiller, distiller.checkpoint_items(), _dataset,
+                 STEPS_PER_EPOCH, EPOCHS, max_steps=max_steps, evaluate=evaluate,
+                 eval_every=eval_every)
+
+
+def _run(phase: Phase, **kwargs):
+    return run_phase(phase, tf.distribute.get_strategy(), verbose=0, **kwargs)
+
+
+def _weights(phase: Phase) -> list[np.ndarray]:
+    return [v.numpy() for v in phase.model.student.weights]
+
+
+def _assert_same(a, b):
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        np.testing.assert_allclose(x, y, atol=1e-6)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    phase = _phase(str(tmp_path_factory.mktemp("ref") / "stage" / "phase"))
+    assert _run(phase)["steps"] == STEPS_PER_EPOCH * EPOCHS
+    return phase
+
+
+def test_train_step_is_traced_once_across_an_epoch_boundary(reference):
+    assert reference.model.train_traces == 1
+
+
+def test_sigterm_stops_at_a_step_boundary_and_the_resume_matches(tmp_path, reference):
+    directory = str(tmp_path / "stage" / "phase")
+    sent, before = [], signal.getsignal(signal.SIGTERM)
+
+    def evaluate():  # runs inside fit after step 2: a SIGTERM arrives mid-phase
+        if not sent:
+            sent.append(True)
+            os.kill(os.getpid(), signal.SIGTERM)
+        return {"metric": 0.0}
+
+    with pytest.raises(Preempted) as stop:
+        _run(_phase(directory, evaluate=evaluate, eval_every=2))
+    assert stop.value.exit_code == PREEMPTED_EXIT_CODE and stop.value.step == 3
+    assert os.path.isfile(os.path.join(directory, "ckpt", "ckpt-3.index"))
+    assert signal.getsignal(signal.SIGTERM) == before  # the phase's handler is gone
+
+    resumed = _phase(directory)
+    assert _run(resumed)["steps"] == STEPS_PER_EPOCH * EPOCHS
+    assert resumed.model.train_traces == 1  # a resume traces once too
+    _assert_same(_weights(resumed), _weights(reference))
+
+
+def test_truncated_latest_checkpoint_falls_back_to_the_previous_one(tmp_path, reference,
+                                                                    capsys):
+    directory = str(tmp_path / "stage" / "phase")
+    _run(_phase(directory, max_steps=4), checkpoint_every=2, keep_checkpoints=3)
+    data = os.path.join(directory, "ckpt", "ckpt-4.data-00000-of-00001")
+    with open(data, "r+b") as f:  # a save cut short (disk full, killed copy)
+        f.truncate(os.path.getsize(data) // 2)
+
+    resumed = _phase(directory)
+    assert _run(resumed, checkpoint_every=2, keep_checkpoints=3)["steps"] == 6
+    out = capsys.readouterr().out
+    assert "ckpt-4 is unreadable or truncated" in out and "resumed from" in out
+    assert "ckpt-3 (step 3)" in out  # the newest readable one: the end of epoch 1
+    _assert_same(_weights(resumed), _weights(reference))
+
+
+def test_train_step_compiles_once_under_xla(tmp_path):
+    phase = _phase(str(tmp_path / "stage" / "phase"), jit=True)
+    _run(phase)
+    assert phase.model.train_traces == 1

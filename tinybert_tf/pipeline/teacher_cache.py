@@ -1,0 +1,152 @@
+"""Teacher logits computed once per training example and reused by every epoch.
+
+In the prediction-layer phase the frozen teacher sees the same inputs every
+epoch; its forward pass is most of a step's cost (a 6-layer teacher against a
+1- to 4-layer student). With `--teacher_cache` (the default) the phase first
+runs the teacher over its training rows in example order and stores the
+logits (float32 [rows, *logits shape]) as .npy parts in the phase folder
+(`teacher_cache/logits-00000.npy`, ...). Each part is written whole or not at
+all, so a run killed while caching resumes at the first missing part.
+`cache.json` records what the logits belong to (examples, sequence length,
+teacher files); anything else found there is discarded and recomputed.
+
+Each epoch's batches then carry `teacher_logits` gathered in that epoch's
+order (`epoch_permutation`: the same permutation `stages.epoch_order` applies
+to the examples), and the Distiller skips the teacher: its terms declare they
+read only the logits (`LossTerm.teacher_outputs`). The loss is the same as
+recomputing (up to float rounding of batch-size-dependent kernels).
+
+Only tasks with one dataset row per example qualify (`TaskType.dataset_rows`
+not overridden); span QA, whose examples become a varying number of windows,
+recomputes the teacher.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import posixpath
+import time
+from typing import Any, Optional, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from tinybert_tf import files
+from tinybert_tf.distill.distiller import TEACHER_KEY_PREFIX
+from tinybert_tf.tasks.base import TaskType
+
+CACHE_FOLDER = "teacher_cache"
+META_FILE = "cache.json"
+PART_ROWS = 4096  # rows per .npy part (the unit of resumption)
+_VERSION = 1
+LOGITS_KEY = TEACHER_KEY_PREFIX + "logits"
+
+
+def epoch_permutation(n: int, seed: int, epoch: int) -> np.ndarray:
+    """The order of `n` examples in `epoch`: a NumPy permutation seeded by (seed, epoch)."""
+    return np.random.default_rng([seed, epoch]).permutation(n)
+
+
+def applies(task_type: TaskType, distiller: Any) -> bool:
+    """Whether cached logits can stand in for the teacher: one row per example, and the
+    Distiller's terms read the teacher's logits only."""
+    return (type(task_type).dataset_rows is TaskType.dataset_rows
+            and getattr(distiller, "teacher_reads", None) == ("logits",))
+
+
+def examples_digest(examples: Sequence[Any]) -> str:
+    """A hash of the examples' texts and labels, in order."""
+    h = hashlib.sha1()
+    for ex in examples:
+        h.update(repr((getattr(ex, "text_a", None), getattr(ex, "text_b", None),
+                       getattr(ex, "label", None), getattr(ex, "words", None))).encode())
+    return h.hexdigest()
+
+
+def _to_npy(array: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, array, allow_pickle=False)
+    return buffer.getvalue()
+
+
+def _from_npy(path: str) -> Optional[np.ndarray]:
+    try:
+        return np.load(io.BytesIO(files.read_bytes(path)), allow_pickle=False)
+    except (ValueError, OSError, EOFError):
+        return None  # a damaged part is recomputed
+
+
+def _forward(teacher, strategy: tf.distribute.Strategy):
+    """inputs -> float32 logits of one batch; on TPU through strategy.run (the weights
+    live on the TPU), elsewhere a plain call on the default device."""
+    @tf.function(reduce_retracing=True)
+    def plain(x):
+        return tf.cast(teacher(x, training=False)["logits"], tf.float32)
+
+    if not isinstance(strategy, tf.distribute.TPUStrategy):
+        return plain
+
+    @tf.function(reduce_retracing=True)
+    def on_tpu(x):
+        out = strategy.run(lambda y: tf.cast(teacher(y, training=False)["logits"], tf.float32),
+                           args=(x,))
+        return strategy.experimental_local_results(out)[0]
+
+    return on_tpu
+
+
+def teacher_logits(teacher, examples: Sequence[Any], task_type: TaskType, tokenizer,
+                   max_seq_len: int, batch_size: int, directory: str,
+                   strategy: tf.distribute.Strategy, identity: dict[str, Any],
+                   name: str = "prediction") -> np.ndarray:
+    """The teacher's float32 logits of every example (one row each, example order),
+    read from `directory` or computed and stored there part by part."""
+    files.makedirs(directory)
+    meta_path = posixpath.join(directory, META_FILE)
+    meta = {"version": _VERSION, "rows": len(examples), "max_seq_len": int(max_seq_len),
+            "examples": examples_digest(examples), **identity}
+    if files.read_json(meta_path, default=None, error=ValueError) != meta:
+        for old in files.glob(posixpath.join(directory, "logits-*.npy")):
+            files.remove(old)
+        files.write_json_atomic(meta_path, meta)
+    forward = _forward(teacher, strategy)
+    parts, computed, start_time = [], 0, time.time()
+    for p, start in enumerate(range(0, len(examples), PART_ROWS)):
+        chunk = examples[start:start + PART_ROWS]
+        path = posixpath.join(directory, f"logits-{p:05d}.npy")
+        array = _from_npy(path) if files.isfile(path) else None
+        if array is None or len(array) != len(chunk):
+            outs = []
+            for batch in task_type.dataset(chunk, tokenizer, max_seq_len, batch_size):
+                x = batch[0] if isinstance(batch, tuple) else batch
+                outs.append(forward(x).numpy())
+            array = np.concatenate(outs, 0).astype(np.float32)
+            files.write_bytes_atomic(path, _to_npy(array))
+            computed += len(chunk)
+        parts.append(array)
+    logits = np.concatenate(parts, 0)
+    if computed:
+        print(f"[{name}] teacher logits of {computed} rows cached in "
+              f"{time.time() - start_time:.1f}s ({directory})", flush=True)
+    return logits
+
+
+def with_teacher_logits(dataset: tf.data.Dataset, logits: np.ndarray, order: np.ndarray,
+                        batch_size: int) -> tf.data.Dataset:
+    """`dataset` (batches of `batch_size` rows taken in `order`, drop_remainder) with each
+    batch's cached logits added to its inputs as `teacher_logits`."""
+    batches = len(order) // batch_size
+    spec = tf.TensorSpec([batch_size, *logits.shape[1:]], tf.float32)
+
+    def rows():
+        for b in range(batches):
+            yield logits[order[b * batch_size:(b + 1) * batch_size]]
+
+    cached = tf.data.Dataset.from_generator(rows, output_signature=spec)
+
+    def merge(batch, z):
+        if isinstance(batch, tuple):
+            return ({**batch[0], LOGITS_KEY: z}, *batch[1:])
+        return {**batch, LOGITS_KEY: z}
+
+    return tf.data.Dataset.zip((dataset, cached)).map(merge).prefetch(tf.data.AUTOTUNE)
