@@ -115,3 +115,27 @@ def test_bin_benchmark_quick(tmp_path):
         assert m["runtimes"]["float32"]["agreement"] == 1.0
     assert (out / "benchmark.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "paper: 7.5x smaller" in proc.stdout
+
+
+def test_bin_export_writes_hugging_face_and_keras_hub_directories(tmp_path, tiny_vocab):
+    """The format table's model-directory rows through the tool: each directory loads
+    back (our readers) and gives the model's probabilities."""
+    vocab = list(dict.fromkeys(tiny_vocab))
+    keras.utils.set_random_seed(8)
+    config = BertConfig(vocab_size=len(vocab), hidden_size=32, num_layers=2, num_heads=4,
+                        intermediate_size=64, max_position_embeddings=64,
+                        hidden_act="gelu_tanh")  # keras-hub's GELU
+    src = save_model(BertModel(config, head="classifier", label_names=["neg", "pos"],
+                               vocab=vocab), str(tmp_path / "model"))
+    out = tmp_path / "out"
+    proc = run_tool("export", f"--model_dir={src}", f"--output_dir={out}", "--max_seq_len=16",
+                    "--export_formats=hf,keras_hub", "--export_latency_runs=2")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    parity = json.loads((out / "export" / "parity.json").read_text())
+    for fmt, path in (("hf", "hf"), ("keras_hub", "keras_hub")):
+        row = parity["formats"][fmt]
+        assert row["path"] == path and row["max_abs_diff"] < 1e-4, (fmt, row)
+        assert row["label_agreement"] == 1.0
+    hf_config = json.loads((out / "export" / "hf" / "config.json").read_text())
+    assert hf_config["architectures"] == ["BertForSequenceClassification"]
+    assert hf_config["id2label"] == {"0": "neg", "1": "pos"}

@@ -364,3 +364,45 @@ def test_tflite_support_parser_reads_the_text_in_metadata(task_library, classifi
     assert "input_process_units" not in sg  # the tokenizer is in the graph
     assert sg["output_tensor_metadata"][0]["associated_files"][0]["type"] == \
         "TENSOR_AXIS_LABELS"
+
+
+def test_bert_question_answerer_runs_our_span_export_on_our_packing(task_library, tiny_vocab,
+                                                                     tmp_path):
+    """A SpanQA model converted by our exporter (metadata attached by the task type) loads
+    in the real BertQuestionAnswerer, and the logit of its best answer is a start+end sum
+    of OUR packing's logits in the context: both sides fed the model the same 384 ids."""
+    from tinybert_tf.export import TFLiteRunner
+    from tinybert_tf.tasks.span import SpanQA
+    keras.utils.set_random_seed(9)
+    config = BertConfig(vocab_size=len(tiny_vocab), hidden_size=32, num_layers=2, num_heads=4,
+                        intermediate_size=64, max_position_embeddings=tm.QA_SEQ_LEN,
+                        initializer_range=0.1)
+    model = BertModel(config, head="span", vocab=tiny_vocab)
+    # The Task Library only pairs its top-5 starts with its top-5 ends over all 384
+    # positions, so a random head answers nothing. Give the second segment a strong
+    # direction u and read start and end along it: context tokens then score highest,
+    # and the random word / position parts still make every span's sum different.
+    weights = {w.path: w for w in model.weights}
+    u = np.random.default_rng(9).normal(size=32)
+    u = (u - u.mean()) / u.std()
+    segment = weights["bert/segment_embedding/embeddings"]
+    segment.assign(np.stack([np.zeros(32), 0.5 * u]).astype("float32"))
+    head = weights["bert/span_head/qa_outputs/kernel"]
+    head.assign(np.stack([u, u], 1).astype("float32") + head.numpy())
+    flat = tflite.convert(model, "float32", tm.QA_SEQ_LEN, task=SpanQA(version="1.1"))
+    context, question = "The cat sat on the mat .", "where did the cat sit ?"
+    answers = tasklib.answer(write(tmp_path, "span.tflite", flat), context, question)
+    assert answers and answers[0]["text"] and answers[0]["text"].lower() in context.lower()
+    ids = Tokenizer(tiny_vocab, lower_case=True, max_seq_len=tm.QA_SEQ_LEN)(
+        [question], [context])
+    out = TFLiteRunner(flat).predict({k: v.numpy() for k, v in ids.items()})
+    start, end = out["start_logits"][0], out["end_logits"][0]
+    in_context = np.flatnonzero(ids["input_type_ids"].numpy()[0] * ids["input_mask"].numpy()[0])
+    in_context = in_context[:-1]  # not the final [SEP]
+    sums = start[in_context][:, None] + end[in_context][None, :]
+    words = context.lower().split()  # the tiny vocabulary holds each word whole
+    assert len(in_context) == len(words)
+    for answer in answers:  # each answer's logit is OUR sum for the words it names
+        spans = [(i, j) for i in range(len(words)) for j in range(i, len(words))
+                 if " ".join(words[i:j + 1]) == answer["text"].lower()]
+        assert any(np.isclose(sums[i, j], answer["logit"], atol=1e-4) for i, j in spans), answer
