@@ -37,7 +37,7 @@ resolver (docs/deploy.md). Here `TFLiteRunner` does so through
 ai-edge-litert's InterpreterWithCustomOps.
 
 Full-integer flavours (int8, int16x8) quantise the integer-friendly trace
-(`integer_friendly`, the same maths: centred LayerNorm, plain GATHER
+(the encoder's `integer_friendly` call argument, the same maths: centred LayerNorm, plain GATHER
 embeddings, the 0/1 mask from a GATHER), so no float op is left between the
 int32 ids and the output DEQUANTIZE: what an integer-only delegate needs.
 Measured on the demo (docs/deploy.md): int8 keeps 80% of the dev labels,
@@ -57,14 +57,11 @@ the same task). The float flavours keep -10000.
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import functools
 import os
 import warnings
-from typing import Any, Callable, Iterable, Iterator, Optional, Sequence, Union
+from typing import Any, Callable, Iterable, Optional, Sequence, Union
 
-import keras
 import numpy as np
 import tensorflow as tf
 import tensorflow_text as tf_text
@@ -86,7 +83,7 @@ class Flavour:
     """A TFLite flavour: how the converter is set up, whether it needs
     representative task text to calibrate activation ranges, whether it takes
     raw text (the tokenizer in the graph) instead of token ids, and whether it
-    quantises the integer-friendly trace (`integer_friendly`)."""
+    quantises the integer-friendly trace (the encoder's `integer_friendly`)."""
 
     description: str
     configure: Callable[[Any, Optional[list]], None]
@@ -192,7 +189,7 @@ def model_function(model: BertModel, max_seq_len: int, batch_size: int = 1,
     """A frozen concrete function: 3 x int32 [batch, L] -> the task's TFLite outputs.
 
     mask_value: the additive attention mask to trace with (None: the encoder's).
-    integer: trace the integer-friendly graph (`integer_friendly`; the same
+    integer: trace the integer-friendly graph (`BertModel(integer_friendly=True)`; the same
     maths) that the full-integer flavours quantise.
     """
     task = export_task(model, task)
@@ -207,60 +204,10 @@ def model_function(model: BertModel, max_seq_len: int, batch_size: int = 1,
             input_mask = tf.gather(tf.constant([0.0, 1.0]), input_mask)
         inputs = {"input_word_ids": input_word_ids, "input_mask": input_mask,
                   "input_type_ids": input_type_ids}
-        logits = tf.cast(model(inputs, training=False, mask_value=value)["logits"], tf.float32)
-        return task.tflite_outputs(logits)
+        logits = model(inputs, training=False, mask_value=value, integer_friendly=integer)
+        return task.tflite_outputs(tf.cast(logits["logits"], tf.float32))
 
-    with integer_friendly(model, enabled=integer):
-        return convert_variables_to_constants_v2(predict.get_concrete_function())
-
-
-@contextlib.contextmanager
-def integer_friendly(model: BertModel, enabled: bool = True) -> Iterator[None]:
-    """While tracing, give the model's LayerNormalization and Embedding layers
-    stand-in `call`s with the same maths in integer-friendly ops; restored after.
-
-    LayerNorm: Keras computes x * (gamma * rsqrt(var)) + (beta - mean * gamma *
-    rsqrt(var)): two large terms that cancel (which a quantised ADD cannot
-    resolve) and a NEG that has no integer kernel (it stayed float in the int8
-    model). The stand-in centres first, (x - mean) * rsqrt(mean((x - mean)^2) +
-    eps) * gamma + beta, squaring by MUL (SQUARED_DIFFERENCE has no int16
-    kernel). Embedding: a plain GATHER, without Keras's negative-index fix-up
-    (LESS/ADD/SELECT on int32 ids), which the 16x8 quantiser cannot calibrate.
-    """
-    patched = []
-    if enabled:
-        for layer in model._flatten_layers(include_self=False):
-            if getattr(layer, "quantization_mode", None) is not None:
-                continue
-            if (isinstance(layer, keras.layers.LayerNormalization) and not layer.rms_scaling
-                    and tuple(np.atleast_1d(layer.axis)) in ((-1,), (2,))):
-                layer.call = functools.partial(_centred_layer_norm, layer)
-                patched.append(layer)
-            elif (isinstance(layer, keras.layers.Embedding)
-                  and not getattr(layer, "lora_enabled", False)):
-                layer.call = functools.partial(_gather_embedding, layer)
-                patched.append(layer)
-    try:
-        yield
-    finally:
-        for layer in patched:
-            del layer.call
-
-
-def _centred_layer_norm(layer, inputs):
-    x = tf.cast(inputs, tf.float32)
-    centred = x - tf.reduce_mean(x, axis=-1, keepdims=True)
-    variance = tf.reduce_mean(centred * centred, axis=-1, keepdims=True)
-    out = centred * tf.math.rsqrt(variance + layer.epsilon)
-    if layer.gamma is not None:
-        out = out * tf.cast(layer.gamma, tf.float32)
-    if layer.beta is not None:
-        out = out + tf.cast(layer.beta, tf.float32)
-    return tf.cast(out, layer.compute_dtype)
-
-
-def _gather_embedding(layer, inputs):
-    return tf.cast(tf.gather(layer.embeddings, tf.cast(inputs, tf.int32)), layer.compute_dtype)
+    return convert_variables_to_constants_v2(predict.get_concrete_function())
 
 
 def text_model_function(model: BertModel, max_seq_len: int, is_pair: bool,

@@ -23,7 +23,14 @@ from keras import ops
 
 from tinybert_tf.config import BertConfig
 from tinybert_tf.models.heads import get_head
-from tinybert_tf.models.layers import MASK_VALUE, PositionEmbedding, TransformerLayer, initializer
+from tinybert_tf.models.layers import (
+    MASK_VALUE,
+    PositionEmbedding,
+    TransformerLayer,
+    embed,
+    initializer,
+    normalize,
+)
 
 INPUT_NAMES = ("input_word_ids", "input_mask", "input_type_ids")
 
@@ -92,28 +99,33 @@ class BertModel(keras.Model):
         self(dummy_inputs(1, 2, mlm_positions=extra.get("masked_lm_positions", 0)))
 
     def call(self, inputs: dict[str, Any], training=None,
-             mask_value: float = MASK_VALUE) -> dict[str, Any]:
+             mask_value: float = MASK_VALUE, integer_friendly: bool = False) -> dict[str, Any]:
         """inputs: int [B, L] input_word_ids, input_mask, input_type_ids (and
         masked_lm_positions [B, P] for the MLM head).
 
         mask_value: the additive attention mask of padded keys (-1e4; the int8
         TFLite export traces with a smaller, calibrated one).
+        integer_friendly: embeddings by plain GATHER and centred LayerNorms
+        (`layers.embed` / `layers.normalize`): the same maths in ops that the
+        full-integer TFLite flavours quantise to integer kernels.
         """
         word_ids = inputs["input_word_ids"]
         mask = inputs.get("input_mask")
         if mask is None:
             mask = ops.ones_like(word_ids)
-        x = self.token_embedding(word_ids)
+        x = embed(self.token_embedding, word_ids, integer_friendly)
         x = x + self.position_embedding(x)
         if self.segment_embedding is not None:
             type_ids = inputs.get("input_type_ids")
             if type_ids is None:
                 type_ids = ops.zeros_like(word_ids)
-            x = x + self.segment_embedding(type_ids)
-        x = self.embeddings_dropout(self.embeddings_layer_norm(x), training=training)
+            x = x + embed(self.segment_embedding, type_ids, integer_friendly)
+        x = self.embeddings_dropout(normalize(self.embeddings_layer_norm, x, integer_friendly),
+                                    training=training)
         hidden_states, scores = [x], []
         for layer in self.transformer_layers:
-            x, s = layer(x, mask, training=training, mask_value=mask_value)
+            x, s = layer(x, mask, training=training, mask_value=mask_value,
+                         integer_friendly=integer_friendly)
             hidden_states.append(x)
             scores.append(s)
         cls = x[:, 0, :]

@@ -15,6 +15,8 @@ from __future__ import annotations
 import math
 
 import keras
+import numpy as np
+import tensorflow as tf
 from keras import ops
 
 # Added to the scores of padded keys before the softmax. The softmax runs in
@@ -36,6 +38,43 @@ def activation_fn(name: str):
 
 def initializer(stddev: float) -> keras.initializers.Initializer:
     return keras.initializers.TruncatedNormal(stddev=stddev)
+
+
+def embed(layer: keras.layers.Embedding, ids, integer_friendly: bool = False):
+    """ids int [B, L] -> [B, L, H]: `layer(ids)`, or with `integer_friendly` the
+    same rows by a plain GATHER.
+
+    Keras's TF `take` first maps negative ids (LESS/ADD/SELECT on int32), which the
+    16x8 quantiser cannot calibrate; ids here are never negative. tf.gather and not
+    keras.ops because every keras op adds that fix-up.
+    """
+    if not integer_friendly or getattr(layer, "lora_enabled", False) or getattr(
+            layer, "quantization_mode", None) is not None:
+        return layer(ids)
+    return ops.cast(tf.gather(layer.embeddings, ops.cast(ids, "int32")), layer.compute_dtype)
+
+
+def normalize(layer: keras.layers.LayerNormalization, x, integer_friendly: bool = False):
+    """x [..., H] -> [..., H]: `layer(x)`, or with `integer_friendly` the same maths
+    centred first, for the full-integer TFLite flavours.
+
+    Keras computes x * (gamma * rsqrt(var)) + (beta - mean * gamma * rsqrt(var)):
+    two large terms that cancel (a quantised ADD cannot resolve them) and a NEG
+    with no integer kernel. Here: (x - mean) * rsqrt(mean((x - mean)^2) + eps) *
+    gamma + beta, squaring by MUL (SQUARED_DIFFERENCE has no int16 kernel).
+    """
+    if (not integer_friendly or layer.rms_scaling
+            or tuple(np.atleast_1d(layer.axis)) not in ((-1,), (len(x.shape) - 1,))):
+        return layer(x)
+    x32 = ops.cast(x, "float32")
+    centred = x32 - ops.mean(x32, axis=-1, keepdims=True)
+    out = centred * ops.rsqrt(ops.mean(centred * centred, axis=-1, keepdims=True)
+                              + layer.epsilon)
+    if layer.gamma is not None:
+        out = out * ops.cast(layer.gamma, "float32")
+    if layer.beta is not None:
+        out = out + ops.cast(layer.beta, "float32")
+    return ops.cast(out, layer.compute_dtype)
 
 
 class PositionEmbedding(keras.layers.Layer):
@@ -174,14 +213,20 @@ class TransformerLayer(keras.layers.Layer):
         self.feedforward_layer_norm.build(input_shape)
         self.built = True
 
-    def call(self, x, input_mask, training=None, mask_value: float = MASK_VALUE):
-        """x: [B, L, H] -> (y [B, L, H], scores [B, heads, L, L])."""
+    def call(self, x, input_mask, training=None, mask_value: float = MASK_VALUE,
+             integer_friendly: bool = False):
+        """x: [B, L, H] -> (y [B, L, H], scores [B, heads, L, L]).
+
+        integer_friendly: LayerNorms by `normalize` (same maths; full-integer export).
+        """
         attn, scores = self.self_attention_layer(x, input_mask, training=training,
                                                  mask_value=mask_value)
-        x = self.self_attention_layer_norm(
-            x + self.self_attention_dropout(attn, training=training))
+        x = normalize(self.self_attention_layer_norm,
+                      x + self.self_attention_dropout(attn, training=training),
+                      integer_friendly)
         ffn = self.feedforward_output_dense(self.feedforward_intermediate_dense(x))
-        x = self.feedforward_layer_norm(x + self.feedforward_dropout(ffn, training=training))
+        x = normalize(self.feedforward_layer_norm,
+                      x + self.feedforward_dropout(ffn, training=training), integer_friendly)
         return x, scores
 
     def get_config(self):
