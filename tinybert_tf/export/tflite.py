@@ -40,7 +40,7 @@ Full-integer flavours (int8, int16x8) quantise the integer-friendly trace
 (the encoder's `integer_friendly` call argument, the same maths: centred LayerNorm, plain GATHER
 embeddings, the 0/1 mask from a GATHER), so no float op is left between the
 int32 ids and the output DEQUANTIZE: what an integer-only delegate needs.
-Measured on the demo (docs/deploy.md): int8 keeps 80% of the dev labels,
+Measured on the demo (docs/deploy.md): int8 keeps 80-88% of the dev labels,
 int16x8 all of them (its x86 kernels are slow reference code; the Task
 Library's runtime lacks int16 GELU/RSQRT, so it carries descriptive metadata).
 
