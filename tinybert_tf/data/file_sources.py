@@ -29,10 +29,16 @@ import json
 import os
 from typing import Any, Mapping, Optional, Sequence
 
-from tinybert_tf import files
 from tinybert_tf.data import conll, tabular
 from tinybert_tf.data.examples import DataError, Example, Examples
-from tinybert_tf.data.sources import AUGMENTED_SPLIT, DataSource, RowTable, register_source
+from tinybert_tf.data.sources import (
+    AUGMENTED_SPLIT,
+    AugmentedFile,
+    DataSource,
+    RowTable,
+    file_facts,
+    register_source,
+)
 
 SPLIT_FLAGS = {"train": "--train_file", "dev": "--validation_file", "test": "--test_file"}
 
@@ -42,14 +48,6 @@ class WordsExample(Example):
     """A token-classification example: `words` [W], `label` W tag ids (or None)."""
 
     words: list[str] = dataclasses.field(default_factory=list)
-
-
-def file_facts(path: str) -> dict[str, Any]:
-    """Path, size and modification time (through tf.io.gfile), or {"missing": True}."""
-    if not files.exists(path):
-        return {"path": path, "missing": True}
-    st = files.stat(path)
-    return {"path": files.absolute(path), "size": st.size, "mtime_ns": st.mtime_ns}
 
 
 def _split_file(files: Mapping[str, str], split: str) -> str:
@@ -197,25 +195,18 @@ class TabularSource(DataSource):
         return _AugmentedTable(self, path)
 
 
-class _AugmentedTable(DataSource):
+class _AugmentedTable(AugmentedFile):
     """The augmented training file of a `TabularSource`: same columns and format,
     labels encoded with the original training file's label set."""
 
     kind = "tabular_augmented"
 
     def __init__(self, parent: TabularSource, path: str):
-        self.parent, self.path = parent, path
+        super().__init__(path)
+        self.parent = parent
 
-    def splits(self):
-        return (AUGMENTED_SPLIT,)
-
-    def load(self, split):
-        if split != AUGMENTED_SPLIT:
-            raise DataError(f"{self.path}: holds only the {AUGMENTED_SPLIT} split, not {split}.")
+    def read(self):
         return self.parent.encode(self.parent.raw(AUGMENTED_SPLIT, self.path))
-
-    def describe(self):
-        return {"kind": self.kind, "file": file_facts(self.path)}
 
 
 # ---------------------------------------------------------------------------
@@ -353,23 +344,16 @@ class TokenSource(DataSource):
         return _AugmentedTokens(self, path)
 
 
-class _AugmentedTokens(DataSource):
+class _AugmentedTokens(AugmentedFile):
     """The augmented training file of a `TokenSource` (CoNLL `word<TAB>tag`, or JSON lines)."""
 
     kind = "token_files_augmented"
 
     def __init__(self, parent: TokenSource, path: str):
-        self.parent, self.path = parent, path
+        super().__init__(path)
+        self.parent = parent
 
-    def splits(self):
-        return (AUGMENTED_SPLIT,)
-
-    def load(self, split):
-        if split != AUGMENTED_SPLIT:
-            raise DataError(f"{self.path}: holds only the {AUGMENTED_SPLIT} split, not {split}.")
+    def read(self):
         # CoNLL is written as word<TAB>tag: the tag is the last column whatever --tag_column.
         sentences = self.parent.sentences(AUGMENTED_SPLIT, self.path, tag_column=-1)
         return self.parent.encode(sentences)
-
-    def describe(self):
-        return {"kind": self.kind, "file": file_facts(self.path)}

@@ -94,11 +94,35 @@ def register_source(cls: type[DataSource]) -> type[DataSource]:
     return cls
 
 
-def _file_facts(path: str) -> dict[str, Any]:
+def file_facts(path: str) -> dict[str, Any]:
+    """Path, size and modification time (through tf.io.gfile), or {"missing": True}:
+    a file's identity for the stale-stage checks."""
     if not files.isfile(path):
         return {"path": files.absolute(path), "missing": True}
     st = files.stat(path)
     return {"path": files.absolute(path), "size": st.size, "mtime_ns": st.mtime_ns}
+
+
+class AugmentedFile(DataSource):
+    """Base of the source of one file the augment stage wrote for a parent source:
+    the single split `train_aug`, parsed by `read()` (subclasses)."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def splits(self) -> tuple[str, ...]:
+        return (AUGMENTED_SPLIT,)
+
+    def load(self, split: str) -> Examples:
+        if split != AUGMENTED_SPLIT:
+            raise DataError(f"{self.path}: holds only the {AUGMENTED_SPLIT} split, not {split}.")
+        return self.read()
+
+    def read(self) -> Examples:
+        raise NotImplementedError
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": self.kind, "file": file_facts(self.path)}
 
 
 def _tsv_bytes(rows: Sequence[Sequence[str]], where: str) -> bytes:
@@ -122,7 +146,7 @@ class GlueTsvSource(DataSource):
         return glue.load_examples(self.spec, self.data_dir, split)
 
     def describe(self):
-        found = {s: _file_facts(os.path.join(self.data_dir, lay.file))
+        found = {s: file_facts(os.path.join(self.data_dir, lay.file))
                  for s, lay in self.spec.layouts.items()
                  if files.isfile(os.path.join(self.data_dir, lay.file))}
         return {"kind": self.kind, "task": self.spec.name,
@@ -143,24 +167,20 @@ class GlueTsvSource(DataSource):
         return _AugmentedTsv(self.spec, path)
 
 
-class _AugmentedTsv(DataSource):
+class _AugmentedTsv(AugmentedFile):
     """The augmented split of a GLUE-layout task: `train_aug.tsv` in its own folder."""
 
     kind = "glue_tsv_augmented"
 
     def __init__(self, spec: glue.TaskSpec, path: str):
-        self.spec, self.path = spec, path
+        super().__init__(path)
+        self.spec = spec
 
-    def splits(self):
-        return (AUGMENTED_SPLIT,)
-
-    def load(self, split):
-        if split != AUGMENTED_SPLIT:
-            raise DataError(f"{self.path}: holds only the {AUGMENTED_SPLIT} split, not {split}.")
+    def read(self):
         return glue.load_examples(self.spec, os.path.dirname(self.path), AUGMENTED_SPLIT)
 
     def describe(self):
-        return {"kind": self.kind, "task": self.spec.name, "file": _file_facts(self.path)}
+        return {**super().describe(), "task": self.spec.name}
 
 
 @register_source
@@ -207,7 +227,7 @@ class PolaritySource(DataSource):
         return polarity.load_examples(split, self.path)
 
     def describe(self):
-        return {"kind": self.kind, "file": _file_facts(self.path)}
+        return {"kind": self.kind, "file": file_facts(self.path)}
 
     def augment_table(self):
         names = self.spec.label_names

@@ -36,7 +36,13 @@ from typing import Any, Iterator, Mapping, Optional, Sequence
 from tinybert_tf import files
 from tinybert_tf.data import glue
 from tinybert_tf.data.examples import DataError, Examples
-from tinybert_tf.data.sources import AUGMENTED_SPLIT, DataSource, RowTable, register_source
+from tinybert_tf.data.sources import (
+    AugmentedFile,
+    DataSource,
+    RowTable,
+    file_facts,
+    register_source,
+)
 from tinybert_tf.data.squad import SquadExample, parse_squad, read_squad
 from tinybert_tf.data.squad_metrics import squad_version
 
@@ -46,14 +52,6 @@ COLUMNS = ("qas_id", "title", "question", "before", "answer", "after", "context"
 TEXT_COLUMNS = (2, 3, 5)  # question, before, after
 AUGMENTED_NAME = "train_aug.jsonl"
 _FLAGS = {"train": "--train_file", "dev": "--validation_file"}
-
-
-def _facts(path: str) -> dict[str, Any]:
-    """Path, size and modification time (the source's identity for stale-stage checks)."""
-    if not files.exists(path):
-        return {"path": path, "missing": True}
-    st = files.stat(path)
-    return {"path": path, "size": st.size, "mtime_ns": st.mtime_ns}
 
 
 @register_source
@@ -86,7 +84,7 @@ class SquadSource(DataSource):
     def load(self, split: str) -> Examples:
         """`SquadExample`s of `split`; read once per file version (cached by size, mtime)."""
         path = self.path(split)
-        facts = _facts(path)
+        facts = file_facts(path)
         cached = self._cache.get(split)
         if cached is not None and cached[0] == facts:
             return cached[1]
@@ -96,7 +94,7 @@ class SquadSource(DataSource):
 
     def describe(self) -> dict[str, Any]:
         return {"kind": self.kind, "version": self.version,
-                "files": {split: _facts(path) for split, path in self.files.items()}}
+                "files": {split: file_facts(path) for split, path in self.files.items()}}
 
     # --- augmentation ------------------------------------------------------------------
     def augment_table(self) -> RowTable:
@@ -153,25 +151,21 @@ def encode_rows(rows: Sequence[Sequence[str]]) -> bytes:
     return "".join(lines).encode("utf-8")
 
 
-class SquadAugmentedSource(DataSource):
+class SquadAugmentedSource(AugmentedFile):
     """The augmented training split: `train_aug.jsonl`, one SQuAD article per line."""
 
     kind = "squad_augmented"
 
     def __init__(self, path: str, version: str):
-        self.path, self.version = path, squad_version(version)
+        super().__init__(path)
+        self.version = squad_version(version)
 
-    def splits(self) -> tuple[str, ...]:
-        return (AUGMENTED_SPLIT,)
-
-    def load(self, split: str) -> Examples:
-        if split != AUGMENTED_SPLIT:
-            raise DataError(f"{self.path}: holds only the {AUGMENTED_SPLIT} split, not {split}.")
+    def read(self) -> Examples:
         return parse_squad({"data": read_articles(self.path)}, self.path, self.version,
                            is_training=True)
 
     def describe(self) -> dict[str, Any]:
-        return {"kind": self.kind, "version": self.version, "file": _facts(self.path)}
+        return {**super().describe(), "version": self.version}
 
 
 def read_articles(path: str) -> list[Any]:
