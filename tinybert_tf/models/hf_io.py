@@ -261,17 +261,22 @@ def _read_weights(path: str) -> tuple[dict[str, np.ndarray], str, dict[str, str]
                           f"{SAFETENSORS_INDEX}.")
 
 
-def read_hf(path: str) -> CheckpointSpec:
-    """Read a Hugging Face BERT directory into a `CheckpointSpec` (our layout)."""
-    config_path = os.path.join(path, CONFIG_FILE)
+def _read_hf_config(config_path: str) -> tuple[dict, BertConfig]:
+    """A Hugging Face BERT config.json: its JSON and our `BertConfig`."""
     data = read_model_json(config_path)
     if data.get("model_type", "bert") != "bert":
         raise CheckpointError(f"{config_path}: model_type {data.get('model_type')!r} is not "
                               "supported; load_model reads BERT checkpoints (model_type 'bert').")
     try:
-        config = BertConfig.from_hf_dict(data, source=config_path)
+        return data, BertConfig.from_hf_dict(data, source=config_path)
     except ConfigError as e:
         raise CheckpointError(str(e)) from e
+
+
+def read_hf(path: str) -> CheckpointSpec:
+    """Read a Hugging Face BERT directory into a `CheckpointSpec` (our layout)."""
+    config_path = os.path.join(path, CONFIG_FILE)
+    data, config = _read_hf_config(config_path)
     raw, weights_file, key_files = _read_weights(path)
     tensors: dict[str, np.ndarray] = {}
     original: dict[str, str] = {}
@@ -336,14 +341,7 @@ def inspect_hf(path: str) -> CheckpointSpec:
     only the weight files' headers (key names and shapes), not the weights.
     The returned spec has no weights."""
     config_path = os.path.join(path, CONFIG_FILE)
-    data = read_model_json(config_path)
-    if data.get("model_type", "bert") != "bert":
-        raise CheckpointError(f"{config_path}: model_type {data.get('model_type')!r} is not "
-                              "supported; load_model reads BERT checkpoints (model_type 'bert').")
-    try:
-        config = BertConfig.from_hf_dict(data, source=config_path)
-    except ConfigError as e:
-        raise CheckpointError(str(e)) from e
+    data, config = _read_hf_config(config_path)
     single, index = os.path.join(path, SAFETENSORS), os.path.join(path, SAFETENSORS_INDEX)
     if files.isfile(single):
         weight_files = [single]
