@@ -44,7 +44,9 @@ class ExportContext:
     dev_inputs: packed dev inputs, int32 [N, L] each; dev_a / dev_b: the same
     examples as text; representative: packed calibration inputs (int8) or None;
     serving_name / serving_version: the TF Serving model name (models.config)
-    and an explicit version to publish (None: the next free one).
+    and an explicit version to publish (None: the next free one); quantized: the
+    fake-quantised student (the quantize stage's) that formats with
+    `learnt_ranges` convert instead of `model`, or None.
     """
 
     model: Any
@@ -58,6 +60,7 @@ class ExportContext:
     num_threads: Optional[int] = None
     serving_name: str = "tinybert"
     serving_version: Optional[int] = None
+    quantized: Any = None
 
 
 @dataclasses.dataclass
@@ -77,7 +80,8 @@ class ExportFormat:
     timer(model, work_dir, seq_len, batch) -> fn(inputs) for bin/benchmark (None:
     not benchmarked); calibrated: needs representative task text; describe(path)
     -> extra parity.json fields of the written artefact; published: the
-    artefact holds served versions, so `export_all` never removes it as stale.
+    artefact holds served versions, so `export_all` never removes it as stale;
+    learnt_ranges: written from the quantised student when the export has one.
     """
 
     name: str
@@ -89,6 +93,7 @@ class ExportFormat:
     calibrated: bool = False
     describe: Optional[Callable[[str], dict[str, Any]]] = None
     published: bool = False
+    learnt_ranges: bool = False
 
 
 FORMATS: dict[str, ExportFormat] = {}
@@ -220,9 +225,13 @@ def _tflite_format(flavour: str) -> ExportFormat:
     spec = tfl.FLAVOURS[flavour]
 
     def write(ctx: ExportContext, path: str) -> str:
-        rep = [ctx.representative] if ctx.representative is not None else None
-        flat = tfl.convert(ctx.model, flavour, ctx.max_seq_len, rep, task=ctx.task,
-                           is_pair=ctx.is_pair)
+        if spec.learnt_ranges and ctx.quantized is not None:
+            flat = tfl.convert(ctx.quantized, flavour, ctx.max_seq_len, task=ctx.task,
+                               is_pair=ctx.is_pair)
+        else:
+            rep = [ctx.representative] if ctx.representative is not None else None
+            flat = tfl.convert(ctx.model, flavour, ctx.max_seq_len, rep, task=ctx.task,
+                               is_pair=ctx.is_pair)
         return tfl.write_tflite(flat, path)
 
     def load(ctx: ExportContext, path: str) -> Loaded:
@@ -249,7 +258,8 @@ def _tflite_format(flavour: str) -> ExportFormat:
 
     return ExportFormat(flavour, tfl.tflite_file(flavour), write, load, spec.description,
                         timer=None if spec.text_input else timer,
-                        calibrated=spec.calibrated, describe=_describe_tflite)
+                        calibrated=spec.calibrated, describe=_describe_tflite,
+                        learnt_ranges=spec.learnt_ranges)
 
 
 def _describe_tflite(path: str) -> dict[str, Any]:
