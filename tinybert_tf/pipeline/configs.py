@@ -165,6 +165,19 @@ class TaskDistillConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class QuantizeConfig:
+    """The quantize stage: quantisation-aware distillation of the task student into
+    its int8 form (the int8 export's model)."""
+
+    enabled: bool = flag("quantize")
+    steps: int = flag("quantize_steps")
+    lr: float = flag("quantize_lr")
+    batch_size: int = flag("quantize_batch_size")
+    loss_terms: tuple[str, ...] = flag("quantize_loss_terms")
+    calibration_examples: int = flag("quantize_calibration_examples")
+
+
+@dataclasses.dataclass(frozen=True)
 class ExportConfig:
     formats: tuple[str, ...] = flag("export_formats")
     representative_examples: int = flag("representative_examples")
@@ -184,6 +197,7 @@ class PipelineConfig:
     finetune: FinetuneConfig
     augment: AugmentConfig
     distill: TaskDistillConfig
+    quantize: QuantizeConfig
     export: ExportConfig
 
     @classmethod
@@ -219,7 +233,7 @@ class PipelineConfig:
 _TYPES = {"run": RunOptions, "numerics": Numerics, "models": ModelsConfig, "task": TaskConfig,
           "loss": LossConfig, "optim": OptimConfig, "general": GeneralConfig,
           "finetune": FinetuneConfig, "augment": AugmentConfig, "distill": TaskDistillConfig,
-          "export": ExportConfig}
+          "quantize": QuantizeConfig, "export": ExportConfig}
 
 # Which configs each stage reads.
 _STAGE_PARTS = {
@@ -227,6 +241,7 @@ _STAGE_PARTS = {
     "finetune_teacher": ("numerics", "models", "task", "finetune", "optim"),
     "augment": ("numerics", "models", "task", "augment"),
     "task": ("numerics", "models", "task", "loss", "optim", "distill"),
+    "quantize": ("numerics", "task", "loss", "optim", "distill", "quantize"),
     "evaluate": ("task",),
     "export": ("task", "export"),
 }
@@ -240,6 +255,13 @@ _STAGE_IGNORES = {
                 "models.init_from_teacher", "models.general_model",
                 "models.teacher_label_order"),
     "task": ("models.init_from_teacher",),
+    # The quantize stage reads the task student and the task data; its own terms,
+    # steps and rate are its flags.
+    "quantize": ("loss.loss_terms", "loss.hard_label_weight", "loss.layer_mapping",
+                 "loss.layer_weights", "loss.share_hidden_projection",
+                 "distill.intermediate", "distill.intermediate_epochs",
+                 "distill.intermediate_lr", "distill.pred_epochs", "distill.pred_lr",
+                 "distill.batch_size", "distill.max_steps", "distill.eval_every"),
 }
 
 

@@ -42,6 +42,7 @@ from tinybert_tf.pipeline import flags as tb_flags
 from tinybert_tf.pipeline import preflight
 from tinybert_tf.pipeline.configs import PipelineConfig
 from tinybert_tf.pipeline.lock import FileLock, LockError, os_fix, read_holder
+from tinybert_tf.pipeline.quantize_stage import quantize
 from tinybert_tf.pipeline.stages import (
     CHIEF_ONLY_STAGES,
     STAGE_FUNCTIONS,
@@ -54,6 +55,9 @@ from tinybert_tf.pipeline.strategy import make_strategy
 from tinybert_tf.tasks.catalog import resolve_task
 
 log = logging.getLogger("tinybert_tf")
+
+# What runs each stage (stages.py; the quantize stage builds on it).
+STAGE_RUNNERS = {**STAGE_FUNCTIONS, "quantize": quantize}
 
 # Errors that reach the user as one line naming the flag or file (exit code 2).
 USER_ERRORS = (ValueError, FileNotFoundError, ConfigError, DataError, CheckpointError)
@@ -192,7 +196,7 @@ def _run_stages(ctx: Context, stages: Sequence[str],
         # what ran before it in this process (resume and stage-by-stage runs match).
         keras.utils.set_random_seed(config.numerics.seed + STAGES.index(stage))
         start = time.time()
-        info = STAGE_FUNCTIONS[stage](ctx) or {}
+        info = STAGE_RUNNERS[stage](ctx) or {}
         info["seconds"] = round(time.time() - start, 1)
         if ctx.chief:
             if lock is not None:

@@ -12,17 +12,22 @@ from tinybert_tf import files
 
 
 def build_report(task: str, teacher: dict[str, Any], student: dict[str, Any],
-                 primary_metric: str, max_seq_len: int) -> dict[str, Any]:
+                 primary_metric: str, max_seq_len: int,
+                 quantized: dict[str, Any] | None = None) -> dict[str, Any]:
     """The DESIGN.md report: both models' facts and the student/teacher ratios.
 
     ratios.params / ratios.flops: how many times smaller the student is;
     ratios.speedup: teacher latency / student latency (batch 1, this machine);
     ratios.retained: student metric / teacher metric on `primary_metric`.
+    quantized: the quantize stage's int8 fake-quantised student (its Keras
+    simulation: its latency is not the int8 file's, which parity.json has);
+    `quantized_student` and ratios.quantized_retained (its metric / the float
+    student's) are added.
     """
     t_metric = teacher["dev"].get(primary_metric)
     s_metric = student["dev"].get(primary_metric)
     retained = (s_metric / t_metric) if t_metric else None
-    return {
+    out = {
         "task": task,
         "max_seq_len": max_seq_len,
         "primary_metric": primary_metric,
@@ -35,6 +40,12 @@ def build_report(task: str, teacher: dict[str, Any], student: dict[str, Any],
             "retained": retained,
         },
     }
+    if quantized is not None:
+        q_metric = quantized["dev"].get(primary_metric)
+        out["quantized_student"] = quantized
+        out["ratios"]["quantized_retained"] = (q_metric / s_metric if s_metric
+                                               and q_metric is not None else None)
+    return out
 
 
 def summary_table(report: dict[str, Any]) -> str:
@@ -58,6 +69,13 @@ def summary_table(report: dict[str, Any]) -> str:
     lines = [f"== {report['task']}: student vs teacher =="]
     for row in rows:
         lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+    q = report.get("quantized_student")
+    if q is not None:
+        value = q["dev"].get(metric)
+        kept = r.get("quantized_retained")
+        lines.append(f"int8 student (quantize stage, Keras simulation): dev {metric} "
+                     + ("-" if value is None else f"{value:.4f}")
+                     + ("" if kept is None else f" ({100 * kept:.1f}% of the float student)"))
     return "\n".join(lines)
 
 

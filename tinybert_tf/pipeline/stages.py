@@ -5,6 +5,8 @@
   finetune_teacher the teacher fine-tuned on the task (skipped when --task_teacher is given)
   augment          Algorithm 1 -> OUTPUT/augment/<the source's augmented file>
   task             TD: intermediate layers on the (augmented) task data, then prediction layer
+  quantize         the task student teaches its int8 fake-quantised copy (quantisation-aware
+                   distillation; pipeline/quantize_stage.py), the int8 export's model
   evaluate         dev metrics, params, FLOPs, latency -> report.json, loss_curves.png
   export           every --export_formats artefact + parity.json under OUTPUT/export
 
@@ -45,6 +47,7 @@ from tinybert_tf.distill.distiller import Distiller
 from tinybert_tf.distill.mapping import layer_map
 from tinybert_tf.distill.optimizer import create_optimizer
 from tinybert_tf.distill.terms import HardLabelTerm, LossTerm, PredictionTerm, make_terms
+from tinybert_tf.export.formats import FORMATS
 from tinybert_tf.export.parity import export_all
 from tinybert_tf.files import read_json, write_json_atomic
 from tinybert_tf.models import BertModel
@@ -60,7 +63,7 @@ from tinybert_tf.tasks.catalog import Task
 
 log = logging.getLogger("tinybert_tf")
 
-STAGES = ("general", "finetune_teacher", "augment", "task", "evaluate", "export")
+STAGES = ("general", "finetune_teacher", "augment", "task", "quantize", "evaluate", "export")
 # Stages that train nothing: under multi_worker only the chief runs them.
 CHIEF_ONLY_STAGES = ("augment", "evaluate", "export")
 
@@ -112,6 +115,9 @@ class Context:
     def student_path(self) -> str:
         return self.state.path("task", "model")
 
+    def quantized_path(self) -> str:
+        return self.state.path("quantize", "model")
+
 
 def upstream(stage: str, config: PipelineConfig) -> list[str]:
     """The earlier stages whose output `stage` reads under `config`."""
@@ -120,11 +126,21 @@ def upstream(stage: str, config: PipelineConfig) -> list[str]:
         return ([] if m.general_model else ["general"]) + \
                ([] if m.task_teacher else ["finetune_teacher"]) + \
                (["augment"] if d.use_augmented else [])
+    quantized = ["quantize"] if has_quantize_stage(config) else []
+    if stage == "quantize":
+        return ["task"] + (["augment"] if d.use_augmented else [])
     if stage == "evaluate":
-        return ([] if m.task_teacher else ["finetune_teacher"]) + ["task"]
+        return ([] if m.task_teacher else ["finetune_teacher"]) + ["task"] + quantized
     if stage == "export":
-        return ["task"]
+        return ["task"] + quantized
     return []
+
+
+def has_quantize_stage(config: PipelineConfig) -> bool:
+    """Whether the run makes a quantised student: --quantize, and an export format that
+    converts one (int8) among --export_formats. Evaluate and export then read it."""
+    return config.quantize.enabled and any(
+        FORMATS[f].learnt_ranges for f in config.export.formats if f in FORMATS)
 
 
 def rows(ctx: Context, examples) -> int:
@@ -343,12 +359,17 @@ def _run(ctx: Context, phase: Phase) -> dict[str, Any]:
 
 
 def _distiller(ctx: Context, student, teacher, spec: PhaseSpec,
-               label_metrics=()) -> Distiller:
+               label_metrics=(), prepare: Optional[Callable[[Distiller], None]] = None
+               ) -> Distiller:
+    """The phase's Distiller, compiled with its optimizer (after `prepare(distiller)`,
+    e.g. to fix its projections)."""
     o, loss = ctx.config.optim, ctx.config.loss
     distiller = Distiller(student=student, teacher=teacher, terms=spec.terms,
                           clip_norm=o.clip_norm or None, grad_accum_steps=o.grad_accum_steps,
                           share_hidden_projection=loss.share_hidden_projection,
                           label_metrics=list(label_metrics))
+    if prepare is not None:
+        prepare(distiller)
     distiller.compile(optimizer=spec.optimizer(o.weight_decay),
                       jit_compile=ctx.config.numerics.jit_compile)
     return distiller
@@ -608,6 +629,8 @@ def _cached_teacher_logits(ctx: Context, teacher: BertModel, distiller: Distille
 def evaluate(ctx: Context) -> dict[str, Any]:
     r = ctx.config.run
     models = {"teacher": load_task_teacher(ctx), "student": load_model(ctx.student_path())}
+    if has_quantize_stage(ctx.config):
+        models["quantized_student"] = load_model(ctx.quantized_path())
     splits = ctx.task.dev_splits
     results: dict[str, Any] = {}
     for who, model in models.items():
@@ -625,7 +648,11 @@ def evaluate(ctx: Context) -> dict[str, Any]:
     if len(splits) > 1:
         primary = f"{splits[0]}_{primary}"
     data = report.build_report(ctx.task.name, results["teacher"], results["student"], primary,
-                               max_seq_len=ctx.max_seq_len)
+                               max_seq_len=ctx.max_seq_len,
+                               quantized=results.get("quantized_student"))
+    data["models"] = {"teacher": ctx.teacher_path(), "student": ctx.student_path(),
+                      **({"quantized_student": ctx.quantized_path()}
+                         if "quantized_student" in models else {})}
     if ctx.chief:
         write_json_atomic(ctx.state.path("report.json"), data)
         report.plot_loss_curves(ctx.state.output_dir, ctx.state.path("loss_curves.png"))
@@ -639,6 +666,7 @@ def evaluate(ctx: Context) -> dict[str, Any]:
 def export(ctx: Context) -> dict[str, Any]:
     e, r = ctx.config.export, ctx.config.run
     student = load_model(ctx.student_path())
+    quantized = load_model(ctx.quantized_path()) if has_quantize_stage(ctx.config) else None
     dev = ctx.examples(ctx.task.dev_splits[0])
     train = ctx.examples("train")
 
@@ -651,7 +679,8 @@ def export(ctx: Context) -> dict[str, Any]:
         representative_texts=texts(train[: e.representative_examples]),
         is_pair=ctx.task.is_pair, task=ctx.task.type, task_name=ctx.task.name,
         latency_runs=r.export_latency_runs,
-        num_threads=r.export_threads or None, max_examples=r.export_max_examples or None)
+        num_threads=r.export_threads or None, max_examples=r.export_max_examples or None,
+        quantized=quantized)
     report_path = ctx.state.path("report.json")
     data = read_json(report_path, default=None)
     if data is not None and ctx.chief:
@@ -662,6 +691,8 @@ def export(ctx: Context) -> dict[str, Any]:
     return {"formats": list(e.formats), "serving_version": served.get("version")}
 
 
+# The quantize stage's function is in quantize_stage.py (it builds on this module);
+# main.py runs STAGE_FUNCTIONS and it.
 STAGE_FUNCTIONS = {
     "general": general,
     "finetune_teacher": finetune_teacher,
