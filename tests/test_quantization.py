@@ -15,10 +15,12 @@ from tinybert_tf.config import BertConfig
 from tinybert_tf.export import ExportError, TFLiteRunner, convert_tflite
 from tinybert_tf.models import BertModel
 from tinybert_tf.models.checkpoint import load_model, load_tokenizer, save_model
+from tinybert_tf.models.layers import normalize
 from tinybert_tf.models.quantization import (
     SOFTMAX_RANGE,
     TANH_RANGE,
     ActivationRanges,
+    Quant,
     QuantizationConfig,
     QuantizationError,
     calibrate,
@@ -64,6 +66,14 @@ def _random_inputs(n, length, vocab_size, seed=0):
             "input_type_ids": np.zeros_like(ids)}
 
 
+def _assert_same_decisions(got, want, margin: float):
+    """Same argmax as `want` on every row whose top two scores differ by more than
+    `margin` (a near tie may go either way on another CPU's rounding)."""
+    top2 = np.sort(want, axis=-1)[..., -2:]
+    decided = top2[..., 1] - top2[..., 0] > margin
+    np.testing.assert_array_equal(got.argmax(-1)[decided], want.argmax(-1)[decided])
+
+
 def test_the_int8_encoder_computes_the_float_one_within_int8_resolution(toy):
     model, quantized, dev = toy["model"], toy["quantized"], toy["dev"]
     float_p, int8_p = _outputs(model, dev), _outputs(quantized, dev)
@@ -76,9 +86,9 @@ def test_the_int8_encoder_computes_the_float_one_within_int8_resolution(toy):
 def test_calibration_gives_every_point_a_range_and_sizes_the_mask(toy):
     ranges = toy["quantized"].quant_ranges
     lo_hi = np.array([v.numpy() for v in ranges.points.values()])
-    # 2 layers: embeddings (2 sums + 9 norm points), per layer 7 attention + 2 residual
-    # + 18 norm + 3 FFN points, pooler and head.
-    assert len(lo_hi) == 11 + 2 * 30 + 2
+    # 2 layers: embeddings (2 sums + 8 norm points), per layer 7 attention + 2 residual
+    # + 16 norm + 3 FFN points, pooler and head.
+    assert len(lo_hi) == 10 + 2 * 28 + 2
     assert np.all(lo_hi[:, 0] <= 0) and np.all(lo_hi[:, 1] >= 0)
     assert np.all(lo_hi[:, 1] > lo_hi[:, 0])
     # -(widest spread of real-key scores + margin): finite, far below 0, far above -1e4.
@@ -108,7 +118,7 @@ def test_int8_file_has_no_float_op_and_every_learnt_range(toy, tmp_path):
     def known(p, candidates):
         return any(abs(p[0] - s) <= 1e-6 * s and p[1] == z for s, z in candidates)
 
-    # LayerNorm's "variance_eps" equals "variance" (eps 1e-12), so only distinct ranges.
+    # LayerNorm's "sum_squares_eps" equals "sum_squares" (eps 1e-12): only distinct ranges.
     missing = [n for n, p in expected.items() if not known(p, got)]
     assert not missing, missing
     invented = [p for p in got if not known(p, [*expected.values(), *fixed])]
@@ -120,9 +130,10 @@ def test_int8_file_computes_what_the_keras_int8_model_does(toy):
     want = _outputs(quantized, dev)
     got = TFLiteRunner(toy["flat"]).predict(dev)
     # Integer kernels round differently (fixed-point rescaling, LUT GELU / softmax):
-    # within a few output steps (1/256) of the simulation, same labels.
+    # within a few output steps (1/256) of the simulation, the same labels wherever
+    # the simulation's margin is wider than that.
     assert np.max(np.abs(got - want)) < 0.03
-    np.testing.assert_array_equal(got.argmax(-1), want.argmax(-1))
+    _assert_same_decisions(got, want, margin=0.06)
 
 
 def test_kernels_are_int8_per_output_channel_at_max_abs_over_127(toy):
@@ -174,6 +185,34 @@ def test_gradients_pass_the_fake_quantisation_straight_through():
     steps = y.numpy() / (2.0 / 255)
     np.testing.assert_allclose(steps, np.round(steps), atol=1e-3)
     assert np.round(steps).max() - np.round(steps).min() == 255  # clipped to 256 levels
+
+
+def test_int8_layer_norm_keeps_small_squares_beside_an_outlier_dimension():
+    """The int8 LayerNorm sums the squares by BATCH_MATMUL (int32 accumulation): with
+    one dimension 8x the others, as BERT's outlier dimensions, it stays within a few
+    output steps of LayerNorm's formula (an int8 MUL per square, then MEAN, rounds the
+    small squares to 0 and is off by 7.6 steps on these numbers)."""
+    rng = np.random.default_rng(0)
+    width = 32
+    x = rng.normal(0, 1, (4, 6, width)).astype(np.float32)
+    x[..., 3] *= 8.0
+    layer = keras.layers.LayerNormalization(epsilon=1e-12)
+    layer.build((None, width))
+    layer.gamma.assign(rng.uniform(0.5, 1.5, width).astype(np.float32))
+    layer.beta.assign(rng.normal(0, 0.1, width).astype(np.float32))
+    ranges = ActivationRanges(QuantizationConfig())
+    quant = Quant(ranges, "norm.")
+    with ranges.calibrating():
+        normalize(layer, tf.constant(x), quant=quant)
+    got = normalize(layer, tf.constant(x), quant=quant).numpy()
+    centred = x - x.mean(-1, keepdims=True)
+    want = (centred / np.sqrt((centred ** 2).mean(-1, keepdims=True) + 1e-12)
+            * layer.gamma.numpy() + layer.beta.numpy())
+    lo, hi = ranges.points["norm.output"].numpy()
+    step = (hi - lo) / 255
+    assert "norm.sum_squares" in ranges.points and "norm.square" not in ranges.points
+    assert np.max(np.abs(got - want)) < 4 * step  # measured: 2.2 steps
+    assert np.mean(np.abs(got - want)) < step
 
 
 def test_a_quantised_model_saves_and_loads_with_its_ranges(toy, tmp_path):
@@ -231,7 +270,7 @@ def test_task_library_runs_the_int8_student_as_the_interpreter_does(toy, tmp_pat
     got = np.array([[s["neg"], s["pos"]] for s in tasklib.classify(path, texts)])
     want = TFLiteRunner(path).predict(pack_texts(load_tokenizer(model, L), texts, None, L))
     np.testing.assert_allclose(got, want, atol=0.15)
-    np.testing.assert_array_equal(got.argmax(1), want.argmax(1))
+    _assert_same_decisions(got, want, margin=0.3)
 
 
 def test_ranges_average_over_replicas_under_a_distribution_strategy():

@@ -93,23 +93,41 @@ def normalize(layer: keras.layers.LayerNormalization, x, integer_friendly: bool 
     return ops.cast(out, layer.compute_dtype)
 
 
+_RSQRT_FLOOR = 1e-12  # rsqrt 1e6: far above any learnt rsqrt range, so still saturated
+
+
 def _quantized_normalize(layer: keras.layers.LayerNormalization, x, quant: Quant,
                          training=None):
-    """`normalize`'s centred LayerNorm with every op's output on its int8 grid."""
+    """`normalize`'s centred LayerNorm on int8 grids, as TFLite's kernels compute it.
+
+    The variance is a sum of squares by BATCH_MATMUL (c . c, accumulated in int32)
+    rather than MUL then MEAN: an int8 MUL rounds every square to the grid of the
+    largest one, and with BERT's outlier dimensions most squares become 0 (measured:
+    97% in the demo student's embedding LayerNorm). The 1/H of the mean moves into
+    gamma: (x - mean) * rsqrt(sum + H * eps) * (gamma * sqrt(H)) + beta, the same
+    maths.
+    """
     if layer.rms_scaling or tuple(np.atleast_1d(layer.axis)) not in ((-1,), (len(x.shape) - 1,)):
         raise ValueError(f"{layer.name}: only a LayerNorm over the last axis has a "
                          "quantised form.")
     x32 = tf.cast(x, tf.float32)
+    width = int(x32.shape[-1])
     mean = quant.act("mean", tf.reduce_mean(x32, axis=-1, keepdims=True), training)
     centred = quant.act("centred", x32 - mean, training)
-    square = quant.act("square", centred * centred, training)
-    var = quant.act("variance", tf.reduce_mean(square, axis=-1, keepdims=True), training)
+    rows = tf.reshape(centred, [-1, 1, width])
+    squares = tf.matmul(rows, tf.reshape(centred, [-1, width, 1]))  # [N, 1, 1]
+    total = quant.act("sum_squares", tf.reshape(squares, tf.shape(mean)), training)
     if layer.epsilon:
-        var = quant.act("variance_eps", var + layer.epsilon, training)
-    out = quant.act("normalized", centred * quant.act("rsqrt", tf.math.rsqrt(var), training),
-                    training)
-    if layer.gamma is not None:
-        out = quant.act("scaled", out * tensor_weights(layer.gamma), training)
+        total = quant.act("sum_squares_eps", total + width * layer.epsilon, training)
+    # A sum below half an int8 step is 0 on the grid (eps too); RSQRT then saturates
+    # to its range's top, in TFLite as here. Outside a converter trace the floor keeps
+    # that saturation's gradient 0 instead of 0 * inf = NaN.
+    root = tf.math.rsqrt(total if quant.converter_trace
+                         else tf.maximum(total, _RSQRT_FLOOR))
+    out = quant.act("normalized", centred * quant.act("rsqrt", root, training), training)
+    scale = math.sqrt(width) * (tf.cast(layer.gamma, tf.float32) if layer.gamma is not None
+                                else tf.ones((width,)))
+    out = quant.act("scaled", out * tensor_weights(scale), training)
     if layer.beta is not None:
         out = quant.act("output", out + tensor_weights(layer.beta), training)
     return tf.cast(out, layer.compute_dtype)

@@ -225,6 +225,12 @@ class Quant:
     def act(self, name: str, x, training=None):
         return self.ranges.activation(self.prefix + name, x, training)
 
+    @property
+    def converter_trace(self) -> bool:
+        """Whether the graph is traced for the TFLite converter (`ActivationRanges.
+        converter_trace`)."""
+        return self.ranges._converter_trace
+
     def rows(self, table, ids) -> tf.Tensor:
         """table [V, H] rows at int `ids` [...] -> [..., H], on the table's int8 grid.
 
@@ -234,14 +240,14 @@ class Quant:
         table's gradient sparse and the step cheap.
         """
         ids = tf.cast(ids, tf.int32)
-        if self.ranges._converter_trace:
+        if self.converter_trace:
             return tf.gather(tensor_weights(table), ids)
         return tensor_weights(tf.gather(table, ids), range_of=table)
 
     def kernel(self, kernel) -> tf.Tensor:
         """A FULLY_CONNECTED kernel [in, out]: `channel_weights`, or float in a
         converter trace (the converter quantises it the same way)."""
-        if self.ranges._converter_trace:
+        if self.converter_trace:
             return tf.cast(kernel, tf.float32)
         return channel_weights(kernel)
 
