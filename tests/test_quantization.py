@@ -217,6 +217,9 @@ def test_int8_layer_norm_keeps_small_squares_beside_an_outlier_dimension():
 
 def test_a_quantised_model_saves_and_loads_with_its_ranges(toy, tmp_path):
     quantized, dev = toy["quantized"], toy["dev"]
+    ranges = {p for p in quantized.weight_dict() if "quantization" in p}
+    assert ranges == {f"quantization/{n}" for n in quantized.quant_ranges.points} | {
+        "quantization/attention_mask_value"}  # one path per point, wherever it is met
     path = save_model(quantized, str(tmp_path / "q"))
     with open(os.path.join(path, "config.json")) as f:
         assert json.load(f)["quantization"] == QuantizationConfig().to_dict()

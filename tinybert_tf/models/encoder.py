@@ -111,7 +111,8 @@ class BertModel(keras.Model):
         self.head = (head_cls.create(c, num_labels, self.token_embedding, p)
                      if head_cls is not None else None)
         self.quantization = quantization
-        self.quant_ranges = (ActivationRanges(quantization, name="quantization")
+        self.quant_ranges = (ActivationRanges(quantization, owner=self.name,
+                                              name="quantization")
                              if quantization is not None else None)
         # Create every variable now, so weights can be loaded right after construction.
         extra = head_cls.build_inputs if head_cls is not None else {}
@@ -143,7 +144,10 @@ class BertModel(keras.Model):
         q = Quant(self.quant_ranges) if self.quant_ranges is not None and self._int8_ready \
             else None
         x = embed(self.token_embedding, word_ids, integer_friendly, quant=q)
-        x = self._add(x, self.position_embedding(x), q, "embeddings.position", training)
+        positions = self.position_embedding(x)
+        if q is not None:  # rows of the int8 position table
+            positions = tensor_weights(positions, range_of=self.position_embedding.embeddings)
+        x = self._add(x, positions, q, "embeddings.position", training)
         if self.segment_embedding is not None:
             type_ids = inputs.get("input_type_ids")
             if type_ids is None:
@@ -176,15 +180,13 @@ class BertModel(keras.Model):
                                       **head_quant)
         return out
 
-    def _add(self, x, y, q: Optional[Quant], name: str, training):
-        """x + y (embedding sums); in the int8 trace y is an int8 table's rows (the
-        position table's slice fake-quantised over the whole table) and the sum
-        gets point `name`."""
+    @staticmethod
+    def _add(x, y, q: Optional[Quant], name: str, training):
+        """x + y (the embedding sums); in the int8 trace the sum is point `name`."""
         if q is None:
             return x + y
-        if name == "embeddings.position":
-            y = tensor_weights(y, range_of=self.position_embedding.embeddings)
-        return ops.cast(q.act(name, ops.cast(x, "float32") + y, training), x.dtype)
+        return ops.cast(q.act(name, ops.cast(x, "float32") + ops.cast(y, "float32"), training),
+                        x.dtype)
 
     def quantized(self, config: Optional[QuantizationConfig] = None) -> "BertModel":
         """A fake-quantised copy of this model (same weights, `config` or the default

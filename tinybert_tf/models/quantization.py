@@ -126,13 +126,16 @@ class ActivationRanges(keras.layers.Layer):
     attention mask value of padded keys; all non-trainable, saved with the model.
 
     Points are created on the encoder's first call (in its constructor, eagerly);
-    a point first met inside a traced function is an error.
+    a point first met inside a traced function is an error. Their variable paths
+    are "<owner>/<name>/<point>" wherever in the encoder a point is met
+    (`owner`: the encoder's name).
     """
 
-    def __init__(self, config: QuantizationConfig, **kwargs):
+    def __init__(self, config: QuantizationConfig, owner: str = "", **kwargs):
         kwargs.setdefault("name", "quantization")
         super().__init__(**kwargs)
         self.config = config
+        self.owner = owner
         self.points: dict[str, Any] = {}
         # Shape [1], not a scalar: safetensors stores scalars as [1].
         self.mask_value = self.add_weight(
@@ -169,9 +172,11 @@ class ActivationRanges(keras.layers.Layer):
                 raise QuantizationError(
                     f"activation point {name!r} first met inside a traced function; the "
                     "encoder creates its points on its first (eager) call.")
-            self.points[name] = self.add_weight(
-                name=name, shape=(2,), initializer="zeros", trainable=False,
-                autocast=False, aggregation="mean")
+            # Not under the calling layer's name scope: one path per point.
+            with keras.name_scope(self.name, caller=self, override_parent=self.owner):
+                self.points[name] = self.add_weight(
+                    name=name, shape=(2,), initializer="zeros", trainable=False,
+                    autocast=False, aggregation="mean")
         return self.points[name]
 
     def activation(self, name: str, x, training=None):
