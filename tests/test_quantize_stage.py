@@ -71,6 +71,7 @@ def test_the_stage_publishes_its_int8_student_read_by_evaluate_and_export(finish
     rows = read_json(os.path.join(out, "export", "parity.json"))["formats"]
     assert set(rows) == {"keras", "keras_quantized", "int8", "int8_ptq"}
     assert rows["int8"]["ranges"] == "learnt" and rows["int8_ptq"]["ranges"] == "calibrated"
+    assert rows["int8"]["task_library"] == "BertNLClassifier"  # metadata kept
     for name in ("keras_quantized", "int8", "int8_ptq"):
         assert 0.0 <= rows[name]["label_agreement"] <= 1.0  # against the float student
     # The int8 file is the quantised student's: its every learnt range, no float op.
@@ -83,7 +84,8 @@ def test_the_stage_publishes_its_int8_student_read_by_evaluate_and_export(finish
         assert any(abs(s - scale) <= 1e-6 * scale and z == zero for s, z in got), name
 
 
-def test_the_stage_resumes_from_its_checkpoint_to_the_same_weights(finished, tmp_path):
+def test_the_stage_resumes_from_its_checkpoint_to_the_same_weights(finished, tmp_path,
+                                                                   capsys):
     ns, _ = finished
     copy = str(tmp_path / "copy")
     shutil.copytree(ns.output_dir, copy, symlinks=True)
@@ -98,7 +100,9 @@ def test_the_stage_resumes_from_its_checkpoint_to_the_same_weights(finished, tmp
     with open(os.path.join(ckpt, "checkpoint"), "w") as f:
         f.write('model_checkpoint_path: "ckpt-3"\nall_model_checkpoint_paths: "ckpt-3"\n')
     again = type(ns)(**{**vars(ns), "output_dir": copy, "stages": ["quantize"]})
+    capsys.readouterr()
     assert run(again)["quantize"]["steps"] == STEPS
+    assert "ckpt-3 (step 3)" in capsys.readouterr().out  # resumed, not started afresh
     want = load_weights(os.path.join(ns.output_dir, "quantize", "model"))
     got = load_weights(os.path.join(stage, "model"))
     assert sorted(got) == sorted(want)

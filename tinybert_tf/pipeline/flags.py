@@ -449,8 +449,9 @@ def define_quantize(fv: flags.FlagValues) -> None:
                       "the float student teaching: pred (soft cross-entropy, or MSE for a "
                       "score), and any of embd, attn, hidn (identity projections).",
                       flag_values=fv)
-    flags.DEFINE_integer("quantize_calibration_examples", 256, "Training rows whose float "
-                         "activations set the int8 ranges before training.", flag_values=fv)
+    flags.DEFINE_integer("quantize_calibration_examples", 256, "Training rows (a seeded "
+                         "sample) whose float activations set the int8 ranges before "
+                         "training.", flag_values=fv)
 
 
 @_group

@@ -5,7 +5,8 @@ int8 fake-quantised copy (`BertModel.quantized`, models/quantization.py) on the
 task stage's training data:
 
   1. calibration: every activation range is set to the extremes the float trace
-     reaches on the first --quantize_calibration_examples training rows, and the
+     reaches on --quantize_calibration_examples training rows (the first of the
+     first epoch's seeded order), and the
      padded keys' mask value to -(widest real score spread + margin);
   2. distillation (phase "qat", resumable like every phase): --quantize_steps
      steps of --quantize_loss_terms (default the prediction-layer soft
@@ -37,6 +38,7 @@ from tinybert_tf.pipeline.stages import (
     _phase,
     _run,
     _task_dataset,
+    epoch_order,
     rows,
 )
 from tinybert_tf.pipeline.training import Phase
@@ -65,8 +67,8 @@ def quantize_phase(ctx: Context, train_size: int) -> PhaseSpec:
                   "--quantize_batch_size", epochs, q.steps, q.lr, "linear",
                   ctx.config.optim.warmup_proportion, quantize_terms(ctx))
     spec.note = (f"teacher: the float task student ({ctx.student_path()}); int8 ranges "
-                 f"calibrated on the first {min(q.calibration_examples, train_size)} "
-                 "training rows")
+                 f"calibrated on {min(q.calibration_examples, train_size)} training rows "
+                 "(the first of epoch 1's order)")
     return spec
 
 
@@ -81,11 +83,14 @@ def quantize(ctx: Context) -> dict[str, Any]:
     with ctx.strategy.scope():
         teacher = load_model(ctx.student_path())
         student = teacher.quantized()
-    # Overwritten by the phase's checkpoint when it resumes.
-    calibration = calibrate(student, calibration_batches(ctx, train[:q.calibration_examples]))
+    # The first rows of the first epoch's order: a seeded sample of the data (an
+    # augmented file lists each sentence's variants together). Overwritten by the
+    # phase's checkpoint when it resumes.
+    sample = epoch_order(train, ctx.config.numerics.seed, 0)[:q.calibration_examples]
+    calibration = calibrate(student, calibration_batches(ctx, sample))
     print(f"[quantize] {calibration['points']} int8 activation ranges calibrated on "
-          f"{min(len(train), q.calibration_examples)} rows; padded keys masked with "
-          f"{calibration['mask_value']:.2f}", flush=True)
+          f"{len(sample)} rows; padded keys masked with {calibration['mask_value']:.2f}",
+          flush=True)
     with ctx.strategy.scope():
         distiller = _distiller(ctx, student, teacher, spec, ctx.task.type.label_metrics(),
                                prepare=identity_projections)
