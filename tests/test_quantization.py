@@ -12,6 +12,7 @@ from tensorflow.lite.python import schema_py_generated as schema_fb
 from tensorflow.lite.tools import flatbuffer_utils
 
 from tinybert_tf.config import BertConfig
+from tinybert_tf.distill import Distiller, make_terms
 from tinybert_tf.export import ExportError, TFLiteRunner, convert_tflite
 from tinybert_tf.models import BertModel
 from tinybert_tf.models.checkpoint import load_model, load_tokenizer, save_model
@@ -25,7 +26,9 @@ from tinybert_tf.models.quantization import (
     QuantizationError,
     calibrate,
 )
-from tinybert_tf.tasks import task_type_of
+from tinybert_tf.pipeline.quantize_stage import identity_projections
+from tinybert_tf.tasks import Regression, SpanQA, task_type_of
+from tinybert_tf.tasks.token import TokenClassification
 from tinybert_tf.tokenizer import pack_texts
 
 import tasklib
@@ -257,6 +260,66 @@ def test_every_task_head_converts_to_integer_ops_only(head, tiny_vocab, tmp_path
     got = task_type_of(quantized).from_tflite(TFLiteRunner(path).predict(x))
     scale = max(1.0, float(np.max(np.abs(want))))
     assert np.max(np.abs(got - want)) < 0.05 * scale, head
+
+
+# Classification: test_quantize_stage.py runs the whole stage on a classifier.
+QUANTIZE_TASKS = {"regressor": Regression, "span": SpanQA,
+                  "token_classifier": lambda: TokenClassification(["O", "B-X", "I-X"])}
+
+
+def _labels(head: str, inputs: dict, rng) -> np.ndarray:
+    """Labels of `head`'s task for `inputs`: score [B], start/end [B, 2],
+    tags on real non-[CLS] pieces [B, L] (-1 elsewhere)."""
+    mask = inputs["input_mask"]
+    n, length = mask.shape
+    if head == "regressor":
+        return rng.random(n).astype(np.float32)
+    if head == "span":
+        return np.stack([np.ones(n), np.full(n, 2)], -1).astype(np.int32)
+    tags = rng.integers(0, 3, (n, length))
+    return np.where((mask == 1) & (np.arange(length) > 0), tags, -1).astype(np.int32)
+
+
+@pytest.mark.parametrize("head", sorted(QUANTIZE_TASKS))
+def test_the_quantize_stage_distils_every_task_type_into_its_int8_copy(head, tiny_vocab):
+    """The stage's Distiller (quantize_stage: pred, attn and hidn against the float
+    student, identity projections kept fixed) on each task head: the layer terms are 0
+    for the float copy itself, the int8 copy's losses are finite and its gradients
+    pass the fake quantisation to every weight the loss reaches, all finite."""
+    keras.utils.set_random_seed(6)
+    config = BertConfig(vocab_size=len(tiny_vocab), hidden_size=16, num_layers=1,
+                        num_heads=2, intermediate_size=32, max_position_embeddings=64,
+                        hidden_dropout=0.0, attention_dropout=0.0)
+    task = QUANTIZE_TASKS[head]()
+    teacher = BertModel(config, head=head, vocab=tiny_vocab,
+                        label_names=list(task.label_names) if head == "token_classifier"
+                        else None)
+    x = _random_inputs(8, L, len(tiny_vocab), seed=2)
+    data = (x, _labels(head, x, np.random.default_rng(2)))
+    terms = make_terms(["pred", "attn", "hidn"], task=task, temperature=1.0)
+
+    def distiller(student):
+        d = Distiller(student=student, teacher=teacher, terms=terms)
+        identity_projections(d)
+        return d
+
+    itself = distiller(teacher).compute_losses(data)
+    for name in ("attn", "hidn") + (("pred",) if head == "regressor" else ()):
+        assert abs(float(itself[name])) < 1e-6, (head, name)  # W_e, W_h the identity
+    quantized = teacher.quantized()
+    calibrate(quantized, [x])
+    d = distiller(quantized)
+    assert d.projection_variables and not any(v.trainable for v in d.projection_variables)
+    assert len(d.trainable_variables) == len(quantized.trainable_variables)
+    with tf.GradientTape() as tape:
+        losses = d.compute_losses(data, training=True)
+    grads = tape.gradient(losses["loss"], quantized.trainable_variables)
+    assert all(np.isfinite(float(v)) for v in losses.values()), head
+    assert float(losses["hidn"]) > 0, head  # the fake quantisation acts
+    reached = [tf.convert_to_tensor(g).numpy() for g in grads if g is not None]
+    assert len(reached) >= len(grads) - 2, head  # at most the pooler unused (token, span)
+    assert all(np.all(np.isfinite(g)) for g in reached), head
+    assert sum(float(np.abs(g).sum()) for g in reached) > 0, head
 
 
 def test_task_library_runs_the_int8_student_as_the_interpreter_does(toy, tmp_path):
