@@ -222,14 +222,14 @@ def test_two_shards_given_one_output_are_refused_with_the_way_to_join_them(base,
         rc, err = _bin_augment([*args, "--shard=1/2"], capsys)
     finally:
         lock.release()
-    assert rc == 1 and "in use by another run" in err and "shard 0/2" in err
+    assert rc == 2 and "in use by another run" in err and "shard 0/2" in err
     assert re.search(join, err)
     # Shard 0 finished there: shard 1 would destroy it.
     rc, err = _bin_augment([*args, "--shard=0/2"], capsys)
     assert rc == 0, err
     before = out.read_bytes()
     rc, err = _bin_augment([*args, "--shard=1/2"], capsys)
-    assert rc == 1 and "holds the output of shard 0/2" in err and re.search(join, err)
+    assert rc == 2 and "holds the output of shard 0/2" in err and re.search(join, err)
     assert out.read_bytes() == before
     # Each shard to its own file, joined with cat: the unsharded file.
     rc, _ = _bin_augment([*args[:2], f"--output={out}.shard1", *args[3:], "--shard=1/2"],
@@ -521,7 +521,7 @@ def test_bin_benchmark_quick_refuses_explicit_models(capsys):
     tool = _load_tool("benchmark")
     tool.FLAGS(["bin/benchmark", "--quick", "--benchmark_models=bert_base_uncased,tiny"])
     try:
-        assert tool.main(["bin/benchmark"]) == 1
+        assert tool.main(["bin/benchmark"]) == 2
     finally:
         tool.FLAGS.unparse_flags()
     err = capsys.readouterr().err

@@ -106,13 +106,18 @@ def export_all(model: BertModel, output_dir: str, *, max_seq_len: int,
                              fmts.serving_model_name(serving_name or task_name),
                              serving_version)
 
+    reference = keras_outputs(model, task, dev_inputs)
+    if not np.all(np.isfinite(reference)):
+        raise ExportError("the model's outputs on the dev set are not finite (NaN or "
+                          "infinite): its weights are damaged or its training diverged; "
+                          "nothing was exported. Export a model that trained to finite "
+                          "weights.")
     output_dir = files.absolute(output_dir)
     files.makedirs(output_dir)
     parity_path = os.path.join(output_dir, PARITY_FILE)
     if files.exists(parity_path):  # the completion marker goes first, comes back last
         files.remove(parity_path)
 
-    reference = keras_outputs(model, task, dev_inputs)
     one = {k: tf.constant(v[:1]) for k, v in dev_inputs.items()}
     keras_fn = tf.function(lambda x: model(x, training=False)["logits"])
     rows: dict[str, dict[str, Any]] = {}

@@ -334,8 +334,25 @@ def prediction_on_original(ctx: Context) -> bool:
 
 # --- shared helpers --------------------------------------------------------------------
 
+# The learning-rate flag of each (stage, phase): what a diverged phase's message names.
+LR_FLAGS = {("general", "distill"): "general_lr", ("finetune_teacher", "train"): "teacher_lr",
+            ("task", "intermediate"): "intermediate_lr", ("task", "prediction"): "pred_lr"}
+
+
+def divergence_hint(ctx: Context, stage: str, phase: str) -> str:
+    """What to change when `phase` of `stage` diverges: its learning-rate flag and value,
+    and the command that redoes the stage."""
+    flag = LR_FLAGS.get((stage, phase))
+    results = ctx.config.results()
+    lower = (f"lower --{flag} (now {results[flag]:g})" if flag in results
+             else "lower the phase's learning rate")
+    return f"{lower}, then redo the stage with --stages={stage} --overwrite"
+
+
 def _run(ctx: Context, phase: Phase) -> dict[str, Any]:
     r = ctx.config.run
+    stage = posixpath.basename(posixpath.dirname(phase.directory.rstrip("/")))
+    phase.hint = phase.hint or divergence_hint(ctx, stage, phase.name)
     with peer_errors(r.peer_timeout):
         return run_phase(phase, ctx.strategy, checkpoint_every=r.checkpoint_every,
                          keep_checkpoints=r.keep_checkpoints, log_every=1, verbose=1,
