@@ -35,18 +35,12 @@ from tinybert_tf import plugins
 from tinybert_tf.config import ConfigError
 from tinybert_tf.data.examples import DataError
 from tinybert_tf.models.checkpoint import CheckpointError
-from tinybert_tf.pipeline import cli, preflight
+from tinybert_tf.pipeline import cli, preflight, stage_io
 from tinybert_tf.pipeline import flags as tb_flags
 from tinybert_tf.pipeline.cli import UsageError, environment_message  # noqa: F401
 from tinybert_tf.pipeline.configs import PipelineConfig
 from tinybert_tf.pipeline.lock import FileLock, LockError, read_holder
-from tinybert_tf.pipeline.stages import (
-    CHIEF_ONLY_STAGES,
-    STAGE_FUNCTIONS,
-    STAGES,
-    Context,
-    upstream,
-)
+from tinybert_tf.pipeline.stages import CHIEF_ONLY_STAGES, STAGE_FUNCTIONS, STAGES, Context
 from tinybert_tf.pipeline.state import LOCK_FILE, OutputDirError, RunState
 from tinybert_tf.pipeline.strategy import make_strategy
 from tinybert_tf.tasks.catalog import resolve_task
@@ -151,7 +145,7 @@ def run(config: PipelineConfig) -> dict[str, Any]:
                   + (" ..." if len(removed) > 5 else ""), flush=True)
         # Checks passed: now (and only now) the folder records this config.
         if r.overwrite:
-            state.reset(stages)
+            state.reset(stages, keep=stage_io.keep_of(ctx, stages))
         state.write_config(config.results())
         return _run_stages(ctx, stages, lock)
 
@@ -166,10 +160,14 @@ def _run_stages(ctx: Context, stages: Sequence[str],
                 lock: Optional[FileLock]) -> dict[str, Any]:
     config, state = ctx.config, ctx.state
     results: dict[str, Any] = {}
+    # Before anything runs: which done stages are reused, and why the others run again.
+    reuse = stage_io.plan_reuse(ctx, stages)
+    for stage, reason in reuse.items():
+        if reason is not None:
+            print(f"== {stage}: {reason}; it runs again", flush=True)
     for stage in stages:
         if lock is not None:
             lock.check()
-        inputs = {up: state.stage_fingerprint(up) or "" for up in upstream(stage, config)}
         settings = config.stage_settings(stage)
         if not ctx.chief and stage in CHIEF_ONLY_STAGES:
             # Not collective: the chief alone runs it; workers need only augment's file.
@@ -177,15 +175,15 @@ def _run_stages(ctx: Context, stages: Sequence[str],
                 _wait_for_chief(state, stage, config.run.lock_stale_minutes * 60)
             continue
         if state.is_done(stage):
-            reason = state.stale_reason(stage, settings, inputs)
-            if reason is None:
+            if reuse.get(stage) is None and stage in reuse:
                 print(f"== {stage}: done already, skipped ({state.path(stage)})", flush=True)
                 results[stage] = state.done_info(stage)
                 continue
-            print(f"== {stage}: {reason}; running it again", flush=True)
             if ctx.chief:
-                state.reset([stage])
+                state.reset([stage], keep=stage_io.keep_of(ctx, [stage]))
         print(f"== {stage}", flush=True)
+        # What the stage reads, as it starts (its done record keeps it).
+        reads = stage_io.reads_of(ctx, stage)
         # Seed per stage: a stage's initialisation and dropout do not depend on
         # what ran before it in this process (resume and stage-by-stage runs match).
         keras.utils.set_random_seed(config.numerics.seed + STAGES.index(stage))
@@ -195,7 +193,8 @@ def _run_stages(ctx: Context, stages: Sequence[str],
         if ctx.chief:
             if lock is not None:
                 lock.check()
-            state.mark_done(stage, info, settings, inputs)
+            state.mark_done(stage, info, settings, stage_io.upstream_fingerprints(ctx, stage),
+                            reads, stage_io.io_of(stage).outputs(ctx))
         results[stage] = info
         print(f"== {stage}: finished in {info['seconds']:.0f}s", flush=True)
     return results

@@ -26,6 +26,7 @@ from tinybert_tf.distill.terms import layer_weights, resolve_names
 from tinybert_tf.export.formats import FORMATS, check_formats, check_output_dir
 from tinybert_tf.models.checkpoint import CheckpointError, ModelInfo, inspect_model
 from tinybert_tf.models.labels import label_order
+from tinybert_tf.pipeline import stage_io
 from tinybert_tf.pipeline import stages as S
 from tinybert_tf.pipeline.configs import PipelineConfig
 from tinybert_tf.pipeline.state import unfinished_stage_output
@@ -257,23 +258,18 @@ def check(ctx: S.Context, stages: Sequence[str], count_corpus: bool = False
     checks.errors.extend(_output_dir_errors(ctx.state.output_dir))
     checks.errors.extend(checks.run(lambda: ctx.state.damaged_records(
         stages if c.run.overwrite else ())) or [])
-    # What each stage reads must be there (or come first in this run).
-    missing_outputs = set()
-    for stage in stages:
-        for up in S.upstream(stage, c):
-            if up not in stages and not ctx.state.is_done(up):
-                missing_outputs.add(stage)
-                checks.errors.append(
-                    f"--stages={','.join(stages)}: {stage} reads the output of {up}, which "
-                    f"is not in {ctx.state.path(up)}; add {up} to --stages (or give "
-                    + _explicit_flag(up) + ").")
-    if "task" in needs and c.distill.use_augmented and ctx.state.is_done("augment") \
-            and "augment" not in needs and not files.exists(ctx.augmented_path()):
-        missing_outputs.add("task")
+    # What each stage reads must be there, unchanged (or come first in this run).
+    missing_outputs = _upstream_errors(checks, ctx, stages)
+    foreign = ctx.state.foreign_entries([*S.STAGES, "report.json", "loss_curves.png", "logs"])
+    if foreign:
         checks.errors.append(
-            f"{ctx.augmented_path()}: missing, although the augment stage is marked done "
-            f"({ctx.state.path('augment', 'stage_done.json')}); redo it with "
-            "--stages=augment --overwrite (or give --nouse_augmented).")
+            f"--output_dir={ctx.state.output_dir}: holds {', '.join(foreign[:4])} that no "
+            "bin/distill run made (no run_config.json, no stage records): a run would write "
+            "into them (and --overwrite delete them); choose a new or empty folder.")
+    if not checks.errors:
+        plan["reuse"] = {stage: "reused" if why is None else f"runs again: {why}"
+                         for stage, why in (checks.run(
+                             lambda: stage_io.plan_reuse(ctx, stages)) or {}).items()}
 
     # Models, read without weights.
     teacher = None
@@ -435,6 +431,38 @@ def resolve_safe(names) -> tuple[str, ...]:
         return resolve_names(names)
     except ValueError:
         return ()
+
+
+def _upstream_errors(checks: _Checks, ctx: S.Context, stages: Sequence[str]) -> set:
+    """Errors for stages whose input stage is not in this run and is not done, lost an
+    output, or is stale; returns the stages that cannot read their inputs."""
+    failed = set()
+    for stage in stages:
+        for up in S.upstream(stage, ctx.config):
+            if up in stages:
+                continue
+            if not ctx.state.is_done(up):
+                checks.errors.append(
+                    f"--stages={','.join(stages)}: {stage} reads the output of {up}, which "
+                    f"is not in {ctx.state.path(up)}; add {up} to --stages (or give "
+                    + _explicit_flag(up) + ").")
+                failed.add(stage)
+                continue
+            missing = checks.run(lambda: stage_io.missing_output(ctx, up))
+            reason = None if missing else checks.run(lambda: stage_io.reuse_problem(ctx, up))
+            if missing:
+                checks.errors.append(
+                    f"{missing}: missing, although the {up} stage is marked done "
+                    f"({ctx.state.path(up, 'stage_done.json')}); redo it: add {up} to "
+                    f"--stages, or run --stages={up} --overwrite first (or give "
+                    + _explicit_flag(up) + ").")
+            elif reason:
+                checks.errors.append(
+                    f"--stages={','.join(stages)}: {stage} reads the output of {up}, which "
+                    f"is stale ({reason}); add {up} to --stages so it runs again first.")
+            if missing or reason:
+                failed.add(stage)
+    return failed
 
 
 def _explicit_flag(stage: str) -> str:
