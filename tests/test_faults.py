@@ -179,11 +179,11 @@ def test_the_heartbeat_advances_and_a_lock_taken_over_meanwhile_stops_the_run(tm
     assert read_holder(path).token == "thief"  # not ours: left alone
 
 
-def test_only_the_chief_takes_the_output_lock(base, tmp_path, monkeypatch):
+def test_only_the_chief_takes_the_output_lock(base, tmp_path, monkeypatch, tiny_vocab):
     from tinybert_tf.pipeline import main as main_module
     out = tmp_path / "worker"
     _write_holder(str(out / ".lock"))  # the chief's lock, held by a live process
-    (out / "task").mkdir()
+    write_teacher(str(out / "task" / "model"), tiny_vocab, head="classifier")
     (out / "task" / "stage_done.json").write_text('{"stage": "task"}')
     ns = _with(base, output_dir=str(out), stages=["evaluate"])
     monkeypatch.setattr(main_module.Context, "chief", property(lambda self: False))

@@ -103,20 +103,6 @@ def format_names() -> tuple[str, ...]:
     return tuple(FORMATS)
 
 
-def check_output_dir(formats: Sequence[str], output_dir: str,
-                     flag: str = "--export_formats") -> None:
-    """Refuse published formats (TF Serving versions) for a remote export folder: a
-    version appears by an atomic folder rename, which object stores lack."""
-    published = [f for f in formats if f in FORMATS and FORMATS[f].published]
-    if published and "://" in str(output_dir):
-        raise ExportError(
-            f"{flag}={','.join(formats)}: {', '.join(published)} publishes TF Serving "
-            f"versions, which needs a local output folder (not {output_dir}): a version "
-            "must appear whole, by an atomic rename that object stores do not offer. Export "
-            f"to a local folder and upload serving/<N>/ once written, or drop "
-            f"{', '.join(published)} from {flag}.")
-
-
 def check_formats(formats: Sequence[str], flag: str = "--export_formats") -> tuple[str, ...]:
     """Validate format names; returns them de-duplicated, in the given order."""
     if isinstance(formats, str):

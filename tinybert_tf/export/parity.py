@@ -75,7 +75,6 @@ def export_all(model: BertModel, output_dir: str, *, max_seq_len: int,
     Returns the parity dict also written to output_dir/parity.json.
     """
     formats = fmts.check_formats(formats, "formats")
-    fmts.check_output_dir(formats, output_dir)
     if serving_version is not None:
         serving_version = check_version(serving_version, "serving_version")
     if isinstance(task, str):

@@ -23,7 +23,7 @@ from tinybert_tf.data.examples import DataError
 from tinybert_tf.distill.distilbert import init_mismatch
 from tinybert_tf.distill.mapping import layer_map
 from tinybert_tf.distill.terms import layer_weights, resolve_names
-from tinybert_tf.export.formats import FORMATS, check_formats, check_output_dir
+from tinybert_tf.export.formats import FORMATS, check_formats
 from tinybert_tf.models.checkpoint import CheckpointError, ModelInfo, inspect_model
 from tinybert_tf.models.labels import label_order
 from tinybert_tf.pipeline import stage_io
@@ -370,8 +370,6 @@ def check(ctx: S.Context, stages: Sequence[str], count_corpus: bool = False
         _check_augment(checks, ctx, vocab_model)
     if "export" in needs:
         formats = checks.run(lambda: check_formats(c.export.formats))
-        if formats:
-            checks.run(lambda: check_output_dir(formats, ctx.state.path("export")))
         calibrated = [f for f in formats or () if FORMATS[f].calibrated]
         if calibrated and c.export.representative_examples <= 0:
             checks.errors.append(

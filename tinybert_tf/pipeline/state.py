@@ -230,9 +230,10 @@ class RunState:
             _remove(self.path(name))
 
     def made_by_a_run(self) -> bool:
-        """Whether a bin/distill run made this folder: it holds run_config.json, or (that
-        file deleted to reset the config) a stage record or phase state of ours."""
-        if files.isfile(self.path(RUN_CONFIG)):
+        """Whether a bin/distill run made this folder: it holds run_config.json or a run's
+        lock, or (run_config.json deleted to reset the config) a stage record or phase
+        state of ours."""
+        if files.isfile(self.path(RUN_CONFIG)) or files.isfile(self.path(LOCK_FILE)):
             return True
         if not files.isdir(self.output_dir):
             return False
