@@ -492,10 +492,12 @@ def test_bin_export_refuses_a_model_that_does_not_fit_the_task_or_is_unfinished(
                           head="classifier")  # 2 labels
     out = tmp_path / "out"
     mnli = os.path.join(REPO, "tests", "fixtures", "glue", "MNLI")
+    sst2 = os.path.join(REPO, "tests", "fixtures", "glue", "SST-2")
 
     def export(*args):
         tool.FLAGS(["bin/export", f"--model_dir={model}", f"--output_dir={out}",
-                    "--max_seq_len=16", "--export_formats=float32", *args])
+                    "--max_seq_len=16", "--export_formats=float32",
+                    *(args or ["--task=sst-2", f"--data_dir={sst2}"])])
         try:
             return tool.run()
         finally:

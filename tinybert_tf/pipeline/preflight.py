@@ -25,7 +25,7 @@ from tinybert_tf.distill.mapping import layer_map
 from tinybert_tf.distill.terms import layer_weights, resolve_names
 from tinybert_tf.export.formats import FORMATS, check_formats
 from tinybert_tf.models.checkpoint import CheckpointError, ModelInfo, inspect_model
-from tinybert_tf.models.labels import label_order
+from tinybert_tf.models.labels import label_order, output_names
 from tinybert_tf.pipeline import stage_io
 from tinybert_tf.pipeline import stages as S
 from tinybert_tf.pipeline.configs import PipelineConfig
@@ -481,7 +481,8 @@ def _check_task_head(checks: _Checks, info: ModelInfo, ctx: S.Context, flag: str
     checks.errors.extend(errors)
     if not errors and ctx.task.type.named_outputs:
         order = checks.run(lambda: label_order(
-            list(ctx.config.models.teacher_label_order) or info.label_names,
+            output_names(info.label_names, ctx.config.models.teacher_label_order,
+                         f"{flag}={info.path}"),
             ctx.task.type.label_names, f"{flag}={info.path}"))
         if order is not None:
             plan["teacher_label_mapping"] = {n: i for n, i in zip(ctx.task.type.label_names,

@@ -112,6 +112,11 @@ class Context:
     def student_path(self) -> str:
         return self.state.path("task", "model")
 
+    def trained_on(self) -> dict[str, Any]:
+        """What a task model records of its training: the task (its flags, data paths
+        absolute) and the sequence length, which bin/export defaults to."""
+        return {"task": self.config.task.to_record(), "max_seq_len": self.max_seq_len}
+
 
 def upstream(stage: str, config: PipelineConfig) -> list[str]:
     """The earlier stages whose output `stage` reads under `config`."""
@@ -517,7 +522,7 @@ def finetune_teacher(ctx: Context) -> dict[str, Any]:
     last = result["evals"][-1] if result["evals"] else {}
     if ctx.chief:
         save_model(teacher, ctx.state.work_path("finetune_teacher", "model"),
-                   metadata={"stage": "finetune_teacher", "dev": last,
+                   metadata={"stage": "finetune_teacher", "dev": last, **ctx.trained_on(),
                              **ctx.task.type.model_metadata(last)})
     return {"dev": last}
 
@@ -583,6 +588,7 @@ def task(ctx: Context) -> dict[str, Any]:
     def on_best(metrics):
         if ctx.chief:
             save_model(student, model_dir, metadata={"stage": "task", "dev": metrics,
+                                                     **ctx.trained_on(),
                                                      **ctx.task.type.model_metadata(metrics)})
 
     phase = Phase("prediction", spec.directory, distiller, distiller.checkpoint_items(),

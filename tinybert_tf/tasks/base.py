@@ -19,6 +19,7 @@ A new kind is a subclass registered with `@register_task_type`
 """
 from __future__ import annotations
 
+import copy
 from typing import Any, ClassVar, Optional, Sequence
 
 import keras
@@ -101,6 +102,15 @@ class TaskType:
         "0".."C-1" when it has none)."""
         n = int(model.num_labels or 0)
         return cls(label_names=model.label_names or [str(i) for i in range(n)])
+
+    def with_label_order(self, names: Sequence[str]) -> "TaskType":
+        """This task type with the same label names in another order (a model's)."""
+        if sorted(names) != sorted(self.label_names):
+            raise ValueError(f"labels {list(names)} are not a reordering of "
+                             f"{list(self.label_names)}.")
+        other = copy.copy(self)
+        other.label_names = tuple(str(n) for n in names)
+        return other
 
     def describe(self) -> dict[str, Any]:
         return {"kind": self.kind, "head": self.head, "labels": list(self.label_names),

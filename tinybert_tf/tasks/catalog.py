@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Optional
 
+from tinybert_tf import files
 from tinybert_tf.data import glue
 from tinybert_tf.data.examples import DataError, Examples
 from tinybert_tf.data.sources import AUGMENTED_SPLIT, DataSource, glue_source
@@ -48,6 +49,27 @@ class TaskConfig:
             value = getattr(values, f.name)
             out[f.name] = tuple(value) if isinstance(value, list) else value
         return cls(**out)
+
+    def to_record(self) -> dict[str, Any]:
+        """The config as JSON with absolute data paths: what a task model records of the
+        task it was trained on (bin/export reads it back with `from_record`)."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        for name in _PATH_FIELDS:
+            value = out[name]
+            if value and value != glue.TFDS:
+                out[name] = files.absolute(value)
+        out["labels"] = list(self.labels)
+        return out
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> "TaskConfig":
+        known = {f.name for f in dataclasses.fields(cls)}
+        values = {k: (tuple(v) if isinstance(v, list) else v) for k, v in record.items()
+                  if k in known}
+        return cls(**values)
+
+
+_PATH_FIELDS = ("data_dir", "tfds_data_dir", "train_file", "validation_file", "test_file")
 
 
 @dataclasses.dataclass
