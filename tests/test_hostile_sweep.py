@@ -38,6 +38,13 @@ def base(tmp_path_factory, tiny_vocab):
                            dry_run=True, stages=["task"], use_augmented=False)
 
 
+def _teacher_with_extra_token(tmp, vocab):
+    path = write_teacher(str(tmp / "extra_token_teacher"), vocab, head="classifier")
+    with open(os.path.join(path, "vocab.txt"), "a", encoding="utf-8") as f:
+        f.write("zebra\n")
+    return path
+
+
 def _setup_unfinished_general(tmp, out, vocab):
     write_teacher(str(out / "general" / "model"), vocab)
     (out / "run_config.json").write_text("{}")
@@ -136,6 +143,17 @@ CASES = {
                                  r"has not finished", None),
     "empty corpus": (dict(dry_run=False, corpus="{tmp}/empty_corpus.txt", stages=["general"]),
                      None, r"empty_corpus\.txt: the corpus holds no text", "batch"),
+    "too short a sequence": (dict(max_seq_len=2), None,
+                             r"^--max_seq_len=2: must be 0 \(the task's default\) or >= 3 ",
+                             None),
+    "a vocab of another size": (dict(), lambda tmp, out, vocab: {
+        "task_teacher": _teacher_with_extra_token(tmp, vocab)},
+        r"extra_token_teacher: the vocab has \d+ tokens but the config says vocab_size=",
+        None),
+    "fine-tuning a teacher the run ignores": (
+        dict(stages=["finetune_teacher", "task"]), None,
+        r"--stages=finetune_teacher,task with --task_teacher=.*: the finetune_teacher stage "
+        r"fine-tunes --teacher, but the later stages read --task_teacher", None),
     "sts-b score out of range": (dict(task="sts-b", data_dir="{tmp}/stsb",
                                       stages=["finetune_teacher"], task_teacher=""), None,
                                  r"stsb/train\.tsv:3: score '7\.0' in column 10 is outside "
@@ -211,3 +229,16 @@ def test_bin_distill_itself_exits_2_with_one_error_line(base, tmp_path, extra, p
     errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("distill: error: ")]
     assert proc.returncode == 2 and len(errors) == 1 and re.search(pattern, errors[0])
     assert "Traceback" not in proc.stderr
+
+
+def test_a_run_that_failed_before_its_first_step_blocks_no_corrected_command(base, tmp_path,
+                                                                           capsys):
+    tmp, ns = base
+    out = tmp_path / "out"
+    bad = type(ns)(**{**vars(ns), "output_dir": str(out), "dry_run": False,
+                      "corpus": str(tmp / "empty_corpus.txt"), "stages": ["general"]})
+    assert main(["bin/distill", *argv(bad)]) == 2
+    assert "the corpus holds no text" in capsys.readouterr().err
+    assert (out / "run_config.json").exists()  # the checks had passed
+    fixed = type(bad)(**{**vars(bad), "corpus": ns.corpus, "dry_run": True})
+    assert main(["bin/distill", *argv(fixed)]) == 0, capsys.readouterr().err

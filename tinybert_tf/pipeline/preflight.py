@@ -246,6 +246,18 @@ def check(ctx: S.Context, stages: Sequence[str], count_corpus: bool = False
     for flag, value, ok, allowed in _ranges(c):
         if not ok(value):
             checks.range_error(flag, f"{flag}={value}: must be {allowed}.")
+    shortest = 5 if ctx.task.is_pair else 3  # [CLS] a [SEP] (b [SEP]): a token per text
+    if 0 < c.task.max_seq_len < shortest:
+        kind = "pair" if ctx.task.is_pair else "single-text"
+        checks.range_error("--max_seq_len", f"--max_seq_len={c.task.max_seq_len}: must be 0 "
+                           f"(the task's default) or >= {shortest} (the special tokens and "
+                           f"one word piece per text of a {kind} task).")
+    if "finetune_teacher" in stages and c.models.task_teacher:
+        checks.errors.append(
+            f"--stages={','.join(stages)} with --task_teacher={c.models.task_teacher}: the "
+            "finetune_teacher stage fine-tunes --teacher, but the later stages read "
+            "--task_teacher and would ignore it; drop --task_teacher, or finetune_teacher "
+            "from --stages.")
     weight_errors = _layer_weight_errors(c.loss.layer_weights)
     for e in weight_errors:
         checks.range_error("--layer_weights", e)

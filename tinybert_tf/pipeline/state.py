@@ -241,6 +241,16 @@ class RunState:
             ("*", STAGE_DONE), ("*", "*", PHASE_STATE), ("*", "*", PHASE_DONE),
             ("*", "*", "ckpt", "checkpoint")))
 
+    def holds_results(self) -> bool:
+        """Whether a run here produced anything: a finished stage, a checkpoint, a
+        finished phase, a best model so far, augmentation progress or an export."""
+        if not files.isdir(self.output_dir):
+            return False
+        return any(files.glob(self.path(*parts)) for parts in (
+            ("*", STAGE_DONE), ("*", "*", "ckpt", "*.index"), ("*", "*", PHASE_DONE),
+            ("*", WORK_DIR), ("augment", "*.progress.json"), ("augment", "*.parts"),
+            ("export", "*")))
+
     def foreign_entries(self, names: Iterable[str]) -> list[str]:
         """Entries of the folder, among `names` (what the pipeline writes), that no run
         made: the folder has no run_config.json and they are not finished stage
@@ -345,7 +355,8 @@ class RunState:
             old = read_json(self.path(RUN_CONFIG), default=None, error=OutputDirError)
         except OutputDirError:
             raise OutputDirError("; ".join(self.damaged_records())) from None
-        if old is None or old == config:
+        if old is None or old == config or not self.holds_results():
+            # A run that failed before producing anything blocks no corrected command.
             return
         a, b = _flat(old), _flat(config)
         changed = {k for k in set(a) | set(b) if a.get(k) != b.get(k)}
