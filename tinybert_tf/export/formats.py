@@ -25,6 +25,7 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
+from tinybert_tf import plugins
 from tinybert_tf.export import serving
 from tinybert_tf.export import tflite as tfl
 from tinybert_tf.export import tflite_metadata as tm
@@ -94,9 +95,9 @@ class ExportFormat:
 FORMATS: dict[str, ExportFormat] = {}
 
 
-def register_format(fmt: ExportFormat) -> ExportFormat:
-    FORMATS[fmt.name] = fmt
-    return fmt
+def register_format(fmt: ExportFormat, replace: bool = False) -> ExportFormat:
+    """Add `fmt` to the table; a name already there is refused unless `replace=True`."""
+    return plugins.register(FORMATS, fmt.name, fmt, what="export format", replace=replace)
 
 
 def format_names() -> tuple[str, ...]:

@@ -17,10 +17,12 @@ import json
 import os
 import signal
 import threading
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 import tensorflow as tf
 from tensorflow.python.eager import context as tf_context
+
+from tinybert_tf import plugins
 
 DEFAULT_PEER_TIMEOUT = 300  # seconds
 # TensorFlow's default heartbeat timeout: a dead peer is noticed within 10 s (sooner
@@ -110,9 +112,21 @@ def _tpu(tpu: str) -> tf.distribute.Strategy:
     return tf.distribute.TPUStrategy(resolver)
 
 
-# --strategy name -> builder(tpu address). A new strategy is one entry here.
-BUILDERS = {"default": _default, "one_device": _one_device, "mirrored": _mirrored,
-            "multi_worker": _multi_worker, "tpu": _tpu}
+# --strategy name -> builder(tpu address). A new strategy is one `register_strategy` call.
+BUILDERS: dict[str, Callable[[str], tf.distribute.Strategy]] = {}
+
+
+def register_strategy(name: str, builder: Callable[[str], tf.distribute.Strategy],
+                      replace: bool = False) -> Callable[[str], tf.distribute.Strategy]:
+    """Make `--strategy=NAME` build `builder(tpu_address)`; a name already registered is
+    refused unless `replace=True`."""
+    return plugins.register(BUILDERS, name, builder, what="strategy", replace=replace)
+
+
+for _name, _builder in (("default", _default), ("one_device", _one_device),
+                        ("mirrored", _mirrored), ("multi_worker", _multi_worker),
+                        ("tpu", _tpu)):
+    register_strategy(_name, _builder)
 STRATEGIES = tuple(BUILDERS)
 
 
