@@ -528,3 +528,72 @@ def test_bin_benchmark_quick_refuses_explicit_models(capsys):
         tool.FLAGS.unparse_flags()
     err = capsys.readouterr().err
     assert re.search(r"^bin/benchmark: error: --quick .* would ignore --benchmark_models", err)
+
+
+@pytest.mark.parametrize("args,pattern", [
+    (["--benchmark_batch_sizes=1,0"], r"--benchmark_batch_sizes=1,0: every batch size must be "
+                                      r">= 1"),
+    (["--benchmark_batch_sizes=-2"], r"--benchmark_batch_sizes=-2: every batch size must be"),
+    (["--quick", "--benchmark_runs=50"], r"--quick .* would ignore --benchmark_runs; drop"),
+    (["--benchmark_output={file}"], r"--benchmark_output=.*a_file: is a file; give a folder"),
+    (["--benchmark_formats=keras,onnx"], r"--benchmark_formats=keras,onnx: unknown runtime"),
+])
+def test_bin_benchmark_refuses_bad_flags_before_timing_anything(tmp_path, capsys, args,
+                                                                pattern):
+    (tmp_path / "a_file").write_text("mine")
+    tool = _load_tool("benchmark")
+    tool.FLAGS(["bin/benchmark", *[a.format(file=tmp_path / "a_file") for a in args]])
+    try:
+        assert tool.main(["bin/benchmark"]) == 2
+    finally:
+        tool.FLAGS.unparse_flags()
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and re.search(r"^bin/benchmark: error: " + pattern,
+                                                            err), err
+    assert (tmp_path / "a_file").read_text() == "mine"
+
+
+def test_bin_augment_writes_a_task_in_its_own_format_only(tmp_path, capsys):
+    own = os.path.join(REPO, "tests", "fixtures", "own_data")
+    args = ["--task=text_classification", f"--train_file={own}/reviews_train.csv",
+            f"--validation_file={own}/reviews_dev.csv", "--augment_fallback",
+            f"--word_vectors={tmp_path / 'v.txt'}"]
+    rc, err = _bin_augment([*args, f"--output={tmp_path / 'aug' / 'train_aug.tsv'}"], capsys)
+    assert rc == 2 and len(err.strip().splitlines()) == 1
+    assert re.search(r"^bin/augment: error: --output=.*train_aug\.tsv: the task's data is "
+                     r"written back in its own format \(CSV, as train_aug\.csv\).*name it "
+                     r"train_aug\.csv", err), err
+    assert not (tmp_path / "aug").exists()
+
+
+_TOOLS_SCRIPT = r"""
+import contextlib, io, runpy, sys
+for tool in ("distill", "export", "augment", "benchmark", "pretokenize"):
+    for flag in ("--help", "--helpfull", "--nosuch=1"):
+        sys.argv = [f"bin/{tool}", flag]
+        out, err = io.StringIO(), io.StringIO()
+        code = 0
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                runpy.run_path(f"{sys.argv[0]}", run_name="__main__")
+            except SystemExit as e:
+                code = e.code
+        print("RC", tool, flag, code, out.getvalue().count("--"),
+              "flags:" in out.getvalue(), repr(err.getvalue().strip()[-80:]))
+"""
+
+
+def test_every_tool_answers_help_and_uses_exit_code_2_for_a_bad_flag():
+    """Each bin/ script run as __main__ (one process: TensorFlow is imported once)."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
+    proc = subprocess.run([sys.executable, "-c", _TOOLS_SCRIPT], capture_output=True,
+                          text=True, timeout=600, env=env, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = [line.split(" ", 6)[1:] for line in proc.stdout.splitlines()
+            if line.startswith("RC ")]
+    assert len(rows) == 15, proc.stdout
+    for tool, flag, code, dashes, has_flags, err in rows:
+        if flag == "--nosuch=1":
+            assert code == "2" and "Unknown command line flag 'nosuch'" in err, (tool, err)
+        else:
+            assert code == "0" and has_flags == "True" and int(dashes) > 10, (tool, flag, err)

@@ -94,10 +94,8 @@ class ServingModule(tf.Module):
         self.serve_ids = tf.function(self._serve_ids, input_signature=ids_spec)
         # The task type decides what the text signature takes and returns.
         text_specs = self.task.text_input_specs(self.is_pair)
-        names = [spec.name for spec in text_specs]
-        self.serve_text = tf.function(
-            lambda *texts: self.task.serve_text(self, *check_texts(texts, names)),
-            input_signature=text_specs)
+        self._text_names = [spec.name for spec in text_specs]
+        self.serve_text = tf.function(self._serve_text, input_signature=text_specs)
 
     @property
     def model(self) -> BertModel:
@@ -110,6 +108,9 @@ class ServingModule(tf.Module):
     def outputs(self, inputs: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
         """Packed inputs [B, L] -> the named serving outputs."""
         return self.task.serving_outputs(self.logits(inputs), self.label_names)
+
+    def _serve_text(self, *texts):
+        return self.task.serve_text(self, *check_texts(texts, self._text_names))
 
     def _serve_ids(self, input_word_ids, input_mask, input_type_ids):
         c = self.model.bert_config
