@@ -82,7 +82,8 @@ def run_tool(tool: str, body: Callable[[list[str]], Optional[int]], argv: Sequen
              fv: flags.FlagValues, usage: str) -> int:
     """The whole life of a tool: help, flags, `body(rest_of_argv)`, its exit code.
 
-    body returns None or an exit code; its errors become one line and a code (module doc).
+    body returns an int exit code (anything else: 0); its errors become one line and a
+    code (module doc).
     """
     kind = help_request(argv)
     if kind is not None:
@@ -127,7 +128,8 @@ def guard(tool: str, body: Callable[[], Any], user_errors: tuple = ()) -> int:
         if message is not None:
             return fail(tool, message)
         return internal_error(tool, e)  # a bug: one line here, the traceback in a file
-    return EXIT_OK if code is None else int(code)
+    # body's result is an exit code only when it is an int (run() may return its summary).
+    return int(code) if isinstance(code, int) and not isinstance(code, bool) else EXIT_OK
 
 
 def fail(tool: str, message: str) -> int:

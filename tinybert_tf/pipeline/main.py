@@ -99,7 +99,6 @@ def run(config: PipelineConfig) -> dict[str, Any]:
     """Run (or with --dry_run, plan) the pipeline for `config`."""
     r = config.run
     stages = preflight.resolve_stages(r.stages, config)
-    keras.utils.set_random_seed(config.numerics.seed)
     if config.numerics.mixed_precision != "none":
         keras.mixed_precision.set_global_policy(config.numerics.mixed_precision)
     task = resolve_task(config.task)
@@ -131,6 +130,7 @@ def run(config: PipelineConfig) -> dict[str, Any]:
     if in_use:
         raise LockError(in_use)
     preflight.check(ctx, stages)
+    keras.utils.set_random_seed(config.numerics.seed)  # checked: in [0, 2**32)
     if config_error is not None:
         raise config_error
     if not ctx.chief:

@@ -107,7 +107,8 @@ def _ranges(c: PipelineConfig) -> list[tuple[str, Any, Callable[[Any], bool], st
         ("--vector_vocab_limit", a.vector_vocab_limit, nonneg, ">= 0 (0 = all)"),
         ("--max_seq_len", c.task.max_seq_len, nonneg, ">= 0 (0 = the task's default)"),
         ("--general_max_seq_len", g.max_seq_len, lambda v: v >= 4, ">= 4"),
-        ("--seed", c.numerics.seed, nonneg, ">= 0"),
+        ("--seed", c.numerics.seed, lambda v: 0 <= v < 2**32, "in [0, 2**32 - 1] (NumPy's "
+         "seed range)"),
         ("--alpha_ce", g.alpha_ce, nonneg, ">= 0"), ("--alpha_mlm", g.alpha_mlm, nonneg, ">= 0"),
         ("--alpha_cos", g.alpha_cos, nonneg, ">= 0"),
         ("--max_query_len", c.task.max_query_len, pos, ">= 1"),
@@ -557,11 +558,15 @@ def _phases(checks: _Checks, ctx: S.Context, needs: set, count_corpus: bool,
                 aug = (checks.run(lambda: ctx.examples("train_aug"))
                        if ctx.state.is_done("augment") and files.exists(ctx.augmented_path())
                        else None)
-                # Not augmented yet: N_a + 1 rows per example at most.
+                # Not augmented yet: N_a + 1 rows per example at most. Sizes (and the
+                # batch checks) use that bound, not the count before augmentation.
                 size = checks.run(lambda: S.rows(ctx, aug)) if aug is not None else None
+            bound = n_train * (ctx.config.augment.num_aug + 1)
             note = ("" if size is not None else "the augmented set is not written yet: sizes "
-                    f"and steps assume the {n_train} original rows; augmentation adds "
-                    f"up to {ctx.config.augment.num_aug} variants each")
+                    f"and steps assume at most {bound} rows (the {n_train} original rows "
+                    f"with up to {ctx.config.augment.num_aug} variants each, --num_aug); the "
+                    "stage sizes itself on the rows written")
+            size = bound if size is None and d.use_augmented else size
             phases = []
             if d.intermediate:
                 phases.append(checks.run(lambda: S.intermediate_phase(ctx, size or n_train)))

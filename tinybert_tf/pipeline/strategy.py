@@ -99,7 +99,28 @@ def _multi_worker(tpu: str) -> tf.distribute.Strategy:
     if "TF_CONFIG" not in os.environ:
         raise StrategyError("--strategy=multi_worker needs the TF_CONFIG environment "
                             "variable (cluster and task); see BUILD.md.")
+    check_tf_config(_tf_config())
     return tf.distribute.MultiWorkerMirroredStrategy()
+
+
+def check_tf_config(config: dict) -> None:
+    """A TF_CONFIG's task must name a job of its cluster and an index of that job."""
+    cluster, task = config.get("cluster"), config.get("task")
+    if not isinstance(cluster, dict) or not cluster:
+        raise StrategyError('TF_CONFIG has no "cluster" (a dict of job -> list of host:port); '
+                            "see BUILD.md for its form.")
+    if not isinstance(task, dict) or "type" not in task:
+        raise StrategyError('TF_CONFIG has no "task" ({"type": "worker", "index": N}: this '
+                            "process's place in the cluster); see BUILD.md.")
+    job, index = task.get("type"), task.get("index", 0)
+    if job not in cluster:
+        raise StrategyError(f"TF_CONFIG: this process's task type {job!r} is not a job of the "
+                            f"cluster (jobs: {', '.join(sorted(cluster))}); fix task.type.")
+    hosts = cluster[job]
+    if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < len(hosts):
+        raise StrategyError(f"TF_CONFIG: task index {index!r} of job {job!r}, but the cluster "
+                            f"lists {len(hosts)} {job} task(s) (indexes 0..{len(hosts) - 1}); "
+                            "give each process its own index in that range.")
 
 
 def _tpu(tpu: str) -> tf.distribute.Strategy:
