@@ -90,6 +90,19 @@ def test_generic_teacher_labels_need_an_explicit_order(tmp_path, tiny_vocab):
         run(wrong)
 
 
+def test_a_teacher_label_order_never_overrides_the_names_a_teacher_gives(hf_mnli_teacher,
+                                                                         tmp_path, tiny_vocab):
+    ns = _mnli_flags(tmp_path, tiny_vocab, hf_mnli_teacher, dry_run=True,
+                     teacher_label_order=OUR_ORDER)  # contradicts the config's id2label
+    with pytest.raises(PreflightError, match=r"--teacher_label_order=contradiction,entailment,"
+                       r"neutral contradicts the names .*mnli_teacher gives its outputs "
+                       r"\(entailment, neutral, contradiction, in its config\); drop "
+                       r"--teacher_label_order"):
+        run(ns)
+    same = run(type(ns)(**{**vars(ns), "teacher_label_order": HF_ORDER}))  # repeats them: fine
+    assert same["teacher_label_mapping"] == {"contradiction": 2, "entailment": 0, "neutral": 1}
+
+
 def test_augmentation_inputs_must_be_explicit(tmp_path, tiny_vocab):
     ns = tiny_flags(tmp_path, tiny_vocab, stages=["augment"], augment_fallback=False,
                     dry_run=True)

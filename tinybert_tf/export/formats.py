@@ -25,6 +25,7 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
+from tinybert_tf import plugins
 from tinybert_tf.export import serving
 from tinybert_tf.export import tflite as tfl
 from tinybert_tf.export import tflite_metadata as tm
@@ -94,27 +95,13 @@ class ExportFormat:
 FORMATS: dict[str, ExportFormat] = {}
 
 
-def register_format(fmt: ExportFormat) -> ExportFormat:
-    FORMATS[fmt.name] = fmt
-    return fmt
+def register_format(fmt: ExportFormat, replace: bool = False) -> ExportFormat:
+    """Add `fmt` to the table; a name already there is refused unless `replace=True`."""
+    return plugins.register(FORMATS, fmt.name, fmt, what="export format", replace=replace)
 
 
 def format_names() -> tuple[str, ...]:
     return tuple(FORMATS)
-
-
-def check_output_dir(formats: Sequence[str], output_dir: str,
-                     flag: str = "--export_formats") -> None:
-    """Refuse published formats (TF Serving versions) for a remote export folder: a
-    version appears by an atomic folder rename, which object stores lack."""
-    published = [f for f in formats if f in FORMATS and FORMATS[f].published]
-    if published and "://" in str(output_dir):
-        raise ExportError(
-            f"{flag}={','.join(formats)}: {', '.join(published)} publishes TF Serving "
-            f"versions, which needs a local output folder (not {output_dir}): a version "
-            "must appear whole, by an atomic rename that object stores do not offer. Export "
-            f"to a local folder and upload serving/<N>/ once written, or drop "
-            f"{', '.join(published)} from {flag}.")
 
 
 def check_formats(formats: Sequence[str], flag: str = "--export_formats") -> tuple[str, ...]:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import posixpath
-import sys
 import weakref
 from typing import Any, Optional, Sequence
 
@@ -154,16 +153,6 @@ def _read_flagfile(path: str, including: Optional[str], chain: tuple[str, ...],
         else:
             flags_out.append(line)
     return flags_out
-
-
-def tool_argv(argv: Sequence[str], program: str) -> list[str]:
-    """`expand_flagfiles` for a bin/ tool: a bad flagfile ends the tool with one line
-    and exit status 2 (before absl parses anything)."""
-    try:
-        return expand_flagfiles(argv)
-    except FlagfileError as e:
-        print(f"{program}: error: {e}", file=sys.stderr, flush=True)
-        sys.exit(2)
 
 
 # --- groups -------------------------------------------------------------------------

@@ -9,6 +9,7 @@ import posixpath
 from typing import Any
 
 from tinybert_tf import files
+from tinybert_tf.data.metrics import is_defined
 
 
 def build_report(task: str, teacher: dict[str, Any], student: dict[str, Any],
@@ -18,10 +19,25 @@ def build_report(task: str, teacher: dict[str, Any], student: dict[str, Any],
     ratios.params / ratios.flops: how many times smaller the student is;
     ratios.speedup: teacher latency / student latency (batch 1, this machine);
     ratios.retained: student metric / teacher metric on `primary_metric`.
+    An undefined dev metric (NaN, e.g. Pearson of one example) is null, named in
+    `notes`; `retained` is then null too, never a ratio of undefined values.
     """
+    notes = []
+    for who, facts in (("teacher", teacher), ("student", student)):
+        undefined = [k for k, v in facts["dev"].items() if not is_defined(v)]
+        if undefined:
+            facts = dict(facts, dev={k: (v if is_defined(v) else None)
+                                     for k, v in facts["dev"].items()})
+            notes.append(f"{who} dev {', '.join(undefined)} undefined (NaN: e.g. a "
+                         "correlation of fewer than two dev examples or of constant values)")
+        if who == "teacher":
+            teacher = facts
+        else:
+            student = facts
     t_metric = teacher["dev"].get(primary_metric)
     s_metric = student["dev"].get(primary_metric)
-    retained = (s_metric / t_metric) if t_metric else None
+    retained = (s_metric / t_metric) if is_defined(t_metric) and is_defined(s_metric) \
+        and t_metric else None
     return {
         "task": task,
         "max_seq_len": max_seq_len,
@@ -34,6 +50,7 @@ def build_report(task: str, teacher: dict[str, Any], student: dict[str, Any],
             "speedup": teacher["latency_ms"] / student["latency_ms"],
             "retained": retained,
         },
+        **({"notes": notes} if notes else {}),
     }
 
 
@@ -51,14 +68,20 @@ def summary_table(report: dict[str, Any]) -> str:
          f"{r['speedup']:.1f}x faster"),
     ]
     for name in t["dev"]:
-        tv, sv = t["dev"][name], s["dev"].get(name, float("nan"))
-        ratio = f"{100 * sv / tv:.1f}% retained" if name == metric and tv else ""
-        rows.append((f"dev {name}", f"{tv:.4f}", f"{sv:.4f}", ratio))
+        tv, sv = t["dev"][name], s["dev"].get(name)
+        ratio = (f"{100 * r['retained']:.1f}% retained"
+                 if name == metric and r.get("retained") is not None else "")
+        rows.append((f"dev {name}", _value(tv), _value(sv), ratio))
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
     lines = [f"== {report['task']}: student vs teacher =="]
     for row in rows:
         lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+    lines += [f"note: {n}" for n in report.get("notes", [])]
     return "\n".join(lines)
+
+
+def _value(v) -> str:
+    return f"{v:.4f}" if is_defined(v) else "undefined"
 
 
 def load_histories(output_dir: str) -> dict[str, list[dict[str, float]]]:

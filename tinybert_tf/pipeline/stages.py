@@ -112,6 +112,11 @@ class Context:
     def student_path(self) -> str:
         return self.state.path("task", "model")
 
+    def trained_on(self) -> dict[str, Any]:
+        """What a task model records of its training: the task (its flags, data paths
+        absolute) and the sequence length, which bin/export defaults to."""
+        return {"task": self.config.task.to_record(), "max_seq_len": self.max_seq_len}
+
 
 def upstream(stage: str, config: PipelineConfig) -> list[str]:
     """The earlier stages whose output `stage` reads under `config`."""
@@ -334,8 +339,25 @@ def prediction_on_original(ctx: Context) -> bool:
 
 # --- shared helpers --------------------------------------------------------------------
 
+# The learning-rate flag of each (stage, phase): what a diverged phase's message names.
+LR_FLAGS = {("general", "distill"): "general_lr", ("finetune_teacher", "train"): "teacher_lr",
+            ("task", "intermediate"): "intermediate_lr", ("task", "prediction"): "pred_lr"}
+
+
+def divergence_hint(ctx: Context, stage: str, phase: str) -> str:
+    """What to change when `phase` of `stage` diverges: its learning-rate flag and value,
+    and the command that redoes the stage."""
+    flag = LR_FLAGS.get((stage, phase))
+    results = ctx.config.results()
+    lower = (f"lower --{flag} (now {results[flag]:g})" if flag in results
+             else "lower the phase's learning rate")
+    return f"{lower}, then redo the stage with --stages={stage} --overwrite"
+
+
 def _run(ctx: Context, phase: Phase) -> dict[str, Any]:
     r = ctx.config.run
+    stage = posixpath.basename(posixpath.dirname(phase.directory.rstrip("/")))
+    phase.hint = phase.hint or divergence_hint(ctx, stage, phase.name)
     with peer_errors(r.peer_timeout):
         return run_phase(phase, ctx.strategy, checkpoint_every=r.checkpoint_every,
                          keep_checkpoints=r.keep_checkpoints, log_every=1, verbose=1,
@@ -500,7 +522,7 @@ def finetune_teacher(ctx: Context) -> dict[str, Any]:
     last = result["evals"][-1] if result["evals"] else {}
     if ctx.chief:
         save_model(teacher, ctx.state.work_path("finetune_teacher", "model"),
-                   metadata={"stage": "finetune_teacher", "dev": last,
+                   metadata={"stage": "finetune_teacher", "dev": last, **ctx.trained_on(),
                              **ctx.task.type.model_metadata(last)})
     return {"dev": last}
 
@@ -566,6 +588,7 @@ def task(ctx: Context) -> dict[str, Any]:
     def on_best(metrics):
         if ctx.chief:
             save_model(student, model_dir, metadata={"stage": "task", "dev": metrics,
+                                                     **ctx.trained_on(),
                                                      **ctx.task.type.model_metadata(metrics)})
 
     phase = Phase("prediction", spec.directory, distiller, distiller.checkpoint_items(),
