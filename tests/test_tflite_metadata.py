@@ -137,6 +137,16 @@ def test_classifier_metadata_is_what_bert_nl_classifier_reads(flat, tiny_vocab):
                          "labels.txt": b"neg\nneu\npos\n"}
 
 
+def test_signature_outputs_are_named_as_in_the_saved_model(flat):
+    """get_signature_runner() answers {"probabilities": ...}, not {"output_0": ...}."""
+    interpreter = Interpreter(model_content=flat)
+    assert interpreter.get_signature_list()["serving_default"]["outputs"] == ["probabilities"]
+    runner = interpreter.get_signature_runner("serving_default")
+    ids = np.zeros((1, SEQ_LEN), np.int32)
+    assert set(runner(input_word_ids=ids, input_mask=ids, input_type_ids=ids)) == {
+        "probabilities"}
+
+
 def test_metadata_leaves_the_model_computing_the_same(bare_flat, flat, classifier):
     inputs = packed(classifier, TEXTS)
     np.testing.assert_array_equal(litert_predict(flat, inputs), litert_predict(bare_flat, inputs))
