@@ -116,3 +116,13 @@ def test_train_step_compiles_once_under_xla(tmp_path):
     phase = _phase(str(tmp_path / "stage" / "phase"), jit=True)
     _run(phase)
     assert phase.model.train_traces == 1
+
+
+def test_output_to_a_log_file_has_step_lines_not_a_redrawn_bar(tmp_path, capsys):
+    """stdout is not a terminal here (pytest captures it): no carriage returns or
+    backspaces, and the phase ends with a whole line naming its last step."""
+    run_phase(_phase(str(tmp_path / "stage" / "phase"), max_steps=2),
+              tf.distribute.get_strategy(), verbose=1)
+    out = capsys.readouterr().out
+    assert "\r" not in out and "\b" not in out
+    assert "[phase] step 2/2" in out

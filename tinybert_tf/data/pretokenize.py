@@ -20,8 +20,6 @@ import multiprocessing as mp
 import os
 from typing import Optional, Sequence, Union
 
-from tqdm import tqdm
-
 from tinybert_tf import files
 from tinybert_tf.data import corpus
 from tinybert_tf.data.examples import DataError
@@ -34,6 +32,8 @@ from tinybert_tf.data.tfrecords import (
     write_meta,
     write_shard,
 )
+from tinybert_tf.progress import progress_bar
+from tinybert_tf.startup import start_tensorflow
 from tinybert_tf.tokenizer import Tokenizer, read_vocab
 
 _progress_queue = None
@@ -43,6 +43,8 @@ def _init_worker(queue) -> None:
     global _progress_queue
     _progress_queue = queue
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    if queue is not None:  # a spawned worker: its own TensorFlow start, as bin/ tools do
+        start_tensorflow()
 
 
 def _write_one_shard(job: dict) -> tuple[int, int, int]:
@@ -138,8 +140,8 @@ def pretokenize(corpus_source: Optional[str], vocab: Union[str, Sequence[str]], 
                  num_shards=num_shards, index=i, path=shard_path(output, i, num_shards))
             for i in range(num_shards)]
     paths = [j["path"] for j in jobs]
-    bar = tqdm(total=None, unit="seq", desc=f"pretokenize {num_shards} shards",
-               disable=not progress)
+    bar = progress_bar(total=None, unit="seq", desc=f"pretokenize {num_shards} shards",
+                       disable=not progress)
     try:
         results = sorted(_run_jobs(jobs, workers, bar))
     except BaseException:

@@ -51,6 +51,7 @@ from tinybert_tf.pipeline.stages import (
 )
 from tinybert_tf.pipeline.state import LOCK_FILE, OutputDirError, RunState
 from tinybert_tf.pipeline.strategy import make_strategy
+from tinybert_tf.pipeline.summary import artefacts_table
 from tinybert_tf.tasks.catalog import resolve_task
 
 log = logging.getLogger("tinybert_tf")
@@ -200,6 +201,8 @@ def _run_stages(ctx: Context, stages: Sequence[str],
             state.mark_done(stage, info, settings, inputs)
         results[stage] = info
         print(f"== {stage}: finished in {info['seconds']:.0f}s", flush=True)
+    if ctx.chief:
+        print(artefacts_table(ctx), flush=True)
     return results
 
 

@@ -40,7 +40,11 @@ from tinybert_tf import files
 from tinybert_tf.augment.augmenter import augment_source
 from tinybert_tf.config import BertConfig, get_config
 from tinybert_tf.data import corpus as corpus_lib
-from tinybert_tf.distill.distilbert import init_student_from_teacher
+from tinybert_tf.distill.distilbert import (
+    describe_init,
+    init_student_from_teacher,
+    teacher_layers_for,
+)
 from tinybert_tf.distill.distiller import Distiller
 from tinybert_tf.distill.mapping import layer_map
 from tinybert_tf.distill.optimizer import create_optimizer
@@ -411,8 +415,10 @@ def general(ctx: Context) -> dict[str, Any]:
                 g - 1 for g in layer_map(ctx.config.loss.layer_mapping, config.num_layers,
                                          teacher.bert_config.num_layers)[1:]]
             copied = init_student_from_teacher(student, teacher, layers=layers)
-            print(f"[general] student initialised from the teacher: {len(copied)} layers "
-                  "copied", flush=True)
+            chosen = teacher_layers_for(layers, config.num_layers,
+                                        teacher.bert_config.num_layers)
+            print(f"[general] student initialised from the teacher: copied "
+                  f"{describe_init(copied, chosen)}", flush=True)
         distiller = _distiller(ctx, student, teacher, spec)
 
     phase = Phase("general", spec.directory, distiller, distiller.checkpoint_items(), None,
