@@ -32,6 +32,7 @@ from tinybert_tf.data.tfrecords import (
     write_meta,
     write_shard,
 )
+from tinybert_tf.models.checkpoint import CheckpointError, inspect_model
 from tinybert_tf.progress import progress_bar
 from tinybert_tf.startup import start_tensorflow
 from tinybert_tf.tokenizer import Tokenizer, read_vocab
@@ -119,8 +120,15 @@ def pretokenize(corpus_source: Optional[str], vocab: Union[str, Sequence[str]], 
         raise DataError("--output is required: the shard prefix, e.g. --output=data/wiki.")
     if num_shards < 1:
         raise DataError(f"--num_shards={num_shards}: need at least 1.")
-    if isinstance(vocab, str) and files.isdir(vocab):
-        vocab = os.path.join(vocab, "vocab.txt")
+    if isinstance(vocab, str) and files.isdir(vocab):  # a model directory, of any kind
+        try:
+            info = inspect_model(vocab)
+        except CheckpointError as e:
+            raise DataError(f"--vocab={vocab}: {e}") from e
+        if info.vocab is None:
+            raise DataError(f"--vocab={vocab}: the model directory has no tokenizer "
+                            "vocabulary; give its vocab.txt.")
+        vocab = info.vocab
     tokens = read_vocab(vocab) if isinstance(vocab, str) else list(vocab)
     Tokenizer(tokens, lower_case=lower_case, max_seq_len=max_seq_len)  # validates the vocab
     corpus_source = corpus_source or corpus.default_corpus_path()
