@@ -20,11 +20,12 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
 
+from tinybert_tf.config import BertConfig
 from tinybert_tf.export import serving
 from tinybert_tf.export import tflite as tfl
 from tinybert_tf.export import tflite_metadata as tm
@@ -33,7 +34,7 @@ from tinybert_tf.export.saved_model import IDS_SIGNATURE, TEXT_SIGNATURE, export
 from tinybert_tf.models.checkpoint import load_model, load_tokenizer
 from tinybert_tf.models.encoder import INPUT_NAMES
 from tinybert_tf.models.hf_io import export_hf
-from tinybert_tf.models.keras_hub_io import export_keras_hub
+from tinybert_tf.models.keras_hub_io import export_keras_hub, keras_hub_problems
 from tinybert_tf.tasks import TaskType
 
 
@@ -44,7 +45,8 @@ class ExportContext:
     dev_inputs: packed dev inputs, int32 [N, L] each; dev_a / dev_b: the same
     examples as text; representative: packed calibration inputs (int8) or None;
     serving_name / serving_version: the TF Serving model name (models.config)
-    and an explicit version to publish (None: the next free one).
+    and an explicit version to publish (None: the next free one); options:
+    per-format settings by name (`FORMAT_OPTIONS`), e.g. keras_hub_approximate_gelu.
     """
 
     model: Any
@@ -58,6 +60,7 @@ class ExportContext:
     num_threads: Optional[int] = None
     serving_name: str = "tinybert"
     serving_version: Optional[int] = None
+    options: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
@@ -77,7 +80,10 @@ class ExportFormat:
     timer(model, work_dir, seq_len, batch) -> fn(inputs) for bin/benchmark (None:
     not benchmarked); calibrated: needs representative task text; describe(path)
     -> extra parity.json fields of the written artefact; published: the
-    artefact holds served versions, so `export_all` never removes it as stale.
+    artefact holds served versions, so `export_all` never removes it as stale;
+    check(config, head, options) -> why a model of that BertConfig and head
+    cannot be written in this format (empty: it can), asked before anything is
+    written (`export_all`, `bin/export`, `bin/distill --dry_run`).
     """
 
     name: str
@@ -89,9 +95,22 @@ class ExportFormat:
     calibrated: bool = False
     describe: Optional[Callable[[str], dict[str, Any]]] = None
     published: bool = False
+    check: Optional[Callable[[BertConfig, Optional[str], Mapping[str, Any]], list[str]]] = None
 
 
 FORMATS: dict[str, ExportFormat] = {}
+# Settings of single formats, by name, with their defaults (ExportContext.options).
+FORMAT_OPTIONS: dict[str, Any] = {"keras_hub_approximate_gelu": False}
+
+
+def format_problems(formats: Sequence[str], config: BertConfig, head: Optional[str],
+                    options: Optional[Mapping[str, Any]] = None) -> list[str]:
+    """Every reason the formats cannot export a model of `config` and `head`, each
+    naming its format (empty: all can)."""
+    opts = {**FORMAT_OPTIONS, **(options or {})}
+    return [f"--export_formats={name}: {problem}" for name in formats
+            if name in FORMATS and FORMATS[name].check is not None
+            for problem in FORMATS[name].check(config, head, opts)]
 
 
 def register_format(fmt: ExportFormat) -> ExportFormat:
@@ -285,7 +304,43 @@ def _round_trip(ctx: ExportContext, path: str) -> Loaded:
 register_format(ExportFormat(
     "hf", "hf", lambda ctx, path: export_hf(ctx.model, path), _round_trip,
     "Hugging Face BERT directory (config.json, model.safetensors, vocab.txt)"))
+def _write_keras_hub(ctx: ExportContext, path: str) -> str:
+    return export_keras_hub(ctx.model, path, sequence_length=ctx.max_seq_len,
+                            allow_activation_mismatch=bool(
+                                ctx.options.get("keras_hub_approximate_gelu")))
+
+
+def _load_keras_hub(ctx: ExportContext, path: str) -> Loaded:
+    """The preset as a keras-hub user loads it, `keras_hub.models.TextClassifier.
+    from_preset(path)`, run on the dev TEXT through its own preprocessor (its
+    tokenizer and packing, not ours): the row shows what that user gets."""
+    import keras_hub
+
+    classifier = keras_hub.models.TextClassifier.from_preset(path)
+    tflite_output = ctx.task.tflite_output
+
+    @tf.function(reduce_retracing=True)
+    def run(texts):
+        logits = tf.cast(classifier(classifier.preprocessor(texts), training=False), tf.float32)
+        return tflite_output(logits)
+
+    def texts(start: int, stop: int):
+        a = tf.constant(ctx.dev_a[start:stop])
+        return a if ctx.dev_b is None else (a, tf.constant(ctx.dev_b[start:stop]))
+
+    def predict() -> np.ndarray:
+        n = len(ctx.dev_a)
+        return np.concatenate([run(texts(s, s + 64)).numpy() for s in range(0, n, 64)], 0)
+
+    return Loaded(predict, lambda: run(texts(0, 1)).numpy())
+
+
+def _check_keras_hub(config: BertConfig, head: Optional[str],
+                     options: Mapping[str, Any]) -> list[str]:
+    return keras_hub_problems(config, head, bool(options.get("keras_hub_approximate_gelu")))
+
+
 register_format(ExportFormat(
-    "keras_hub", "keras_hub",
-    lambda ctx, path: export_keras_hub(ctx.model, path, sequence_length=ctx.max_seq_len),
-    _round_trip, "keras-hub preset directory (BertTextClassifier / BertBackbone)"))
+    "keras_hub", "keras_hub", _write_keras_hub, _load_keras_hub,
+    "keras-hub preset directory (BertTextClassifier: keras_hub.models.TextClassifier."
+    "from_preset)", check=_check_keras_hub))

@@ -303,7 +303,7 @@ def corpus_sequences(ctx: Context) -> int:
 def finetune_phase(ctx: Context, train_size: int) -> PhaseSpec:
     c = ctx.config.finetune
     return _phase(ctx, "finetune_teacher", "train", "task train split", train_size,
-                  c.batch_size, "--teacher_batch_size", c.epochs, 0, c.lr, "linear",
+                  c.batch_size, "--teacher_batch_size", c.epochs, c.max_steps, c.lr, "linear",
                   ctx.config.optim.warmup_proportion,
                   [HardLabelTerm(task=ctx.task.type)])
 
@@ -501,7 +501,7 @@ def finetune_teacher(ctx: Context) -> dict[str, Any]:
     phase = Phase("finetune_teacher", spec.directory, distiller,
                   distiller.checkpoint_items(model_key="teacher"),
                   _task_dataset(ctx, train, spec.global_batch), spec.steps_per_epoch,
-                  spec.epochs, evaluate=_evaluator(ctx, teacher, dev))
+                  spec.epochs, max_steps=spec.max_steps, evaluate=_evaluator(ctx, teacher, dev))
     result = _run(ctx, phase)
     last = result["evals"][-1] if result["evals"] else {}
     if ctx.chief:
@@ -657,7 +657,8 @@ def export(ctx: Context) -> dict[str, Any]:
         representative_texts=texts(train[: e.representative_examples]),
         is_pair=ctx.task.is_pair, task=ctx.task.type, task_name=ctx.task.name,
         latency_runs=r.export_latency_runs,
-        num_threads=r.export_threads or None, max_examples=r.export_max_examples or None)
+        num_threads=r.export_threads or None, max_examples=r.export_max_examples or None,
+        options=e.options())
     report_path = ctx.state.path("report.json")
     data = read_json(report_path, default=None)
     if data is not None and ctx.chief:
