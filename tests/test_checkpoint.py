@@ -116,6 +116,24 @@ def test_save_needs_a_vocab(config, tmp_path):
     assert not os.path.exists(tmp_path / "m")
 
 
+# --------------------------------------------------------------------------- Keras's format
+@pytest.mark.parametrize("head,n,names", [(None, None, None), ("classifier", 2, ["neg", "pos"]),
+                                          ("mlm", None, None)])
+def test_keras_save_and_load_model_keep_weights_vocab_and_labels(config, vocab, tmp_path, head,
+                                                                  n, names):
+    """model.save("x.keras") / keras.models.load_model, as for any Keras model."""
+    import keras
+
+    model = make_model(config, vocab, head, n, names)
+    path = str(tmp_path / "model.keras")
+    model.save(path)
+    back = keras.models.load_model(path)
+    assert isinstance(back, BertModel) and back.head_type == head
+    assert back.vocab == vocab and back.label_names == names and back.num_labels == n
+    assert back.bert_config == model.bert_config
+    assert_same_outputs(model, back, batch(config.vocab_size))
+
+
 # --------------------------------------------------------------------------- Hugging Face
 @pytest.mark.parametrize("head,n", [(None, None), ("classifier", 2), ("regressor", None),
                                     ("mlm", None)])
