@@ -10,6 +10,8 @@ flag all read `FORMATS`; a new format is one `register_format(...)` call.
   saved_model    TF Serving SavedModel, raw text in (saved_model.py), published as the
                  next version folder serving/<N>/ with warm-up requests and a
                  models.config (serving.py); never rewritten, never removed as stale
+  saved_model_ids  the same for token ids only, without tensorflow-text ops (servers
+                 that lack them), as serving_ids/<N>/
   float32 ...    TFLite flavours for Android (tflite.py FLAVOURS), with TFLite metadata;
                  text_float32 takes raw strings
   hf             a Hugging Face BERT directory (models/hf_io.py)
@@ -158,20 +160,25 @@ def check_formats(formats: Sequence[str], flag: str = "--export_formats") -> tup
 WARMUP_TEXTS = 8  # dev examples in the warm-up requests (batch 8 = all of them)
 
 
-def _write_saved_model(ctx: ExportContext, path: str) -> str:
+def _publish(ctx: ExportContext, path: str, text: bool) -> str:
     """Publish the SavedModel as the next version under `path` (the serving root),
-    with warm-up requests from the first dev texts, and (re)write models.config."""
+    with warm-up requests from the first dev texts, and (re)write models.config.
+    text=False: the token-ids servable (`export_saved_model(..., text=False)`)."""
     texts = (ctx.dev_a[:WARMUP_TEXTS] if ctx.dev_b is None
              else list(zip(ctx.dev_a[:WARMUP_TEXTS], ctx.dev_b[:WARMUP_TEXTS])))
+    name = ctx.serving_name if text else f"{ctx.serving_name}_ids"
     _, version_dir = serving.publish_version(
         lambda d: export_saved_model(ctx.model, d, ctx.max_seq_len, ctx.is_pair,
-                                     task=ctx.task),
+                                     task=ctx.task, text=text),
         path, version=ctx.serving_version, warmup_texts=texts,
         tokenizer=load_tokenizer(ctx.model, ctx.max_seq_len),
         text_inputs=[spec.name for spec in ctx.task.text_input_specs(ctx.is_pair)])
-    serving.write_models_config(path, ctx.serving_name,
-                                base_path=f"/models/{ctx.serving_name}")
+    serving.write_models_config(path, name, base_path=f"/models/{name}")
     return version_dir
+
+
+def _write_saved_model(ctx: ExportContext, path: str) -> str:
+    return _publish(ctx, path, text=True)
 
 
 def _describe_saved_model(path: str) -> dict[str, Any]:
@@ -187,18 +194,23 @@ def serving_model_name(name: Optional[str]) -> str:
     return clean or "tinybert"
 
 
+def _ids_loaded(ctx: ExportContext, loaded: Any) -> Loaded:
+    """The SavedModel's ids signature run on the packed dev inputs."""
+    fn_ids, key = loaded.signatures[IDS_SIGNATURE], ctx.task.output_name
+
+    def run_ids(x):
+        out = fn_ids(**{k: tf.constant(x[k]) for k in INPUT_NAMES})[key].numpy()
+        return out.reshape(len(x["input_word_ids"]), -1) if out.ndim == 1 else out
+
+    one = {k: v[:1] for k, v in ctx.dev_inputs.items()}
+    return Loaded(lambda: run_ids(ctx.dev_inputs), lambda: run_ids(one))
+
+
 def _load_saved_model(ctx: ExportContext, path: str) -> Loaded:
     loaded = tf.saved_model.load(path)
     key = ctx.task.output_name
     if not ctx.task.parity_through_text:
-        fn_ids = loaded.signatures[IDS_SIGNATURE]
-
-        def run_ids(x):
-            out = fn_ids(**{k: tf.constant(x[k]) for k in INPUT_NAMES})[key].numpy()
-            return out.reshape(len(x["input_word_ids"]), -1) if out.ndim == 1 else out
-
-        one = {k: v[:1] for k, v in ctx.dev_inputs.items()}
-        return Loaded(lambda: run_ids(ctx.dev_inputs), lambda: run_ids(one))
+        return _ids_loaded(ctx, loaded)
     fn = loaded.signatures[TEXT_SIGNATURE]
 
     def run(a, b):
@@ -230,6 +242,12 @@ register_format(ExportFormat(
     "saved_model", "serving", _write_saved_model, _load_saved_model,
     "TF Serving SavedModel (raw-text and ids signatures) as version serving/<N>/ with "
     "warm-up requests and models.config", timer=_time_saved_model,
+    describe=_describe_saved_model, published=True))
+register_format(ExportFormat(
+    "saved_model_ids", "serving_ids", lambda ctx, path: _publish(ctx, path, text=False),
+    lambda ctx, path: _ids_loaded(ctx, tf.saved_model.load(path)),
+    "TF Serving SavedModel taking token ids only (no tensorflow-text op: any TF Serving "
+    "version) as version serving_ids/<N>/ with warm-up requests and models.config",
     describe=_describe_saved_model, published=True))
 
 

@@ -13,7 +13,12 @@ Assets: vocab.txt (the WordPiece vocab) and labels.txt (label names, one a line)
 
 The custom ops the text signature needs are listed by `custom_ops(path)`; all
 come from tensorflow-text's ops library, which TF Serving links into
-`tensorflow_model_server` (see docs/deploy.md for the minimum version).
+`tensorflow_model_server` (see docs/deploy.md for the minimum version). A
+SavedModel is loaded whole, every function of its graph, so those ops are
+needed to load it even by a client that calls only `serve_ids`.
+`export_saved_model(..., text=False)` writes the servable for servers without
+them: no tokenizer in the graph, the ids function as both `serving_default` and
+`serve_ids`, core TensorFlow ops only.
 """
 from __future__ import annotations
 
@@ -50,13 +55,15 @@ class ServingModule(tf.Module):
     """
 
     def __init__(self, model: BertModel, max_seq_len: int, is_pair: bool, asset_dir: str,
-                 task: Optional[TaskType] = None):
+                 task: Optional[TaskType] = None, text: bool = True):
         super().__init__(name="tinybert_serving")
         self.task = export_task(model, task)
         self.model = model
         self.max_seq_len = check_seq_len(model, max_seq_len)
         self.is_pair = bool(is_pair)
-        self.tokenizer = load_tokenizer(model, self.max_seq_len)
+        self.text = bool(text)
+        # Without the text signature no tokenizer is tracked: its ops stay out of the graph.
+        self.tokenizer = load_tokenizer(model, self.max_seq_len) if self.text else None
         names = list(self.task.label_names)
         vocab_path = os.path.join(asset_dir, VOCAB_ASSET)
         labels_path = os.path.join(asset_dir, LABELS_ASSET)
@@ -69,8 +76,9 @@ class ServingModule(tf.Module):
         ids_spec = [tf.TensorSpec([None, None], tf.int32, name=n) for n in INPUT_NAMES]
         self.serve_ids = tf.function(self._serve_ids, input_signature=ids_spec)
         # The task type decides what the text signature takes and returns.
-        self.serve_text = tf.function(lambda *texts: self.task.serve_text(self, *texts),
-                                      input_signature=self.task.text_input_specs(self.is_pair))
+        self.serve_text = (tf.function(lambda *texts: self.task.serve_text(self, *texts),
+                                       input_signature=self.task.text_input_specs(self.is_pair))
+                           if self.text else None)
 
     def logits(self, inputs: dict[str, tf.Tensor]) -> tf.Tensor:
         """Packed inputs [B, L] -> the head's float32 logits."""
@@ -85,13 +93,19 @@ class ServingModule(tf.Module):
                              "input_type_ids": input_type_ids})
 
     def signatures(self) -> dict:
-        return {TEXT_SIGNATURE: self.serve_text.get_concrete_function(),
-                IDS_SIGNATURE: self.serve_ids.get_concrete_function()}
+        ids = self.serve_ids.get_concrete_function()
+        if not self.text:  # token ids are the default too: a client needs no signature name
+            return {TEXT_SIGNATURE: ids, IDS_SIGNATURE: ids}
+        return {TEXT_SIGNATURE: self.serve_text.get_concrete_function(), IDS_SIGNATURE: ids}
 
 
 def export_saved_model(model: BertModel, directory: str, max_seq_len: int,
-                       is_pair: bool = False, task: Optional[TaskType] = None) -> str:
+                       is_pair: bool = False, task: Optional[TaskType] = None,
+                       text: bool = True) -> str:
     """Write the TF Serving SavedModel to `directory` (atomically); returns its path.
+
+    text=False: the token-ids servable (no tokenizer, no tensorflow-text op;
+    `serving_default` and `serve_ids` both take the ids).
 
     The directory is built under a temporary sibling and renamed into place
     only when complete; an existing export there is replaced at that moment
@@ -101,7 +115,7 @@ def export_saved_model(model: BertModel, directory: str, max_seq_len: int,
     """
     task = export_task(model, task)
     with tempfile.TemporaryDirectory(prefix="tinybert-assets-") as asset_dir:
-        module = ServingModule(model, max_seq_len, is_pair, asset_dir, task)
+        module = ServingModule(model, max_seq_len, is_pair, asset_dir, task, text=text)
         with atomic_directory(directory) as tmp:
             tf.saved_model.save(module, tmp, signatures=module.signatures())
             _make_readable(tmp)

@@ -41,8 +41,9 @@ def artefacts(ctx: Context) -> list[tuple[str, str]]:
         path = row.get("path") if isinstance(row, dict) else None
         if not path:
             continue
-        if name == "saved_model" and row.get("version") is not None:
-            what = f"TF Serving model, version {row['version']} (base path: its parent)"
+        if row.get("version") is not None:
+            what = (f"TF Serving model{'' if name == 'saved_model' else f' ({name})'}, "
+                    f"version {row['version']} (base path: its parent)")
         else:
             what = f"export {name}"
         add(what, posixpath.join(export_dir, path))
