@@ -52,6 +52,8 @@ class ServingModule(tf.Module):
       asset_dir: an existing directory where vocab.txt/labels.txt are written
         (tf.saved_model.save copies them into the SavedModel's assets/).
       task: the task type (default: the model's own head and label names).
+      text: build the text signature (and track the tokenizer); False for the
+        token-ids servable without tensorflow-text ops.
     """
 
     def __init__(self, model: BertModel, max_seq_len: int, is_pair: bool, asset_dir: str,
