@@ -2,9 +2,12 @@
 
 Our layers mirror keras-hub's `BertBackbone` by name and shape, so weights
 copy by variable path. keras-hub's BERT uses the tanh-approximate GELU and
-LayerNorm epsilon 1e-12, so a loaded preset gets `hidden_act="gelu_tanh"`,
-and an export refuses a model whose numerics keras-hub cannot reproduce
-(exact-erf GELU unless `allow_activation_mismatch=True`, ReLU, another epsilon).
+LayerNorm epsilon 1e-12, always (no setting; it loads Hugging Face BERTs, exact
+GELU, that way too), so a loaded preset gets `hidden_act="gelu_tanh"`, and an
+export refuses a model whose numerics keras-hub cannot reproduce (exact-erf
+GELU unless `allow_activation_mismatch=True`, ReLU, another epsilon):
+`keras_hub_problems` says why without building anything. The exported
+tokenizer of an uncased vocab strips accents, as BERT's does.
 
 Task presets: `BertTextClassifier` (`logits` dense -> our classifier head) and
 `BertMaskedLM` (`mlm_head/intermediate_dense`, `intermediate_layer_norm`,
