@@ -40,6 +40,20 @@ def test_a_bin_tool_on_a_cpu_machine_prints_no_cuda_error(tmp_path, tiny_vocab_f
     assert "cuInit" not in proc.stderr and "CUDA error" not in proc.stderr, proc.stderr
 
 
+def test_the_startup_keeps_library_info_logs_out():
+    import logging
+
+    before = {name: logging.getLogger(name).level for name in startup.QUIET_LOGGERS}
+    try:
+        startup.start_tensorflow()
+        for name in ("gensim", "tensorflow", "absl"):
+            assert not logging.getLogger(name).isEnabledFor(logging.INFO), name
+        assert logging.getLogger("gensim").isEnabledFor(logging.WARNING)
+    finally:
+        for name, level in before.items():
+            logging.getLogger(name).setLevel(level)
+
+
 def _report(teacher_params, student_params, teacher_ms, student_ms):
     def facts(params, ms):
         return {"params": params, "flops": 10 * params, "latency_ms": ms,

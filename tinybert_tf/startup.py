@@ -15,11 +15,13 @@ an NVIDIA driver present (`/proc/driver/nvidia`, `/dev/nvidia0`) nothing is
 captured: there a CUDA error means something.
 
 Only the tools call it: a library must not initialise devices on import (a
-user configures logical devices before the first op).
+user configures logical devices before the first op), nor change other
+libraries' logging.
 """
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 import sys
@@ -33,6 +35,12 @@ CPU_ONLY_NOISE: Pattern[str] = re.compile(
     r"(failed call to cuInit|Could not find cuda drivers|cuda_platform\.cc|cudart_stub\.cc|"
     r"Unable to register cu(DNN|FFT|BLAS) factory|computation placer already registered)")
 _DRIVER_PATHS = ("/proc/driver/nvidia", "/dev/nvidia0", "/dev/nvidiactl")
+# Libraries whose INFO records would otherwise reach the tools' output once the tool
+# logs at INFO: gensim's Word2Vec lifecycle events (augmentation's word vectors) and
+# TensorFlow's Python side (its checkpoint saver logs "Sharding callback duration"
+# through absl at every save). bin/augment, bin/export and bin/benchmark already set
+# absl's verbosity to WARNING; this does it for every tool.
+QUIET_LOGGERS = ("gensim", "smart_open", "tensorflow", "absl")
 
 
 def nvidia_driver_present() -> bool:
@@ -64,7 +72,10 @@ def filtered_stderr(drop: Pattern[str] = CPU_ONLY_NOISE) -> Iterator[None]:
 
 def start_tensorflow() -> None:
     """Initialise TensorFlow's devices, without the CUDA probe's error
-    on a machine that has no NVIDIA driver (see the module docstring)."""
+    on a machine that has no NVIDIA driver (see the module docstring); and keep
+    libraries' INFO logging (`QUIET_LOGGERS`) out of the tool's output."""
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
     if nvidia_driver_present():
         return
     with filtered_stderr():
