@@ -184,6 +184,59 @@ def test_export_all_publishes_a_version_whose_warmup_replays(tmp_path, exported)
     assert (entry.name, entry.base_path) == ("polarity", "/models/polarity")
 
 
+# In a process that never imports tensorflow-text: load each SavedModel's graph with the
+# loader TF Serving's C++ one mirrors (it imports every function of the graph), then
+# call serving_default on token ids.
+NO_TF_TEXT = r"""
+import json, sys
+import tensorflow as tf
+ids, out = json.loads(sys.argv[1]), {}
+for path in sys.argv[2:]:
+    try:
+        with tf.compat.v1.Session(graph=tf.Graph()) as sess:
+            tf.compat.v1.saved_model.loader.load(sess, ["serve"], path)
+    except Exception as e:
+        out[path] = {"error": str(e).splitlines()[0]}
+        continue
+    fn = tf.saved_model.load(path).signatures["serving_default"]
+    res = fn(**{k: tf.constant(v, tf.int32) for k, v in ids.items()})
+    out[path] = {"probabilities": res["probabilities"].numpy().tolist()}
+assert "tensorflow_text" not in sys.modules
+print("RESULT" + json.dumps(out))
+"""
+
+
+def test_the_ids_servable_loads_where_tensorflow_text_is_missing(tmp_path, exported):
+    """A server without tensorflow-text's ops cannot load the text SavedModel at all,
+    not even to call serve_ids; the saved_model_ids format can be loaded and served."""
+    from tinybert_tf.export.saved_model import custom_ops
+    model, text_saved_model = exported
+    out = tmp_path / "export"
+    parity = export_all(model, str(out), max_seq_len=L, dev_texts=TEXTS * 3,
+                        formats=["saved_model_ids"], latency_runs=1, task_name="polarity")
+    row = parity["formats"]["saved_model_ids"]
+    assert (row["path"], row["version"], row["models_config"]) == (
+        "serving_ids/1", 1, "serving_ids/models.config")
+    assert row["max_abs_diff"] < 1e-5
+    path = str(out / "serving_ids" / "1")
+    assert custom_ops(path) == []
+    signatures = [r.model_spec.signature_name for r in read_warmup_requests(path)]
+    assert signatures == ["serve_ids", "serve_ids", "serving_default", "serving_default"]
+    assert len(replay_in_fresh_process(path)) == 4
+    inputs = {k: v.numpy() for k, v in load_tokenizer(model, L)(TEXTS).items()}
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
+    proc = subprocess.run([sys.executable, "-c", NO_TF_TEXT,
+                           json.dumps({k: v.tolist() for k, v in inputs.items()}), path,
+                           text_saved_model], capture_output=True, text=True, timeout=300,
+                          env=env, cwd=str(tmp_path))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT")][-1]
+    got = json.loads(line[len("RESULT"):])
+    np.testing.assert_allclose(got[path]["probabilities"],
+                               keras_outputs(model, inputs)["probabilities"], atol=1e-5)
+    assert "Op type not registered 'FastBertNormalize'" in got[text_saved_model]["error"]
+
+
 def test_second_publish_is_version_2_and_leaves_version_1_byte_identical(tmp_path, exported):
     _, saved_model = exported
     root = str(tmp_path / "m")

@@ -289,6 +289,20 @@ def test_dry_run_reports_every_problem_and_exits_2(tmp_path, tiny_vocab, capsys)
     assert len(info.value.errors) >= 3
 
 
+def test_dry_run_finds_a_keras_hub_export_that_cannot_work(tmp_path, tiny_vocab):
+    """The tiny student uses exact GELU, which keras-hub's BERT cannot compute: found
+    before training, with the flag that accepts the approximation."""
+    ns = tiny_flags(tmp_path, tiny_vocab, dry_run=True,
+                    export_formats=["saved_model", "keras_hub"])
+    with pytest.raises(PreflightError) as info:
+        run_argv(["bin/distill", *argv(ns)])
+    assert [e for e in info.value.errors if e.startswith(
+        "--export_formats=keras_hub: the model uses exact GELU")], info.value.errors
+    assert any("--keras_hub_approximate_gelu" in e for e in info.value.errors)
+    ok = type(ns)(**{**vars(ns), "keras_hub_approximate_gelu": True})
+    assert run_argv(["bin/distill", *argv(ok)])["stages"]
+
+
 def test_a_failed_check_leaves_the_folder_free_for_the_fix(tmp_path, tiny_vocab):
     bad = tiny_flags(tmp_path, tiny_vocab, stages=["finetune_teacher"], task="sst3")
     with pytest.raises(Exception, match="--task=sst3"):

@@ -198,3 +198,13 @@ def test_the_report_says_undefined_and_retains_nothing_of_undefined_metrics():
     assert "student dev pearson undefined" in data["notes"][1]
     table = summary_table(data)
     assert "undefined  undefined" in table and "retained" not in table
+
+
+def test_output_to_a_log_file_has_step_lines_not_a_redrawn_bar(tmp_path, capsys):
+    """stdout is not a terminal here (pytest captures it): no carriage returns or
+    backspaces, and the phase ends with a whole line naming its last step."""
+    run_phase(_phase(str(tmp_path / "stage" / "phase"), max_steps=2),
+              tf.distribute.get_strategy(), verbose=1)
+    out = capsys.readouterr().out
+    assert "\r" not in out and "\b" not in out
+    assert "[phase] step 2/2" in out

@@ -12,7 +12,7 @@ artefact (the SavedModel's served version, a TFLite file's metadata).
 from __future__ import annotations
 
 import os
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Mapping, Optional, Sequence, Union
 
 import numpy as np
 import tensorflow as tf
@@ -52,7 +52,8 @@ def export_all(model: BertModel, output_dir: str, *, max_seq_len: int,
                num_threads: Optional[int] = None,
                max_examples: Optional[int] = None,
                serving_name: Optional[str] = None,
-               serving_version: Optional[int] = None) -> dict[str, Any]:
+               serving_version: Optional[int] = None,
+               options: Optional[Mapping[str, Any]] = None) -> dict[str, Any]:
     """Export `model` in `formats` (rows of `formats.FORMATS`) under `output_dir`
     (the export folder, e.g. OUTPUT/export) and check parity on the dev set.
 
@@ -73,9 +74,22 @@ def export_all(model: BertModel, output_dir: str, *, max_seq_len: int,
         name, else "tinybert").
       serving_version: publish the SavedModel as this version (default: the next
         free one); an existing version is an ExportError, never rewritten.
-    Returns the parity dict also written to output_dir/parity.json.
+      options: per-format settings (`formats.FORMAT_OPTIONS`), e.g.
+        {"keras_hub_approximate_gelu": True}.
+    Returns the parity dict also written to output_dir/parity.json. A format that
+    cannot export this model (`ExportFormat.check`) is an ExportError before
+    anything is written.
     """
     formats = fmts.check_formats(formats, "formats")
+    unknown = sorted(set(options or {}) - set(fmts.FORMAT_OPTIONS))
+    if unknown:
+        raise ExportError(f"options: unknown export option(s) {unknown}; known: "
+                          f"{sorted(fmts.FORMAT_OPTIONS)}.")
+    options = {**fmts.FORMAT_OPTIONS, **(options or {})}
+    problems = fmts.format_problems(formats, model.bert_config, model.head_type, options)
+    if problems:
+        raise ExportError(" ".join(problems))
+    fmts.check_output_dir(formats, output_dir)
     if serving_version is not None:
         serving_version = check_version(serving_version, "serving_version")
     if isinstance(task, str):
@@ -107,7 +121,7 @@ def export_all(model: BertModel, output_dir: str, *, max_seq_len: int,
     ctx = fmts.ExportContext(model, task, max_seq_len, bool(is_pair), dev_a, dev_b, dev_inputs,
                              rep_inputs, num_threads,
                              fmts.serving_model_name(serving_name or task_name),
-                             serving_version)
+                             serving_version, options)
 
     reference = keras_outputs(model, task, dev_inputs)
     if not np.all(np.isfinite(reference)):

@@ -24,7 +24,12 @@ the tokenizer cuts them to max_seq_len.
 
 The custom ops the text signature needs are listed by `custom_ops(path)`; all
 come from tensorflow-text's ops library, which TF Serving links into
-`tensorflow_model_server` (see docs/deploy.md for the minimum version).
+`tensorflow_model_server` (see docs/deploy.md for the minimum version). A
+SavedModel is loaded whole, every function of its graph, so those ops are
+needed to load it even by a client that calls only `serve_ids`.
+`export_saved_model(..., text=False)` writes the servable for servers without
+them: no tokenizer in the graph, the ids function as both `serving_default` and
+`serve_ids`, core TensorFlow ops only.
 """
 from __future__ import annotations
 
@@ -65,16 +70,20 @@ class ServingModule(tf.Module):
       asset_dir: an existing directory where vocab.txt/labels.txt are written
         (tf.saved_model.save copies them into the SavedModel's assets/).
       task: the task type (default: the model's own head and label names).
+      text: build the text signature (and track the tokenizer); False for the
+        token-ids servable without tensorflow-text ops.
     """
 
     def __init__(self, model: BertModel, max_seq_len: int, is_pair: bool, asset_dir: str,
-                 task: Optional[TaskType] = None):
+                 task: Optional[TaskType] = None, text: bool = True):
         super().__init__(name="tinybert_serving")
         self.task = export_task(model, task)
         self._held = _Untracked(model)
         self.max_seq_len = check_seq_len(model, max_seq_len)
         self.is_pair = bool(is_pair)
-        self.tokenizer = load_tokenizer(model, self.max_seq_len)
+        self.text = bool(text)
+        # Without the text signature no tokenizer is tracked: its ops stay out of the graph.
+        self.tokenizer = load_tokenizer(model, self.max_seq_len) if self.text else None
         names = list(self.task.label_names)
         vocab_path = os.path.join(asset_dir, VOCAB_ASSET)
         labels_path = os.path.join(asset_dir, LABELS_ASSET)
@@ -93,9 +102,12 @@ class ServingModule(tf.Module):
         ids_spec = [tf.TensorSpec([None, None], tf.int32, name=n) for n in INPUT_NAMES]
         self.serve_ids = tf.function(self._serve_ids, input_signature=ids_spec)
         # The task type decides what the text signature takes and returns.
-        text_specs = self.task.text_input_specs(self.is_pair)
-        self._text_names = [spec.name for spec in text_specs]
-        self.serve_text = tf.function(self._serve_text, input_signature=text_specs)
+        if self.text:
+            text_specs = self.task.text_input_specs(self.is_pair)
+            self._text_names = [spec.name for spec in text_specs]
+            self.serve_text = tf.function(self._serve_text, input_signature=text_specs)
+        else:
+            self.serve_text = None
 
     @property
     def model(self) -> BertModel:
@@ -120,8 +132,10 @@ class ServingModule(tf.Module):
         return self.outputs(inputs)
 
     def signatures(self) -> dict:
-        return {TEXT_SIGNATURE: self.serve_text.get_concrete_function(),
-                IDS_SIGNATURE: self.serve_ids.get_concrete_function()}
+        ids = self.serve_ids.get_concrete_function()
+        if not self.text:  # token ids are the default too: a client needs no signature name
+            return {TEXT_SIGNATURE: ids, IDS_SIGNATURE: ids}
+        return {TEXT_SIGNATURE: self.serve_text.get_concrete_function(), IDS_SIGNATURE: ids}
 
 
 def check_texts(texts, names) -> list[tf.Tensor]:
@@ -172,8 +186,12 @@ def check_ids(inputs: dict[str, tf.Tensor], vocab_size: int, type_vocab_size: in
 
 
 def export_saved_model(model: BertModel, directory: str, max_seq_len: int,
-                       is_pair: bool = False, task: Optional[TaskType] = None) -> str:
+                       is_pair: bool = False, task: Optional[TaskType] = None,
+                       text: bool = True) -> str:
     """Write the TF Serving SavedModel to `directory` (atomically); returns its path.
+
+    text=False: the token-ids servable (no tokenizer, no tensorflow-text op;
+    `serving_default` and `serve_ids` both take the ids).
 
     The directory is built under a temporary sibling and renamed into place
     only when complete; an existing export there is replaced at that moment
@@ -183,7 +201,7 @@ def export_saved_model(model: BertModel, directory: str, max_seq_len: int,
     """
     task = export_task(model, task)
     with tempfile.TemporaryDirectory(prefix="tinybert-assets-") as asset_dir:
-        module = ServingModule(model, max_seq_len, is_pair, asset_dir, task)
+        module = ServingModule(model, max_seq_len, is_pair, asset_dir, task, text=text)
         with atomic_directory(directory) as tmp:
             tf.saved_model.save(module, tmp, signatures=module.signatures())
             _make_readable(tmp)

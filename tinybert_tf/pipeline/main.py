@@ -43,6 +43,7 @@ from tinybert_tf.pipeline.lock import FileLock, LockError, read_holder
 from tinybert_tf.pipeline.stages import CHIEF_ONLY_STAGES, STAGE_FUNCTIONS, STAGES, Context
 from tinybert_tf.pipeline.state import LOCK_FILE, OutputDirError, RunState
 from tinybert_tf.pipeline.strategy import make_strategy
+from tinybert_tf.pipeline.summary import artefacts_table
 from tinybert_tf.tasks.catalog import resolve_task
 
 log = logging.getLogger("tinybert_tf")
@@ -197,6 +198,8 @@ def _run_stages(ctx: Context, stages: Sequence[str],
                             reads, stage_io.io_of(stage).outputs(ctx))
         results[stage] = info
         print(f"== {stage}: finished in {info['seconds']:.0f}s", flush=True)
+    if ctx.chief:
+        print(artefacts_table(ctx), flush=True)
     return results
 
 

@@ -23,7 +23,12 @@ from tinybert_tf.data.examples import DataError
 from tinybert_tf.distill.distilbert import init_mismatch
 from tinybert_tf.distill.mapping import layer_map
 from tinybert_tf.distill.terms import layer_weights, resolve_names
-from tinybert_tf.export.formats import FORMATS, check_formats
+from tinybert_tf.export.formats import (
+    FORMATS,
+    check_formats,
+    check_output_dir,
+    format_problems,
+)
 from tinybert_tf.models.checkpoint import CheckpointError, ModelInfo, inspect_model
 from tinybert_tf.models.labels import label_order, output_names
 from tinybert_tf.pipeline import stage_io
@@ -83,6 +88,7 @@ def _ranges(c: PipelineConfig) -> list[tuple[str, Any, Callable[[Any], bool], st
         ("--pred_epochs", d.pred_epochs, nonneg, ">= 0"),
         ("--general_max_steps", g.max_steps, nonneg, ">= 0 (0 = no limit)"),
         ("--task_max_steps", d.max_steps, nonneg, ">= 0 (0 = no limit)"),
+        ("--teacher_max_steps", f.max_steps, nonneg, ">= 0 (0 = no limit)"),
         ("--general_lr", g.lr, pos, "> 0"), ("--teacher_lr", f.lr, pos, "> 0"),
         ("--intermediate_lr", d.intermediate_lr, pos, "> 0"), ("--pred_lr", d.pred_lr, pos, "> 0"),
         ("--general_warmup", g.warmup, lambda v: 0 <= v <= 1, "in [0, 1]"),
@@ -383,6 +389,18 @@ def check(ctx: S.Context, stages: Sequence[str], count_corpus: bool = False
         _check_augment(checks, ctx, vocab_model)
     if "export" in needs:
         formats = checks.run(lambda: check_formats(c.export.formats))
+        if formats:
+            checks.run(lambda: check_output_dir(formats, ctx.state.path("export")))
+        # The model the export stage will write: the task stage's student, or the
+        # finished one. A format that cannot hold it fails here, not after training.
+        exported = task_student if "task" in needs else None
+        if exported is None and "task" not in needs and ctx.state.is_done("task"):
+            info = checks.run(lambda: inspect_model(ctx.student_path()),
+                              f"{ctx.student_path()}: ")
+            exported = info.config if info is not None else None
+        if formats and exported is not None:
+            checks.errors.extend(format_problems(formats, exported, ctx.task.type.head,
+                                                 c.export.options()))
         calibrated = [f for f in formats or () if FORMATS[f].calibrated]
         if calibrated and c.export.representative_examples <= 0:
             checks.errors.append(

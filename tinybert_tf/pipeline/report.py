@@ -54,6 +54,16 @@ def build_report(task: str, teacher: dict[str, Any], student: dict[str, Any],
     }
 
 
+def ratio_words(ratio: float, better: str, worse: str) -> str:
+    """teacher/student `ratio` in words from the student's side: 4.0 -> "4.0x smaller",
+    0.25 -> "4.0x larger" (never "0.2x smaller"), about 1 -> "about the same"."""
+    if not ratio or ratio != ratio or ratio in (float("inf"), float("-inf")):
+        return "-"
+    if f"{ratio:.1f}" == "1.0" and f"{1 / ratio:.1f}" == "1.0":
+        return "about the same"
+    return f"{ratio:.1f}x {better}" if ratio > 1 else f"{1 / ratio:.1f}x {worse}"
+
+
 def summary_table(report: dict[str, Any]) -> str:
     """A fixed-width table of the report for the terminal."""
     t, s, r = report["teacher"], report["student"], report["ratios"]
@@ -61,11 +71,11 @@ def summary_table(report: dict[str, Any]) -> str:
     rows = [
         ("", "teacher", "student", "ratio"),
         ("params (M)", f"{t['params'] / 1e6:.2f}", f"{s['params'] / 1e6:.2f}",
-         f"{r['params']:.1f}x smaller"),
+         ratio_words(r["params"], "smaller", "larger")),
         (f"GFLOPs @ seq {report['max_seq_len']}", f"{t['flops'] / 1e9:.3f}",
-         f"{s['flops'] / 1e9:.3f}", f"{r['flops']:.1f}x fewer"),
+         f"{s['flops'] / 1e9:.3f}", ratio_words(r["flops"], "fewer", "more")),
         ("latency b=1 (ms)", f"{t['latency_ms']:.2f}", f"{s['latency_ms']:.2f}",
-         f"{r['speedup']:.1f}x faster"),
+         ratio_words(r["speedup"], "faster", "slower")),
     ]
     for name in t["dev"]:
         tv, sv = t["dev"][name], s["dev"].get(name)

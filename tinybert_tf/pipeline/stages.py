@@ -40,7 +40,11 @@ from tinybert_tf import files
 from tinybert_tf.augment.augmenter import augment_source
 from tinybert_tf.config import BertConfig, get_config
 from tinybert_tf.data import corpus as corpus_lib
-from tinybert_tf.distill.distilbert import init_student_from_teacher
+from tinybert_tf.distill.distilbert import (
+    describe_init,
+    init_student_from_teacher,
+    teacher_layers_for,
+)
 from tinybert_tf.distill.distiller import Distiller
 from tinybert_tf.distill.mapping import layer_map
 from tinybert_tf.distill.optimizer import create_optimizer
@@ -304,7 +308,7 @@ def corpus_sequences(ctx: Context) -> int:
 def finetune_phase(ctx: Context, train_size: int) -> PhaseSpec:
     c = ctx.config.finetune
     return _phase(ctx, "finetune_teacher", "train", "task train split", train_size,
-                  c.batch_size, "--teacher_batch_size", c.epochs, 0, c.lr, "linear",
+                  c.batch_size, "--teacher_batch_size", c.epochs, c.max_steps, c.lr, "linear",
                   ctx.config.optim.warmup_proportion,
                   [HardLabelTerm(task=ctx.task.type)])
 
@@ -433,8 +437,10 @@ def general(ctx: Context) -> dict[str, Any]:
                 g - 1 for g in layer_map(ctx.config.loss.layer_mapping, config.num_layers,
                                          teacher.bert_config.num_layers)[1:]]
             copied = init_student_from_teacher(student, teacher, layers=layers)
-            print(f"[general] student initialised from the teacher: {len(copied)} layers "
-                  "copied", flush=True)
+            chosen = teacher_layers_for(layers, config.num_layers,
+                                        teacher.bert_config.num_layers)
+            print(f"[general] student initialised from the teacher: copied "
+                  f"{describe_init(copied, chosen)}", flush=True)
         distiller = _distiller(ctx, student, teacher, spec)
 
     phase = Phase("general", spec.directory, distiller, distiller.checkpoint_items(), None,
@@ -517,7 +523,7 @@ def finetune_teacher(ctx: Context) -> dict[str, Any]:
     phase = Phase("finetune_teacher", spec.directory, distiller,
                   distiller.checkpoint_items(model_key="teacher"),
                   _task_dataset(ctx, train, spec.global_batch), spec.steps_per_epoch,
-                  spec.epochs, evaluate=_evaluator(ctx, teacher, dev))
+                  spec.epochs, max_steps=spec.max_steps, evaluate=_evaluator(ctx, teacher, dev))
     result = _run(ctx, phase)
     last = result["evals"][-1] if result["evals"] else {}
     if ctx.chief:
@@ -674,7 +680,8 @@ def export(ctx: Context) -> dict[str, Any]:
         representative_texts=texts(train[: e.representative_examples]),
         is_pair=ctx.task.is_pair, task=ctx.task.type, task_name=ctx.task.name,
         latency_runs=r.export_latency_runs,
-        num_threads=r.export_threads or None, max_examples=r.export_max_examples or None)
+        num_threads=r.export_threads or None, max_examples=r.export_max_examples or None,
+        options=e.options())
     report_path = ctx.state.path("report.json")
     data = read_json(report_path, default=None)
     if data is not None and ctx.chief:

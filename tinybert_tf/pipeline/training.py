@@ -12,8 +12,10 @@ Files (all through `tinybert_tf.files`, so gs:// and ram:// work): the phase
 folder holds `ckpt/`, `history.jsonl` (one row per logged step; rows are
 buffered and appended when a checkpoint is saved, so the file never runs
 ahead of the checkpoint a re-run resumes from), `phase_state.json` (dev
-evaluations, the best one) and `phase_done.json`; TensorBoard scalars go to
-OUTPUT/logs/<stage>/<phase>.
+evaluations, the best one) and `phase_done.json`. TensorBoard scalars go where
+keras.callbacks.TensorBoard puts them: the training ones (loss, each loss term,
+learning_rate) in OUTPUT/logs/<stage>[/<phase>]/train, the dev metrics
+(accuracy, ...) in .../validation (`log_dir`).
 
 Preemption: while a phase trains, SIGTERM (a preemptible VM's or a TPU
 maintenance notice, `kill`, a scheduler's eviction) asks to stop. The request
@@ -60,6 +62,7 @@ from tinybert_tf import files
 from tinybert_tf.data import corpus as corpus_lib
 from tinybert_tf.data.metrics import is_defined
 from tinybert_tf.pipeline.strategy import is_chief, num_workers, worker_dir
+from tinybert_tf.progress import fit_progress
 
 log = logging.getLogger("tinybert_tf")
 
@@ -264,10 +267,11 @@ class _Runner:
                 self.checkpoint, self.checkpoint_dir, max_to_keep=keep_checkpoints)
         self.history_path = posixpath.join(phase.directory, "history.jsonl")
         self.state_path = posixpath.join(phase.directory, "phase_state.json")
-        stage_dir = posixpath.dirname(phase.directory.rstrip("/"))
-        self.writer = tf.summary.create_file_writer(worker_dir(
-            posixpath.join(posixpath.dirname(stage_dir), "logs", posixpath.basename(stage_dir),
-                           phase.name), strategy))
+        # keras.callbacks.TensorBoard's layout: training scalars in train/, dev in
+        # validation/ (made at the first evaluation, as Keras makes it only with dev data).
+        self.logs = worker_dir(log_dir(phase), strategy)
+        self.writer = tf.summary.create_file_writer(posixpath.join(self.logs, "train"))
+        self.dev_writer = None
         self.state = files.read_json(self.state_path, {"best": None, "evals": []},
                                      error=TrainingStateError, expect=dict)
         self.pending: list[dict[str, Any]] = []
@@ -491,9 +495,12 @@ class _Runner:
             return None
         self.check_weights(step)
         metrics = self.phase.evaluate()
-        with self.writer.as_default(step=step):
+        if self.dev_writer is None:
+            self.dev_writer = tf.summary.create_file_writer(
+                posixpath.join(self.logs, "validation"))
+        with self.dev_writer.as_default(step=step):
             for k, v in metrics.items():
-                tf.summary.scalar(f"dev_{k}", v)
+                tf.summary.scalar(k, v)
         shown = " ".join(f"{k}={v:.4f}" if is_defined(v) else f"{k}=undefined"
                          for k, v in metrics.items())
         log.info("%s step %d: dev %s", self.phase.name, step, shown)
@@ -534,10 +541,12 @@ class _Runner:
             # steps_per_epoch gives the progress bar its length; the order is the
             # dataset's own (epoch_order), so Keras must not be asked to shuffle.
             # Data errors raised inside tf.data reach the user as one line.
+            # In a terminal Keras's bar; in a log file a whole line now and then.
+            fit_verbose, shown = fit_progress(phase.name, step, total, self.verbose)
             with corpus_lib.translate_data_errors():
                 phase.model.fit(phase.epoch_input(epoch, offset, steps), epochs=1,
-                                steps_per_epoch=steps, shuffle=False, verbose=self.verbose,
-                                callbacks=[_PhaseCallback(self)])
+                                steps_per_epoch=steps, shuffle=False, verbose=fit_verbose,
+                                callbacks=[_PhaseCallback(self), *shown])
             new_step = int(self.step.numpy())
             self.check_weights(new_step)  # once per epoch, before any evaluation or save
             if new_step == step:
@@ -571,6 +580,16 @@ class _Runner:
         if self.chief:
             files.write_json_atomic(done_path, result)
         return result
+
+
+def log_dir(phase: Phase) -> str:
+    """The phase's TensorBoard folder, OUTPUT/logs/<stage>[/<phase>]: it holds train/ and
+    validation/ as keras.callbacks.TensorBoard writes them. A stage of one phase named
+    like it (general, finetune_teacher) has no phase level."""
+    stage_dir = posixpath.dirname(phase.directory.rstrip("/"))
+    stage = posixpath.basename(stage_dir)
+    logs = posixpath.join(posixpath.dirname(stage_dir), "logs", stage)
+    return logs if phase.name == stage else posixpath.join(logs, phase.name)
 
 
 def _is_number(v: Any) -> bool:
