@@ -127,10 +127,6 @@ class GeneralConfig:
     distil_temperature: float = flag("distil_temperature")
     restrict_ce_to_mask: bool = flag("restrict_ce_to_mask")
 
-    @property
-    def distilbert(self) -> bool:
-        return self.recipe == "distilbert"
-
 
 @dataclasses.dataclass(frozen=True)
 class FinetuneConfig:

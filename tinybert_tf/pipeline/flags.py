@@ -29,12 +29,12 @@ from tinybert_tf.export.formats import FORMATS
 from tinybert_tf.export.parity import DEFAULT_FORMATS
 from tinybert_tf.pipeline.configs import AUTO_PRECISION, INPUT_SHARDING, PRECISIONS
 from tinybert_tf.pipeline.lock import DEFAULT_STALE_MINUTES
+from tinybert_tf.pipeline.recipes import RECIPES
 from tinybert_tf.pipeline.stages import STAGES
 from tinybert_tf.pipeline.strategy import DEFAULT_PEER_TIMEOUT, STRATEGIES
 from tinybert_tf.tasks.catalog import task_names
 
 FLAGS = flags.FLAGS
-RECIPES = ("tinybert", "distilbert")
 
 # Flags that existed once: the message names what replaced them.
 REMOVED_FLAGS = {
@@ -370,8 +370,11 @@ def define_models(fv: flags.FlagValues) -> None:
 
 @_group
 def define_general(fv: flags.FlagValues) -> None:
-    flags.DEFINE_enum("recipe", "tinybert", RECIPES,
-                      "Distillation recipe of the general stage.", flag_values=fv)
+    # A string checked by preflight: recipes registered by user code count.
+    flags.DEFINE_string("recipe", "tinybert",
+                        "Recipe of the general stage: " + "; ".join(
+                            f"{name} = {r.summary}" for name, r in sorted(RECIPES.items()))
+                        + " (pipeline/recipes.py).", flag_values=fv)
     flags.DEFINE_integer("general_max_seq_len", 128, "Sequence length of general distillation.",
                          flag_values=fv)
     flags.DEFINE_integer("general_batch_size", 256, "Effective global batch of general "

@@ -20,7 +20,6 @@ from typing import Any, Callable, Optional, Sequence
 from tinybert_tf import files
 from tinybert_tf.config import BertConfig, ConfigError, get_config
 from tinybert_tf.data.examples import DataError
-from tinybert_tf.distill.distilbert import init_mismatch
 from tinybert_tf.distill.mapping import layer_map
 from tinybert_tf.distill.terms import layer_weights, resolve_names
 from tinybert_tf.export.formats import FORMATS, check_formats, check_output_dir
@@ -28,6 +27,7 @@ from tinybert_tf.models.checkpoint import CheckpointError, ModelInfo, inspect_mo
 from tinybert_tf.models.labels import label_order
 from tinybert_tf.pipeline import stages as S
 from tinybert_tf.pipeline.configs import PipelineConfig
+from tinybert_tf.pipeline.recipes import RECIPES, GeneralRecipe, get_recipe
 from tinybert_tf.pipeline.state import unfinished_stage_output
 from tinybert_tf.tasks.catalog import Task
 from tinybert_tf.tokenizer import SPECIAL_TOKENS
@@ -136,11 +136,13 @@ def _layer_weight_errors(values: Sequence[str]) -> list[str]:
             "the prediction layer)."]
 
 
-def _trains_nothing(c: PipelineConfig, needs: set) -> list[str]:
-    """Stages that would publish an untrained model as their output."""
+def _trains_nothing(c: PipelineConfig, needs: set,
+                    recipe: Optional[GeneralRecipe] = None) -> list[str]:
+    """Stages that would publish an untrained model as their output (a recipe that
+    trains nothing, such as first_layers, is meant to)."""
     out = []
     g, f, d = c.general, c.finetune, c.distill
-    if "general" in needs and g.epochs == 0:
+    if "general" in needs and g.epochs == 0 and (recipe is None or recipe.trains):
         out.append("--general_epochs=0: the general stage would train nothing and save a "
                    "random student as OUTPUT/general/model; give epochs > 0, or skip the stage "
                    "with --general_model=DIR (or --general_model=none for a random start).")
@@ -252,7 +254,10 @@ def check(ctx: S.Context, stages: Sequence[str], count_corpus: bool = False
     needs = set(stages)
     plan: dict[str, Any] = {"output_dir": ctx.state.output_dir, "stages": list(stages),
                             "replicas": ctx.replicas, "task": ctx.task.describe()}
-    checks.errors.extend(_trains_nothing(c, needs))
+    recipe = checks.run(lambda: get_recipe(c.general.recipe)) if "general" in needs else None
+    if recipe is not None:
+        plan["general_recipe"] = recipe.describe()
+    checks.errors.extend(_trains_nothing(c, needs, recipe))
     # The output folder, and what earlier runs left in it.
     checks.errors.extend(_output_dir_errors(ctx.state.output_dir))
     checks.errors.extend(checks.run(lambda: ctx.state.damaged_records(
@@ -311,20 +316,8 @@ def check(ctx: S.Context, stages: Sequence[str], count_corpus: bool = False
             and ctx.state.is_done("general"):
         general_model = checks.run(lambda: inspect_model(ctx.general_path()),
                                    f"{ctx.general_path()}: ")
-    if "general" in needs and teacher is not None:
-        if c.general.distilbert and teacher.head != "mlm":
-            checks.errors.append(f"--recipe=distilbert needs a teacher with an MLM head; "
-                                 f"--teacher={m.teacher} has none. Use a BertForMaskedLM "
-                                 "checkpoint or --recipe=tinybert.")
-        if student_cfg is not None and (m.init_from_teacher or c.general.distilbert):
-            mismatch = init_mismatch(student_cfg, teacher.config)
-            if mismatch:
-                field, s, t = mismatch
-                what = "--init_from_teacher" if m.init_from_teacher else "--recipe=distilbert"
-                checks.errors.append(
-                    f"{what} copies teacher layers into the student, but --student_config="
-                    f"{m.student_config} has {field}={s} and the teacher {t}; use a student of "
-                    "the teacher's width or drop the flag (random initialisation).")
+    if recipe is not None and teacher is not None:
+        checks.errors.extend(checks.run(lambda: recipe.check(c, student_cfg, teacher)) or [])
     # Loss terms and layer maps against the models they will join.
     checks.run(lambda: resolve_names(c.loss.loss_terms))
     pairs = []
@@ -491,7 +484,9 @@ def _phases(checks: _Checks, ctx: S.Context, needs: set, count_corpus: bool,
     """Each training phase's spec (checked), reading the data it trains on. Sizes need
     the tokenizers: none is built from a model that failed its checks."""
     specs = []
-    if "general" in needs and teacher_ok:
+    # An unknown --recipe is reported once, by `check`.
+    recipe = RECIPES.get(ctx.config.general.recipe) if "general" in needs else None
+    if "general" in needs and teacher_ok and recipe is not None and recipe.trains:
         count = None
         if count_corpus:
             count = checks.run(lambda: S.corpus_sequences(ctx))

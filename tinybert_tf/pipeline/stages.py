@@ -1,7 +1,8 @@
 """The pipeline's stages (paper Figure 1), each reading the previous stage's folder.
 
   general          GD: pre-trained teacher -> student on the general corpus (embd+attn+hidn),
-                   or the DistilBERT recipe (--recipe=distilbert)
+                   or another registered recipe (--recipe: distilbert, mlm, first_layers;
+                   pipeline/recipes.py)
   finetune_teacher the teacher fine-tuned on the task (skipped when --task_teacher is given)
   augment          Algorithm 1 -> OUTPUT/augment/<the source's augmented file>
   task             TD: intermediate layers on the (augmented) task data, then prediction layer
@@ -42,7 +43,6 @@ from tinybert_tf.config import BertConfig, get_config
 from tinybert_tf.data import corpus as corpus_lib
 from tinybert_tf.distill.distilbert import init_student_from_teacher
 from tinybert_tf.distill.distiller import Distiller
-from tinybert_tf.distill.mapping import layer_map
 from tinybert_tf.distill.optimizer import create_optimizer
 from tinybert_tf.distill.terms import HardLabelTerm, LossTerm, PredictionTerm, make_terms
 from tinybert_tf.export.parity import export_all
@@ -53,6 +53,7 @@ from tinybert_tf.models.labels import put_in_order
 from tinybert_tf.pipeline import evaluation, report
 from tinybert_tf.pipeline import teacher_cache as cache_lib
 from tinybert_tf.pipeline.configs import PipelineConfig
+from tinybert_tf.pipeline.recipes import GeneralRecipe, get_recipe
 from tinybert_tf.pipeline.state import RunState
 from tinybert_tf.pipeline.strategy import is_chief, num_workers, peer_errors, worker_dir
 from tinybert_tf.pipeline.training import Phase, run_phase, schedule_steps
@@ -230,14 +231,13 @@ def _corpus_source(ctx: Context) -> str:
     return ctx.config.general.corpus or corpus_lib.default_corpus_path()
 
 
+def general_recipe(ctx: Context) -> GeneralRecipe:
+    """The registered recipe of --recipe (pipeline/recipes.py)."""
+    return get_recipe(ctx.config.general.recipe)
+
+
 def general_terms(ctx: Context) -> list[LossTerm]:
-    c, loss = ctx.config.general, ctx.config.loss
-    if c.distilbert:
-        return make_terms("ce,mlm,cos", temperature=c.distil_temperature,
-                          restrict_ce_to_mask=c.restrict_ce_to_mask,
-                          weights={"ce": c.alpha_ce, "mlm": c.alpha_mlm, "cos": c.alpha_cos})
-    return make_terms(loss.loss_terms, layer_mapping=loss.layer_mapping,
-                      layer_weights=loss.lambdas, mask_padding=loss.mask_padding)
+    return general_recipe(ctx).terms(ctx.config)
 
 
 def general_sharding(ctx: Context) -> str:
@@ -281,7 +281,7 @@ def corpus_sequences(ctx: Context) -> int:
     """Packed sequences per epoch of the corpus, cached by path, size and mtime."""
     c = ctx.config.general
     source = _corpus_source(ctx)
-    pack = "single" if c.distilbert else "pair"
+    pack = general_recipe(ctx).pack
     key = {"source": source, "max_seq_len": c.max_seq_len, "pack": pack,
            "files": corpus_lib.source_facts(source)}
     count_path = ctx.state.path("general", "corpus_count.json")
@@ -398,32 +398,42 @@ def load_task_teacher(ctx: Context) -> BertModel:
 
 def general(ctx: Context) -> dict[str, Any]:
     c, m = ctx.config.general, ctx.config.models
-    spec = general_phase(ctx)
-    spec.check()
+    recipe = general_recipe(ctx)
+    spec = general_phase(ctx) if recipe.trains else None
+    if spec is not None:
+        spec.check()
+    info = inspect_model(m.teacher)
+    config = student_config(ctx, info.config, len(info.vocab))
+    layers = recipe.init_layers(ctx.config, config, info.config)
     with ctx.strategy.scope():
-        teacher = load_model(m.teacher, head="mlm" if c.distilbert else None)
-        tokenizer = load_tokenizer(teacher, c.max_seq_len)
-        config = student_config(ctx, teacher.bert_config, len(teacher.vocab))
-        student = BertModel(config, head="mlm" if c.distilbert else None, vocab=teacher.vocab)
-        if c.distilbert or m.init_from_teacher:
-            # DistilBERT: every other layer; TinyBERT: the layers g(m) the student learns from.
-            layers = "every_other" if c.distilbert else [
-                g - 1 for g in layer_map(ctx.config.loss.layer_mapping, config.num_layers,
-                                         teacher.bert_config.num_layers)[1:]]
+        # The teacher's weights only when the recipe runs it or copies its layers.
+        teacher = (load_model(m.teacher, head=recipe.teacher_head)
+                   if recipe.teacher_forward or layers is not None else None)
+        tokenizer = load_tokenizer(teacher if teacher is not None else m.teacher,
+                                   c.max_seq_len)
+        student = BertModel(config, head=recipe.student_head, vocab=info.vocab)
+        if layers is not None:
             copied = init_student_from_teacher(student, teacher, layers=layers)
             print(f"[general] student initialised from the teacher: {len(copied)} layers "
                   "copied", flush=True)
-        distiller = _distiller(ctx, student, teacher, spec)
+        if not recipe.teacher_forward:
+            teacher = None
+        distiller = _distiller(ctx, student, teacher, spec) if spec is not None else None
 
-    phase = Phase("general", spec.directory, distiller, distiller.checkpoint_items(), None,
-                  spec.steps_per_epoch, spec.epochs, max_steps=spec.max_steps,
-                  make_input=functools.partial(general_input, ctx, tokenizer))
-    result = _run(ctx, phase)
+    steps = 0
+    if spec is not None:
+        phase = Phase("general", spec.directory, distiller, distiller.checkpoint_items(), None,
+                      spec.steps_per_epoch, spec.epochs, max_steps=spec.max_steps,
+                      make_input=functools.partial(general_input, ctx, tokenizer))
+        steps = _run(ctx, phase)["steps"]
+    else:
+        print(f"[general] --recipe={recipe.name} trains nothing: the initialised student is "
+              "the general model", flush=True)
     if ctx.chief:
         # Written aside; published as general/model with the stage's done marker.
         save_model(student, ctx.state.work_path("general", "model"),
                    metadata={"stage": "general", "teacher": m.teacher, "recipe": c.recipe})
-    return {"steps": result["steps"], "sequences_per_epoch": spec.examples}
+    return {"steps": steps, "sequences_per_epoch": spec.examples if spec is not None else 0}
 
 
 def general_input(ctx: Context, tokenizer, epoch: int, offset: int, steps: int):
@@ -435,11 +445,12 @@ def general_input(ctx: Context, tokenizer, epoch: int, offset: int, steps: int):
     inside, in those units.
     """
     c = ctx.config.general
+    recipe = general_recipe(ctx)
     source = _corpus_source(ctx)
     mode = general_sharding(ctx)
     options = dict(max_seq_len=c.max_seq_len, seed=ctx.config.numerics.seed + epoch,
-                   pack="single" if c.distilbert else "pair", masking=c.distilbert,
-                   drop_remainder=True)
+                   pack=recipe.pack, masking=recipe.masking,
+                   next_sentence=recipe.next_sentence, drop_remainder=True)
 
     def dataset_fn(input_context: tf.distribute.InputContext) -> tf.data.Dataset:
         local = input_context.num_replicas_in_sync // input_context.num_input_pipelines
