@@ -93,6 +93,8 @@ class LossConfig:
     loss_terms: tuple[str, ...]
     temperature: float
     hard_label_weight: float
+    pkd_alpha: float
+    pkd_beta: float
     layer_mapping: str
     layer_weights: tuple[str, ...]
     share_hidden_projection: bool
@@ -150,11 +152,14 @@ class AugmentConfig:
 @dataclasses.dataclass(frozen=True)
 class TaskDistillConfig:
     use_augmented: bool
+    augmented_file: str
     intermediate: bool
     intermediate_epochs: float
     intermediate_lr: float
     pred_epochs: float
     pred_lr: float
+    pkd_epochs: float
+    pkd_lr: float
     batch_size: int = flag("task_batch_size")
     max_steps: int = flag("task_max_steps")
     eval_every: int = flag("eval_every")
@@ -228,7 +233,8 @@ _STAGE_PARTS = {
 }
 _STAGE_IGNORES = {
     "general": ("models.task_teacher", "models.teacher_label_order", "models.general_model",
-                "loss.temperature", "loss.hard_label_weight"),
+                "loss.temperature", "loss.hard_label_weight", "loss.pkd_alpha",
+                "loss.pkd_beta"),
     "finetune_teacher": ("models.task_teacher", "models.teacher_label_order",
                          "models.student_config", "models.init_from_teacher",
                          "models.general_model"),

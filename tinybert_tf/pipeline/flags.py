@@ -414,6 +414,10 @@ def define_finetune(fv: flags.FlagValues) -> None:
 def define_task_distillation(fv: flags.FlagValues) -> None:
     flags.DEFINE_bool("use_augmented", True, "Task distillation on the augmented data "
                       "(else the original training set).", flag_values=fv)
+    flags.DEFINE_string("augmented_file", "",
+                        "A finished augmented training file (bin/augment's output, or another "
+                        "run's OUTPUT/augment/<file>) to distil on instead of running this "
+                        "run's augment stage; empty: OUTPUT/augment.", flag_values=fv)
     flags.DEFINE_bool("intermediate", True, "Run the intermediate-layer phase of task "
                       "distillation.", flag_values=fv)
     flags.DEFINE_float("intermediate_epochs", 20, "Epochs of the intermediate phase.",
@@ -428,6 +432,10 @@ def define_task_distillation(fv: flags.FlagValues) -> None:
                          flag_values=fv)
     flags.DEFINE_integer("task_max_steps", 0, "Cap on steps per task phase (0 = none).",
                          flag_values=fv)
+    flags.DEFINE_float("pkd_epochs", 4, "Epochs of the pkd phase (Patient KD; its code's "
+                       "default 4).", flag_values=fv)
+    flags.DEFINE_float("pkd_lr", 1e-5, "Learning rate of the pkd phase (the PKD code's "
+                       "patient-KD setting).", flag_values=fv)
     flags.DEFINE_integer("eval_every", 0, "Evaluate on dev every N steps in the prediction "
                          "phase (0 = once per epoch); the best checkpoint is kept.",
                          flag_values=fv)
@@ -439,6 +447,11 @@ def define_losses(fv: flags.FlagValues) -> None:
                       f"Intermediate loss terms: {_terms_help()}.", flag_values=fv)
     flags.DEFINE_float("temperature", 1.0, "Temperature t of the prediction loss.",
                        flag_values=fv)
+    flags.DEFINE_float("pkd_alpha", 0.7, "Patient KD: weight alpha of the soft targets "
+                       "(1 - alpha weighs the ground truth); T is --temperature.",
+                       flag_values=fv)
+    flags.DEFINE_float("pkd_beta", 500.0, "Patient KD: weight beta of the patient loss on "
+                       "the normalised [CLS] states of the mapped layers.", flag_values=fv)
     flags.DEFINE_float("hard_label_weight", 0.0, "Weight of the ground-truth loss mixed into "
                        "the prediction phase (0 = the paper).", flag_values=fv)
     flags.DEFINE_string("layer_mapping", "uniform",
@@ -496,6 +509,30 @@ def distill_flags() -> flags.FlagValues:
     for define in DISTILL_GROUPS:
         define(fv)
     define_corpus(fv)
+    return fv
+
+
+# bin/reproduce's own flags (besides bin/distill's, which pass through to every run).
+REPRODUCE_FLAGS = ("table", "tasks", "cells", "glue_dir", "squad_dir")
+
+
+def reproduce_flags() -> flags.FlagValues:
+    """A fresh FlagValues for `bin/reproduce`: every flag of bin/distill (passed to each
+    run) and its own."""
+    fv = distill_flags()
+    flags.DEFINE_integer("table", None, "The paper's table to reproduce, 1-7 "
+                         "(tinybert_tf/pipeline/paper_tables.py).", flag_values=fv)
+    flags.DEFINE_list("tasks", [], "Tasks to run each cell on (--task names); default: the "
+                      "table's tasks.", flag_values=fv)
+    flags.DEFINE_list("cells", [], "Only these cells of the table (default: every cell but "
+                      "the teacher's row, whose score every cell's report holds).",
+                      flag_values=fv)
+    flags.DEFINE_string("glue_dir", "", "Folder of the GLUE download (CoLA/, MNLI/, ...): "
+                        "each GLUE task gets --data_dir=GLUE_DIR/<Task>.", flag_values=fv)
+    flags.DEFINE_string("squad_dir", "", "Folder holding train-v1.1.json, dev-v1.1.json, "
+                        "train-v2.0.json and dev-v2.0.json for the SQuAD tasks.",
+                        flag_values=fv)
+    fv.mark_flag_as_required("table")
     return fv
 
 

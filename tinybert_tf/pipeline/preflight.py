@@ -50,12 +50,12 @@ class PreflightError(ValueError):
 def resolve_stages(requested: Sequence[str], config: PipelineConfig) -> list[str]:
     """`--stages` -> the ordered list to run. `all` drops the stages an ablation skips:
     general with --general_model, finetune_teacher with --task_teacher, augment with
-    --nouse_augmented."""
+    --nouse_augmented or --augmented_file."""
     names = [s.strip() for s in requested if s.strip()]
     if names == ["all"]:
-        m = config.models
+        m, d = config.models, config.distill
         skip = {"general": bool(m.general_model), "finetune_teacher": bool(m.task_teacher),
-                "augment": not config.distill.use_augmented}
+                "augment": not d.use_augmented or bool(d.augmented_file)}
         return [s for s in S.STAGES if not skip.get(s)]
     unknown = [s for s in names if s not in S.STAGES]
     if unknown or not names:
@@ -272,7 +272,18 @@ def check(ctx: S.Context, stages: Sequence[str], count_corpus: bool = False
                     f"--stages={','.join(stages)}: {stage} reads the output of {up}, which "
                     f"is not in {ctx.state.path(up)}; add {up} to --stages (or give "
                     + _explicit_flag(up) + ").")
-    if "task" in needs and c.distill.use_augmented and ctx.state.is_done("augment") \
+    if c.distill.augmented_file:
+        if "augment" in needs:
+            checks.errors.append(
+                f"--augmented_file={c.distill.augmented_file} replaces the augment stage, "
+                f"which --stages={','.join(stages)} also runs; drop one of the two.")
+        elif "task" in needs and c.distill.use_augmented \
+                and not files.isfile(c.distill.augmented_file):
+            missing_outputs.add("task")
+            checks.errors.append(f"--augmented_file={c.distill.augmented_file}: no such file; "
+                                 "give the augmented file (bin/augment --output, or a run's "
+                                 "OUTPUT/augment/<file>).")
+    elif "task" in needs and c.distill.use_augmented and ctx.state.is_done("augment") \
             and "augment" not in needs and not files.exists(ctx.augmented_path()):
         missing_outputs.add("task")
         checks.errors.append(
@@ -510,9 +521,9 @@ def _phases(checks: _Checks, ctx: S.Context, needs: set, count_corpus: bool,
             d = ctx.config.distill
             size = n_train
             if d.use_augmented:
-                aug = (checks.run(lambda: ctx.examples("train_aug"))
-                       if ctx.state.is_done("augment") and files.exists(ctx.augmented_path())
-                       else None)
+                written = (ctx.state.is_done("augment") or bool(d.augmented_file)) \
+                    and files.exists(ctx.augmented_path())
+                aug = checks.run(lambda: ctx.examples("train_aug")) if written else None
                 # Not augmented yet: N_a + 1 rows per example at most.
                 size = checks.run(lambda: S.rows(ctx, aug)) if aug is not None else None
             note = ("" if size is not None else "the augmented set is not written yet: sizes "

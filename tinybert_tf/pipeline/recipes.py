@@ -63,15 +63,20 @@ class GeneralRecipe:
         None for a random start."""
         return None
 
+    def teacher_head_for(self, config) -> Optional[str]:
+        """The head the teacher is loaded with under `config` (default: `teacher_head`)."""
+        return self.teacher_head
+
     def check(self, config, student: Optional[BertConfig], teacher) -> list[str]:
         """Preflight errors (one line each, naming the flag) for `teacher`
         (`ModelInfo`: config and head, no weights) and the student config."""
         errors = []
-        if self.teacher_head and teacher is not None and teacher.head != self.teacher_head:
-            errors.append(f"--recipe={self.name} needs a teacher with a {self.teacher_head} "
-                          f"head; --teacher={config.models.teacher} has "
-                          f"{teacher.head or 'none'}. Use a checkpoint with that head or "
-                          "another --recipe.")
+        head = self.teacher_head_for(config)
+        if head and teacher is not None and teacher.head != head:
+            errors.append(f"--recipe={self.name} needs a teacher with a {head} head; "
+                          f"--teacher={config.models.teacher} has {teacher.head or 'none'}. "
+                          "Use a checkpoint with that head or another --recipe"
+                          + (" (or --alpha_ce=0)." if self.name == "distilbert" else "."))
         if student is not None and teacher is not None \
                 and self.init_layers(config, student, teacher.config) is not None:
             mismatch = init_mismatch(student, teacher.config)
@@ -133,18 +138,27 @@ class TinyBertRecipe(GeneralRecipe):
 
 @register_recipe
 class DistilBertRecipe(GeneralRecipe):
+    """A term weighted 0 is left out; with --alpha_ce=0 the teacher needs no MLM head
+    (a teacher without one, such as the embedded MiniLM, then runs L_cos only)."""
+
     name = "distilbert"
     summary = "5 L_ce + 2 L_mlm + 1 L_cos, single segments, dynamic masking (Sanh et al.)"
-    teacher_head = "mlm"
     student_head = "mlm"
     pack = "single"
     masking = True
 
     def terms(self, config) -> list[LossTerm]:
         c = config.general
-        return make_terms("ce,mlm,cos", temperature=c.distil_temperature,
-                          restrict_ce_to_mask=c.restrict_ce_to_mask,
-                          weights={"ce": c.alpha_ce, "mlm": c.alpha_mlm, "cos": c.alpha_cos})
+        weights = {"ce": c.alpha_ce, "mlm": c.alpha_mlm, "cos": c.alpha_cos}
+        names = [name for name, w in weights.items() if w > 0]
+        if not names:
+            raise ValueError("--recipe=distilbert: --alpha_ce, --alpha_mlm and --alpha_cos are "
+                             "all 0; give at least one a positive weight.")
+        return make_terms(names, temperature=c.distil_temperature,
+                          restrict_ce_to_mask=c.restrict_ce_to_mask, weights=weights)
+
+    def teacher_head_for(self, config) -> Optional[str]:
+        return "mlm" if config.general.alpha_ce > 0 else None
 
     def init_layers(self, config, student, teacher) -> Layers:
         return "every_other"

@@ -96,7 +96,9 @@ class Context:
         return load_tokenizer(models.task_teacher or models.teacher, self.max_seq_len)
 
     def augmented_path(self) -> str:
-        return self.state.path("augment", self.task.source.augmented_name)
+        """--augmented_file, or the file this run's augment stage writes."""
+        return (self.config.distill.augmented_file
+                or self.state.path("augment", self.task.source.augmented_name))
 
     def examples(self, split: str):
         task = self.task
@@ -120,7 +122,7 @@ def upstream(stage: str, config: PipelineConfig) -> list[str]:
     if stage == "task":
         return ([] if m.general_model else ["general"]) + \
                ([] if m.task_teacher else ["finetune_teacher"]) + \
-               (["augment"] if d.use_augmented else [])
+               (["augment"] if d.use_augmented and not d.augmented_file else [])
     if stage == "evaluate":
         return ([] if m.task_teacher else ["finetune_teacher"]) + ["task"]
     if stage == "export":
@@ -407,7 +409,7 @@ def general(ctx: Context) -> dict[str, Any]:
     layers = recipe.init_layers(ctx.config, config, info.config)
     with ctx.strategy.scope():
         # The teacher's weights only when the recipe runs it or copies its layers.
-        teacher = (load_model(m.teacher, head=recipe.teacher_head)
+        teacher = (load_model(m.teacher, head=recipe.teacher_head_for(ctx.config))
                    if recipe.teacher_forward or layers is not None else None)
         tokenizer = load_tokenizer(teacher if teacher is not None else m.teacher,
                                    c.max_seq_len)
