@@ -37,13 +37,13 @@ def export_task(model: BertModel, task: Optional[TaskType] = None,
             f"{source}: has head={head!r}; export needs a task model with a task head (a "
             "model directory written by the task stage, or load_model(dir, "
             "head='classifier', num_labels=N) after fine-tuning).") from None
-    if task is not None and task.head != head:
+    if task is not None and not task.accepts(head):
         raise ExportError(f"{source}: the task is a {task.kind} task but the model has a "
                           f"{head} head; export the model distilled for this task.")
     if not getattr(model, "vocab", None):
         raise ExportError(f"{source}: the model carries no WordPiece vocab; load it from a "
                           "model directory that has vocab.txt (load_model(dir)).")
-    return task or own
+    return task.with_head(head) if task is not None else own
 
 
 def keras_outputs(model: BertModel, task: TaskType, inputs: dict[str, np.ndarray],

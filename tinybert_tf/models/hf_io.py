@@ -405,6 +405,10 @@ def export_hf(model: Any, directory: str) -> str:
     config: BertConfig = model.bert_config
     head = model.head_type
     vocab = model_vocab(model, "export_hf")
+    if head is not None and head not in _HF_HEADS:
+        raise CheckpointError(
+            f"export_hf({directory}): a {head} head has no Hugging Face BERT class; export "
+            "the model without it (load_model(dir, head='none')) or use another format.")
     if head in ("classifier", "regressor") and not config.use_pooler:  # pooled-output heads
         raise CheckpointError(
             f"export_hf({directory}): Hugging Face BertForSequenceClassification classifies the "

@@ -29,6 +29,7 @@ from tinybert_tf.export.formats import FORMATS
 from tinybert_tf.export.parity import DEFAULT_FORMATS
 from tinybert_tf.pipeline.configs import AUTO_PRECISION, INPUT_SHARDING, PRECISIONS
 from tinybert_tf.pipeline.lock import DEFAULT_STALE_MINUTES
+from tinybert_tf.pipeline.phases import PHASE_KINDS
 from tinybert_tf.pipeline.recipes import RECIPES
 from tinybert_tf.pipeline.stages import STAGES
 from tinybert_tf.pipeline.strategy import DEFAULT_PEER_TIMEOUT, STRATEGIES
@@ -46,6 +47,8 @@ REMOVED_FLAGS = {
              "teacher's vocab.txt.",
     "vector_cache": "--vector_cache belongs to bin/augment; bin/distill caches word vectors "
                     "in OUTPUT/augment/vectors.",
+    "intermediate": "--task_phases lists the task stage's phases in order; "
+                    "--task_phases=prediction skips the intermediate-layer phase.",
 }
 
 
@@ -364,8 +367,19 @@ def define_models(fv: flags.FlagValues) -> None:
                       flag_values=fv)
     flags.DEFINE_string("general_model", "",
                         "Student to start task distillation from: a model directory, 'none' "
-                        "(random init: the paper's 'no GD' ablation), or empty for "
+                        "(random init, as --student_init=random), or empty for "
                         "OUTPUT/general.", flag_values=fv)
+    flags.DEFINE_enum("student_init", "general", ["general", "random"],
+                      "Where the task stage's student starts: general (--general_model, or "
+                      "OUTPUT/general) or random (no general distillation: the paper's "
+                      "'w/o GD'; --general_model is then not read).", flag_values=fv)
+    # A string checked when the task is resolved: task types registered by user code
+    # may bring their own head styles.
+    flags.DEFINE_string("classifier_head", "pooler",
+                        "The student's head for sentence tasks: pooler (BERT's: dropout and "
+                        "a dense layer on the pooled [CLS] output) or pre_classifier "
+                        "(DistilBERT's: dense, ReLU, dropout 0.2, dense on the [CLS] "
+                        "state, no pooler). Teachers keep their own head.", flag_values=fv)
 
 
 @_group
@@ -418,8 +432,10 @@ def define_task_distillation(fv: flags.FlagValues) -> None:
                         "A finished augmented training file (bin/augment's output, or another "
                         "run's OUTPUT/augment/<file>) to distil on instead of running this "
                         "run's augment stage; empty: OUTPUT/augment.", flag_values=fv)
-    flags.DEFINE_bool("intermediate", True, "Run the intermediate-layer phase of task "
-                      "distillation.", flag_values=fv)
+    flags.DEFINE_list("task_phases", ["intermediate", "prediction"],
+                      f"Phases of the task stage, in order: {', '.join(PHASE_KINDS)} (and "
+                      "phases registered by --plugins). The last one trains the head and "
+                      "keeps its best dev checkpoint.", flag_values=fv)
     flags.DEFINE_float("intermediate_epochs", 20, "Epochs of the intermediate phase.",
                        flag_values=fv)
     flags.DEFINE_float("intermediate_lr", 5e-5, "Learning rate of the intermediate phase.",
@@ -428,6 +444,14 @@ def define_task_distillation(fv: flags.FlagValues) -> None:
                        flag_values=fv)
     flags.DEFINE_float("pred_lr", 3e-5, "Learning rate of the prediction-layer phase.",
                        flag_values=fv)
+    flags.DEFINE_float("finetune_epochs", 3, "Epochs of the finetune phase (ground-truth "
+                       "labels of the original training set).", flag_values=fv)
+    flags.DEFINE_float("finetune_lr", 3e-5, "Learning rate of the finetune phase.",
+                       flag_values=fv)
+    flags.DEFINE_list("pred_grid", [], "BATCH:LR cells (e.g. 16:1e-5,32:3e-5): the last "
+                      "task phase runs once per cell from one run of the phases before it; "
+                      "the cell best on dev is kept (the paper's {16,32} x {1e-5,2e-5,3e-5}).",
+                      flag_values=fv)
     flags.DEFINE_integer("task_batch_size", 32, "Global batch size of task distillation.",
                          flag_values=fv)
     flags.DEFINE_integer("task_max_steps", 0, "Cap on steps per task phase (0 = none).",
@@ -436,9 +460,18 @@ def define_task_distillation(fv: flags.FlagValues) -> None:
                        "default 4).", flag_values=fv)
     flags.DEFINE_float("pkd_lr", 1e-5, "Learning rate of the pkd phase (the PKD code's "
                        "patient-KD setting).", flag_values=fv)
-    flags.DEFINE_integer("eval_every", 0, "Evaluate on dev every N steps in the prediction "
-                         "phase (0 = once per epoch); the best checkpoint is kept.",
+    flags.DEFINE_integer("eval_every", 0, "Evaluate on dev every N steps in the last task "
+                         "phase (0 = once per epoch); the best checkpoint is kept. The "
+                         "reference evaluates every 100 steps (the task configs' value).",
                          flag_values=fv)
+
+
+@_group
+def define_evaluation(fv: flags.FlagValues) -> None:
+    flags.DEFINE_bool("glue_test_predictions", False,
+                      "Evaluate stage: also write the student's predictions on the GLUE test "
+                      "split(s) as OUTPUT/evaluate/glue_submission/<Task>.tsv, the GLUE "
+                      "server's files (MNLI: MNLI-m, MNLI-mm and AX).", flag_values=fv)
 
 
 @_group
@@ -500,7 +533,8 @@ def _first_time(fv: flags.FlagValues, what: str) -> bool:
 
 DISTILL_GROUPS = (define_run, define_numerics, define_distribution, define_task_data,
                   define_models, define_general, define_finetune, define_augment,
-                  define_task_distillation, define_losses, define_optimizer, define_export)
+                  define_task_distillation, define_losses, define_optimizer, define_evaluation,
+                  define_export)
 
 
 def distill_flags() -> flags.FlagValues:
