@@ -33,6 +33,11 @@ def _params(vocab_size, rng, head):
             p[pre + norm + ".weight"] = 1 + rng.normal(0, 0.1, H)
             p[pre + norm + ".bias"] = rng.normal(0, 0.1, H)
     out = {"distilbert." + k if head else k: v for k, v in p.items()}
+    if head == "classifier":
+        out.update({"pre_classifier.weight": rng.normal(0, 0.3, (H, H)),
+                    "pre_classifier.bias": rng.normal(0, 0.1, H),
+                    "classifier.weight": rng.normal(0, 0.3, (3, H)),
+                    "classifier.bias": rng.normal(0, 0.1, 3)})
     if head == "mlm":
         out.update({"vocab_transform.weight": rng.normal(0, 0.3, (H, H)),
                     "vocab_transform.bias": rng.normal(0, 0.1, H),
@@ -53,7 +58,8 @@ def write_distilbert(directory, vocab, head=None, seed=0, sinusoidal=False, tie=
         params[key] = table
     if head == "mlm" and tie:
         params["vocab_projector.weight"] = params["distilbert.embeddings.word_embeddings.weight"]
-    arch = {None: "DistilBertModel", "mlm": "DistilBertForMaskedLM"}[head]
+    arch = {None: "DistilBertModel", "mlm": "DistilBertForMaskedLM",
+            "classifier": "DistilBertForSequenceClassification"}[head]
     config = {"_name_or_path": "distilbert-base-uncased", "activation": "gelu",
               "architectures": [arch], "attention_dropout": 0.1, "dim": H, "dropout": 0.1,
               "hidden_dim": FFN, "initializer_range": 0.02, "max_position_embeddings": POS,
@@ -62,6 +68,9 @@ def write_distilbert(directory, vocab, head=None, seed=0, sinusoidal=False, tie=
               "sinusoidal_pos_embds": sinusoidal, "tie_weights_": True,
               "torch_dtype": "float32", "transformers_version": "4.44.0",
               "vocab_size": len(vocab)}
+    if head == "classifier":
+        config["id2label"] = {"0": "contradiction", "1": "entailment", "2": "neutral"}
+        config["label2id"] = {v: int(k) for k, v in config["id2label"].items()}
     with open(os.path.join(directory, "config.json"), "w") as f:
         json.dump(config, f, indent=2)
     # Tied tensors share storage in PyTorch; save_pretrained writes the first name only.
@@ -158,6 +167,27 @@ def test_distilbert_mlm_head_with_its_tied_projector(tiny_vocab, tmp_path):
     expect = t @ params["embeddings.word_embeddings.weight"].T + params["vocab_projector.bias"]
     real = mask.astype(bool)
     np.testing.assert_allclose(logits[real], expect[real], atol=1e-4, rtol=1e-4)
+
+
+def test_distilbert_sequence_classifier_loads_with_its_pre_classifier_head(tiny_vocab,
+                                                                          tmp_path):
+    d = str(tmp_path / "distilbert_mnli")
+    params = write_distilbert(d, tiny_vocab, head="classifier")
+    model = load_model(d)
+    assert model.head_type == "pre_classifier"
+    assert model.label_names == ["contradiction", "entailment", "neutral"]
+    info = inspect_model(d)
+    assert (info.head, info.num_labels) == ("pre_classifier", 3)
+    ids, mask = _inputs(tiny_vocab)
+    logits = np.asarray(model({"input_word_ids": ids, "input_mask": mask,
+                               "input_type_ids": np.zeros_like(ids)}, training=False)["logits"])
+    cls = numpy_distilbert(params, ids.astype(np.int64), mask)[-1][:, 0]
+    pre = np.maximum(cls @ params["pre_classifier.weight"].T + params["pre_classifier.bias"], 0)
+    expect = pre @ params["classifier.weight"].T + params["classifier.bias"]
+    np.testing.assert_allclose(logits, expect, atol=1e-4, rtol=1e-4)
+    # As a student for a fresh task: the encoder loads, the stored head is dropped.
+    fresh = load_model(d, head="pre_classifier", num_labels=3)
+    assert fresh.head_type == "pre_classifier"
 
 
 def test_an_untied_distilbert_projector_is_refused(tiny_vocab, tmp_path):

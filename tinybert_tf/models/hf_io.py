@@ -129,8 +129,8 @@ def _label_names(data: dict[str, Any], head: Optional[str], n: Optional[int]
                  ) -> Optional[list[str]]:
     """id2label names in id order, or None when absent or generic (LABEL_0, ...)."""
     id2label = data.get("id2label")
-    if head not in ("classifier", "token_classifier") or not isinstance(id2label, dict) \
-            or len(id2label) != n:
+    named = ("classifier", "token_classifier", "pre_classifier")
+    if head not in named or not isinstance(id2label, dict) or len(id2label) != n:
         return None
     names = [str(id2label.get(str(i), id2label.get(i, ""))) for i in range(n)]
     if names == [f"LABEL_{i}" for i in range(n)] or not all(names):
