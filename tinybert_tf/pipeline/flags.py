@@ -566,7 +566,7 @@ def reproduce_flags() -> flags.FlagValues:
     flags.DEFINE_string("squad_dir", "", "Folder holding train-v1.1.json, dev-v1.1.json, "
                         "train-v2.0.json and dev-v2.0.json for the SQuAD tasks.",
                         flag_values=fv)
-    fv.mark_flag_as_required("table")
+    flags.mark_flag_as_required("table", flag_values=fv)
     return fv
 
 

@@ -199,8 +199,10 @@ def plan(opts: Options) -> tuple[list[SharedRun], list[CellRun]]:
                 if stage not in stages:
                     continue
                 key = _key(config.stage_settings(stage))
+                # shared/general/<recipe>-KEY, shared/<task>/teacher-KEY, .../augment-KEY
                 where = ("general" if stage == "general" else task,
-                         "teacher" if stage == "finetune_teacher" else stage)
+                         {"general": config.general.recipe,
+                          "finetune_teacher": "teacher"}.get(stage, stage))
                 ident = (stage, "" if stage == "general" else task, key)
                 if ident not in shared:
                     folder = posixpath.join(opts.output_dir, "shared", where[0],
