@@ -1,11 +1,14 @@
 """The pipeline's stages (paper Figure 1), each reading the previous stage's folder.
 
   general          GD: pre-trained teacher -> student on the general corpus (embd+attn+hidn),
-                   or the DistilBERT recipe (--recipe=distilbert)
+                   or the DistilBERT recipe (--recipe=distilbert); W_e/W_h saved with it
   finetune_teacher the teacher fine-tuned on the task (skipped when --task_teacher is given)
   augment          Algorithm 1 -> OUTPUT/augment/<the source's augmented file>
-  task             TD: intermediate layers on the (augmented) task data, then prediction layer
+  task             TD: the phases of --task_phases (pipeline/phases.py; default intermediate
+                   layers on the (augmented) task data, then the prediction layer), the last
+                   one once per --pred_grid cell; the best dev checkpoint is the task model
   evaluate         dev metrics, params, FLOPs, latency -> report.json, loss_curves.png
+                   (+ GLUE server files with --glue_test_predictions)
   export           every --export_formats artefact + parity.json under OUTPUT/export
 
 Every stage writes its model as a model directory (`load_model` reads it back),
