@@ -92,6 +92,22 @@ def test_attachments_travel_with_a_model_directory_that_still_loads_with_one_cal
     assert read_attachment(str(tmp_path / "again"), "projections") is None
 
 
+def test_a_released_general_tinybert_loads_without_its_fit_dense(tmp_path, tiny_vocab,
+                                                                 tiny_config):
+    """The reference's checkpoints carry `fit_dense` (v2: `fit_denses.i`), one nn.Linear
+    with bias: not ours to load; task distillation starts new projections instead."""
+    from safetensors.numpy import load_file, save_file
+    keras.utils.set_random_seed(7)
+    path = export_hf(BertModel(tiny_config, vocab=tiny_vocab), str(tmp_path / "released"))
+    weights = load_file(os.path.join(path, "model.safetensors"))
+    weights["fit_dense.weight"] = np.ones((48, 32), np.float32)
+    weights["fit_dense.bias"] = np.zeros((48,), np.float32)
+    weights["fit_denses.0.weight"] = np.ones((48, 32), np.float32)
+    save_file(weights, os.path.join(path, "model.safetensors"), metadata={"format": "pt"})
+    assert load_model(path).bert_config.hidden_size == 32
+    assert attachment_info(path, "projections") is None  # not our format: none carried
+
+
 def _pre_classifier(tiny_vocab, hidden=32, use_pooler=True, head="pre_classifier", labels=3):
     config = BertConfig(vocab_size=len(tiny_vocab), hidden_size=hidden, num_layers=1,
                         num_heads=4, intermediate_size=2 * hidden, max_position_embeddings=32,

@@ -530,7 +530,7 @@ def _task_phase(ctx: Context, spec: PhaseSpec, student: BertModel, teacher: Bert
     """Train one task phase; with `dev`, evaluate (every --eval_every steps or epoch)
     and save the best student to `model_dir`. `projections`: W_e/W_h arrays to start
     from; returns the phase's result and the projections the next phase starts from."""
-    examples = sets[spec.data.startswith("augmented")]
+    examples = sets[spec.augmented]
     heads = ctx.task.type.label_metrics() if dev is not None else ()
     with ctx.strategy.scope():
         distiller = _distiller(ctx, student, teacher, spec, heads)
