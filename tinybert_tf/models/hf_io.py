@@ -47,9 +47,12 @@ SAFETENSORS = "model.safetensors"
 SAFETENSORS_INDEX = "model.safetensors.index.json"
 _UNREADABLE = ("pytorch_model.bin", "pytorch_model.bin.index.json", "tf_model.h5",
                "flax_model.msgpack")
-# Keys that carry no weights of ours: buffers, the NSP head, tied decoder copies.
+# Keys that carry no weights of ours: buffers, the NSP head, tied decoder copies, and the
+# released General TinyBERTs' student-to-teacher projections (`fit_dense`, v2 `fit_denses.i`:
+# one nn.Linear with bias, not our separate W_e / W_h; task distillation starts new ones).
 _IGNORED = re.compile(r"^(embeddings\.position_ids|embeddings\.token_type_ids|"
-                      r"cls\.seq_relationship\..*|cls\.predictions\.decoder\.(weight|bias))$")
+                      r"cls\.seq_relationship\..*|cls\.predictions\.decoder\.(weight|bias)|"
+                      r"fit_denses?\..*)$")
 
 
 class _HFHead:

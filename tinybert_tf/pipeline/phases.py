@@ -112,6 +112,7 @@ class PhaseSpec:
     projections: Optional[str] = None
     evaluation: Optional[dict[str, Any]] = None
     cell: Optional[dict[str, Any]] = None
+    augmented: bool = False  # trains on the augmented set (a task phase)
 
     @property
     def micro_batch(self) -> float:
@@ -422,7 +423,7 @@ def task_phase_specs(ctx: PlanContext, rows_by_data: dict[bool, int], dev_exampl
                 rows_by_data[augmented], cell.batch if cell else kind.batch_size(c),
                 "--pred_grid" if cell else "--task_batch_size", kind.epochs(c), d.max_steps,
                 cell.lr if cell else kind.lr(c), kind.schedule, kind.warmup(c), terms)
-            spec.kind = kind.name
+            spec.kind, spec.augmented = kind.name, augmented
             spec.cell = cell.describe() if cell else None
             if spec.needs_projections:
                 spec.projections, carried = projections, True

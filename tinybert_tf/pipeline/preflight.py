@@ -594,7 +594,7 @@ def _phases(checks: _Checks, ctx: S.Context, needs: set, count_corpus: bool,
                 ctx, {True: size or n_train, False: n_train},
                 len(dev) if dev is not None else 0, task_models, start)) or []
             for spec in phases:
-                if note and spec.data.startswith("augmented"):
+                if note and spec.augmented:
                     spec.note = note
             if warning and any(spec.projections == "new" for spec in phases):
                 checks.warnings.append(warning)

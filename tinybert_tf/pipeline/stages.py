@@ -2,11 +2,14 @@
 
   general          GD: pre-trained teacher -> student on the general corpus (embd+attn+hidn),
                    or another registered recipe (--recipe: distilbert, mlm, first_layers;
-                   pipeline/recipes.py)
+                   pipeline/recipes.py); W_e/W_h saved with it when it trains them
   finetune_teacher the teacher fine-tuned on the task (skipped when --task_teacher is given)
   augment          Algorithm 1 -> OUTPUT/augment/<the source's augmented file>
-  task             TD: intermediate layers on the (augmented) task data, then prediction layer
+  task             TD: the phases of --task_phases (pipeline/phases.py; default intermediate
+                   layers on the (augmented) task data, then the prediction layer), the last
+                   one once per --pred_grid cell; the best dev checkpoint is the task model
   evaluate         dev metrics, params, FLOPs, latency -> report.json, loss_curves.png
+                   (+ GLUE server files with --glue_test_predictions)
   export           every --export_formats artefact + parity.json under OUTPUT/export
 
 Every stage writes its model as a model directory (`load_model` reads it back),
@@ -545,7 +548,7 @@ def _task_phase(ctx: Context, spec: PhaseSpec, student: BertModel, teacher: Bert
     """Train one task phase; with `dev`, evaluate (every --eval_every steps or epoch)
     and save the best student to `model_dir`. `projections`: W_e/W_h arrays to start
     from; returns the phase's result and the projections the next phase starts from."""
-    examples = sets[spec.data.startswith("augmented")]
+    examples = sets[spec.augmented]
     heads = ctx.task.type.label_metrics() if dev is not None else ()
     with ctx.strategy.scope():
         distiller = _distiller(ctx, student, teacher, spec, heads)
