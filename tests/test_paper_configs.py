@@ -17,7 +17,8 @@ from tinybert_tf.pipeline.main import main
 from pipeline_helpers import REPO, write_student_config, write_task, write_teacher
 
 PAPER = os.path.join(REPO, "configs", "paper")
-ABLATIONS = sorted(os.path.basename(p)[:-4] for p in glob.glob(os.path.join(PAPER, "table*.cfg")))
+ABLATIONS = sorted(os.path.basename(p)[:-4]
+                   for p in glob.glob(os.path.join(PAPER, "table[234]_*.cfg")))
 GRID = [(16, 1e-5), (16, 2e-5), (16, 3e-5), (32, 1e-5), (32, 2e-5), (32, 3e-5)]
 
 
