@@ -516,12 +516,16 @@ def _check_augment(checks: _Checks, ctx: S.Context, vocab_model: Optional[ModelI
 
 def recipe_saves_projections(recipe: GeneralRecipe, config: PipelineConfig,
                              student: BertConfig, teacher: BertConfig) -> bool:
-    """Whether the general stage of `recipe` trains (and so saves) W_e/W_h."""
+    """Whether the general stage of `recipe` trains (and so saves) W_e/W_h (False when
+    its terms cannot be planned: that error is reported with the terms' own check)."""
     if not recipe.trains:
         return False
-    terms = recipe.terms(config)
-    for term in terms:
-        term.plan(student, teacher)
+    try:
+        terms = recipe.terms(config)
+        for term in terms:
+            term.plan(student, teacher)
+    except ValueError:
+        return False
     return any(t.needs_projections for t in terms)
 
 
