@@ -53,6 +53,8 @@ class GeneralRecipe:
     next_sentence: ClassVar[bool] = False
     teacher_forward: ClassVar[bool] = True
     trains: ClassVar[bool] = True
+    # Appended to the "needs a teacher with a ... head" error: another way out.
+    teacher_head_hint: ClassVar[str] = ""
 
     def terms(self, config) -> list[LossTerm]:
         """The loss terms of the stage (config: the run's `PipelineConfig`)."""
@@ -75,20 +77,23 @@ class GeneralRecipe:
         if head and teacher is not None and teacher.head != head:
             errors.append(f"--recipe={self.name} needs a teacher with a {head} head; "
                           f"--teacher={config.models.teacher} has {teacher.head or 'none'}. "
-                          "Use a checkpoint with that head or another --recipe"
-                          + (" (or --alpha_ce=0)." if self.name == "distilbert" else "."))
+                          f"Use a checkpoint with that head or another --recipe"
+                          f"{self.teacher_head_hint}.")
         if student is not None and teacher is not None \
                 and self.init_layers(config, student, teacher.config) is not None:
             mismatch = init_mismatch(student, teacher.config)
             if mismatch:
                 field, s, t = mismatch
-                what = ("--init_from_teacher" if config.models.init_from_teacher
-                        and self.name == "tinybert" else f"--recipe={self.name}")
                 errors.append(
-                    f"{what} copies teacher layers into the student, but --student_config="
-                    f"{config.models.student_config} has {field}={s} and the teacher {t}; "
-                    "use a student of the teacher's width or another recipe.")
+                    f"{self.init_flag(config)} copies teacher layers into the student, but "
+                    f"--student_config={config.models.student_config} has {field}={s} and "
+                    f"the teacher {t}; use a student of the teacher's width or another "
+                    "recipe.")
         return errors
+
+    def init_flag(self, config) -> str:
+        """The flag that asks for the copy of teacher layers (for messages)."""
+        return f"--recipe={self.name}"
 
     def describe(self) -> dict:
         return {"name": self.name, "summary": self.summary, "pack": self.pack,
@@ -129,6 +134,9 @@ class TinyBertRecipe(GeneralRecipe):
         return make_terms(loss.loss_terms, layer_mapping=loss.layer_mapping,
                           layer_weights=loss.lambdas, mask_padding=loss.mask_padding)
 
+    def init_flag(self, config) -> str:
+        return "--init_from_teacher"
+
     def init_layers(self, config, student, teacher) -> Layers:
         if not config.models.init_from_teacher:
             return None
@@ -146,6 +154,7 @@ class DistilBertRecipe(GeneralRecipe):
     student_head = "mlm"
     pack = "single"
     masking = True
+    teacher_head_hint = " (or --alpha_ce=0)"
 
     def terms(self, config) -> list[LossTerm]:
         c = config.general
