@@ -27,11 +27,13 @@ import shutil
 import statistics
 import sys
 
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# This checkout's package, not one installed elsewhere (as bin/distill does).
+sys.path.insert(0, REPO)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from tinybert_tf.pipeline.main import run_argv  # noqa: E402
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEMO = os.path.join(REPO, "configs", "demo.cfg")
 # Tiny sizes for --quick: a few steps of each stage, to check the script end to end.
 QUICK = ["--general_max_steps=4", "--teacher_epochs=1", "--num_aug=1",

@@ -464,8 +464,6 @@ def projection_start(ctx: PlanContext, student: BertConfig, teacher: BertConfig,
                    "distillation learns new ones from random initialisation")
 
 
-
-
 def general_projections(ctx: PlanContext, student: BertConfig, teacher: BertConfig
                         ) -> tuple[Optional[dict[str, np.ndarray]], str, Optional[str]]:
     """The general model's W_e/W_h arrays when the task stage can use them (else
