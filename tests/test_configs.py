@@ -1,6 +1,6 @@
 """The shipped flagfiles parse with bin/distill's flags and carry the paper's settings.
 
-TinyBERT (Jiao et al., 2020) Sec. 4.1-4.2: general distillation at sequence
+TinyBERT (Jiao et al., 2020) Sec. 4.2: general distillation at sequence
 length 128 for 3 epochs; task distillation with batch 32, intermediate-layer
 lr 5e-5 for 20 epochs (10 on MNLI/QQP/QNLI, 50 on CoLA), prediction layer 3
 epochs at lr 3e-5, sequence length 64 for single sentences and 128 for pairs.

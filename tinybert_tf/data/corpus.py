@@ -467,8 +467,11 @@ def _shard_of(input_context) -> tuple[int, int]:
 
 def _document_sequences(source: str, tokenizer, max_seq_len: int, pack: str, seed: int,
                         fmt: str, tfds_data_dir: Optional[str], num_shards: int, index: int,
-                        repeat: bool, shard_policy: str) -> tf.data.Dataset:
-    """Unbatched packed sequences tokenised and packed from documents (text, wiki, tfds)."""
+                        repeat: bool, shard_policy: str,
+                        document_ids: bool = False) -> tf.data.Dataset:
+    """Unbatched packed sequences tokenised and packed from documents (text, wiki, tfds);
+    with `document_ids`, each also carries its document's fingerprint
+    (`pretrain.DOCUMENT_KEY`, int64), for next-sentence pairs."""
     # Fail now, in the caller's thread, on a missing file or unprepared TFDS source.
     if fmt != "tfds":
         input_shard(source, num_shards, index, shard_policy, fmt)
@@ -491,8 +494,11 @@ def _document_sequences(source: str, tokenizer, max_seq_len: int, pack: str, see
         doc_hash = tf.strings.to_hash_bucket_fast(
             tf.strings.reduce_join(sentences, separator="\n"), 2 ** 62)
         doc_seed = tf.stack([tf.cast(seed, tf.int64), doc_hash])
-        return pretrain.pack_document(ids, max_seq_len, cls_id, sep_id, pad_id,
+        rows = pretrain.pack_document(ids, max_seq_len, cls_id, sep_id, pad_id,
                                       pack == "pair", doc_seed)
+        if document_ids:
+            rows[pretrain.DOCUMENT_KEY] = tf.fill(tf.shape(rows["input_mask"])[:1], doc_hash)
+        return rows
 
     ds = docs.map(pack_one, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     return ds.unbatch()
@@ -515,19 +521,30 @@ def _serialized_records(source: str, tokenizer, max_seq_len: int, num_shards: in
 def packed_dataset(source: Optional[str], tokenizer, max_seq_len: int = 128,
                    pack: str = "pair", seed: int = 0, fmt: str = "auto",
                    tfds_data_dir: Optional[str] = None, num_shards: int = 1, index: int = 0,
-                   repeat: bool = False, shard_policy: str = "auto") -> tf.data.Dataset:
-    """Unbatched packed sequences (dict of int32 [max_seq_len]) of one shard of the corpus."""
+                   repeat: bool = False, shard_policy: str = "auto",
+                   document_ids: bool = False) -> tf.data.Dataset:
+    """Unbatched packed sequences (dict of int32 [max_seq_len]) of one shard of the corpus;
+    `document_ids` adds each row's document fingerprint (not for TFRecord shards,
+    which keep no document boundaries)."""
     if pack not in ("pair", "single"):
         raise ValueError(f"pack must be 'pair' or 'single', not {pack!r}.")
     source = source or default_corpus_path()
     fmt = detect_format(source) if fmt == "auto" else fmt
+    if fmt == "tfrecord" and document_ids:
+        raise _no_documents(source)
     if fmt == "tfrecord":
         L, pad = int(max_seq_len), tokenizer.pad_id
         ds = _serialized_records(source, tokenizer, L, num_shards, index, repeat, shard_policy)
         return ds.batch(256).map(lambda r: tfrecords.parse_batch(r, L, pad),
                                  num_parallel_calls=tf.data.AUTOTUNE).unbatch()
     return _document_sequences(source, tokenizer, max_seq_len, pack, seed, fmt, tfds_data_dir,
-                               num_shards, index, repeat, shard_policy)
+                               num_shards, index, repeat, shard_policy, document_ids)
+
+
+def _no_documents(source: str) -> DataError:
+    return DataError(f"{source}: next-sentence pairs (--recipe=mlm) need documents, and "
+                     "pre-tokenised TFRecord shards keep no document boundaries; give the "
+                     "text corpus (files, a Wikipedia dump or tfds:NAME) as --corpus.")
 
 
 def general_dataset(source: Optional[str], tokenizer, max_seq_len: int = 128,
@@ -535,13 +552,16 @@ def general_dataset(source: Optional[str], tokenizer, max_seq_len: int = 128,
                     masking: bool = False, mask_prob: float = 0.15, max_predictions: int = 20,
                     shuffle_buffer: int = 10000, repeat: bool = False, input_context=None,
                     tfds_data_dir: Optional[str] = None, drop_remainder: bool = False,
-                    shard_policy: str = "auto") -> tf.data.Dataset:
+                    shard_policy: str = "auto", next_sentence: bool = False) -> tf.data.Dataset:
     """The general-distillation input pipeline.
 
     Yields dicts of int32 [B, max_seq_len] input_word_ids / input_mask /
     input_type_ids; with masking also masked_lm_positions / masked_lm_ids
     (int32 [B, P]) and masked_lm_weights (float32 [B, P]), P = max_predictions,
-    masks drawn anew for every batch (dynamic masking, seeded).
+    masks drawn anew for every batch (dynamic masking, seeded). With
+    `next_sentence` (pair packing, document corpora) half the pairs get a B from
+    another document of the batch and `next_sentence_labels` [B] says which
+    (`pretrain.next_sentence_pairs`); masking comes after, on the final pairs.
     shuffle_buffer: packed sequences held for shuffling (0 = no shuffle).
 
     `batch_size` is global. With a tf.distribute.InputContext (one input
@@ -563,6 +583,8 @@ def general_dataset(source: Optional[str], tokenizer, max_seq_len: int = 128,
     source = source or default_corpus_path()
     fmt = detect_format(source) if fmt == "auto" else fmt
     shuffle_seed = seed * 1000003 + idx
+    if fmt == "tfrecord" and next_sentence:
+        raise _no_documents(source)
     if fmt == "tfrecord":
         # Shuffle and batch the serialized records, then parse a whole batch at once.
         L, pad = int(max_seq_len), tokenizer.pad_id
@@ -573,22 +595,30 @@ def general_dataset(source: Optional[str], tokenizer, max_seq_len: int = 128,
         ds = ds.map(lambda r: tfrecords.parse_batch(r, L, pad),
                     num_parallel_calls=tf.data.AUTOTUNE)
     else:
+        if next_sentence and pack != "pair":
+            raise ValueError("next-sentence pairs need pack='pair'.")
         ds = packed_dataset(source, tokenizer, max_seq_len, pack, seed, fmt, tfds_data_dir,
-                            num, idx, repeat, shard_policy)
+                            num, idx, repeat, shard_policy, document_ids=next_sentence)
         if shuffle_buffer and shuffle_buffer > 1:
             ds = ds.shuffle(shuffle_buffer, seed=shuffle_seed, reshuffle_each_iteration=True)
         ds = ds.batch(batch_size, drop_remainder=drop_remainder)
-    if masking:
+    if masking or next_sentence:
         special = [tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id, tokenizer.mask_id]
         random_ids = pretrain.random_token_ids(tokenizer.vocab)
 
         @tf.autograph.experimental.do_not_convert
-        def mask(i, batch):
+        def prepare(i, batch):
+            if next_sentence:
+                s = tf.stack([tf.cast(seed, tf.int64) + 104729, i * num + idx])
+                batch = pretrain.next_sentence_pairs(batch, s, tokenizer.cls_id,
+                                                     tokenizer.sep_id, tokenizer.pad_id)
+            if not masking:
+                return batch
             s = tf.stack([tf.cast(seed, tf.int64) + 7919, i * num + idx])
             return pretrain.mask_batch(batch, s, tokenizer.mask_id, special, random_ids,
                                        mask_prob, max_predictions)
 
-        ds = ds.enumerate().map(mask, num_parallel_calls=tf.data.AUTOTUNE)
+        ds = ds.enumerate().map(prepare, num_parallel_calls=tf.data.AUTOTUNE)
     if input_context is None:
         options = tf.data.Options()
         options.experimental_distribute.auto_shard_policy = \

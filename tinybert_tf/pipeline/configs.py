@@ -81,11 +81,20 @@ class ModelsConfig:
     student_config: str
     init_from_teacher: bool
     general_model: str
+    student_init: str
+    classifier_head: str
 
     @property
     def random_student(self) -> bool:
-        """--general_model=none: task distillation from a randomly initialised student."""
-        return self.general_model.lower() == "none"
+        """--student_init=random (or --general_model=none): task distillation from a
+        randomly initialised student (the paper's "w/o GD")."""
+        return self.student_init == "random" or self.general_model.lower() == "none"
+
+    @property
+    def general_given(self) -> bool:
+        """The task stage's student comes from no general stage of this run: a given
+        --general_model, or a random start."""
+        return bool(self.general_model) or self.random_student
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,6 +102,8 @@ class LossConfig:
     loss_terms: tuple[str, ...]
     temperature: float
     hard_label_weight: float
+    pkd_alpha: float
+    pkd_beta: float
     layer_mapping: str
     layer_weights: tuple[str, ...]
     share_hidden_projection: bool
@@ -127,10 +138,6 @@ class GeneralConfig:
     distil_temperature: float = flag("distil_temperature")
     restrict_ce_to_mask: bool = flag("restrict_ce_to_mask")
 
-    @property
-    def distilbert(self) -> bool:
-        return self.recipe == "distilbert"
-
 
 @dataclasses.dataclass(frozen=True)
 class FinetuneConfig:
@@ -155,14 +162,25 @@ class AugmentConfig:
 @dataclasses.dataclass(frozen=True)
 class TaskDistillConfig:
     use_augmented: bool
-    intermediate: bool
+    augmented_file: str
+    task_phases: tuple[str, ...]
     intermediate_epochs: float
     intermediate_lr: float
     pred_epochs: float
     pred_lr: float
+    pkd_epochs: float
+    pkd_lr: float
+    finetune_epochs: float
+    finetune_lr: float
+    pred_grid: tuple[str, ...]
     batch_size: int = flag("task_batch_size")
     max_steps: int = flag("task_max_steps")
     eval_every: int = flag("eval_every")
+
+
+@dataclasses.dataclass(frozen=True)
+class EvaluateConfig:
+    glue_test_predictions: bool
 
 
 @dataclasses.dataclass(frozen=True)
@@ -190,6 +208,7 @@ class PipelineConfig:
     finetune: FinetuneConfig
     augment: AugmentConfig
     distill: TaskDistillConfig
+    evaluate: EvaluateConfig
     export: ExportConfig
 
     @classmethod
@@ -225,7 +244,7 @@ class PipelineConfig:
 _TYPES = {"run": RunOptions, "numerics": Numerics, "models": ModelsConfig, "task": TaskConfig,
           "loss": LossConfig, "optim": OptimConfig, "general": GeneralConfig,
           "finetune": FinetuneConfig, "augment": AugmentConfig, "distill": TaskDistillConfig,
-          "export": ExportConfig}
+          "evaluate": EvaluateConfig, "export": ExportConfig}
 
 # Which configs each stage reads.
 _STAGE_PARTS = {
@@ -233,18 +252,22 @@ _STAGE_PARTS = {
     "finetune_teacher": ("numerics", "models", "task", "finetune", "optim"),
     "augment": ("numerics", "models", "task", "augment"),
     "task": ("numerics", "models", "task", "loss", "optim", "distill"),
-    "evaluate": ("task",),
+    "evaluate": ("task", "evaluate"),
     "export": ("task", "export"),
 }
 _STAGE_IGNORES = {
     "general": ("models.task_teacher", "models.teacher_label_order", "models.general_model",
-                "loss.temperature", "loss.hard_label_weight"),
+                "models.student_init", "models.classifier_head",
+                "loss.temperature", "loss.hard_label_weight", "loss.pkd_alpha",
+                "loss.pkd_beta"),
     "finetune_teacher": ("models.task_teacher", "models.teacher_label_order",
                          "models.student_config", "models.init_from_teacher",
-                         "models.general_model"),
+                         "models.general_model", "models.student_init",
+                         "models.classifier_head"),
     "augment": ("numerics.mixed_precision", "numerics.jit_compile", "models.student_config",
                 "models.init_from_teacher", "models.general_model",
-                "models.teacher_label_order"),
+                "models.teacher_label_order", "models.student_init",
+                "models.classifier_head"),
     "task": ("models.init_from_teacher",),
 }
 
