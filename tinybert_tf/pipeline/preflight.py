@@ -24,12 +24,7 @@ from tinybert_tf.data.examples import DataError
 from tinybert_tf.distill.mapping import layer_map
 from tinybert_tf.distill.projections import expected_shapes
 from tinybert_tf.distill.terms import layer_weights, resolve_names
-from tinybert_tf.export.formats import (
-    FORMATS,
-    check_formats,
-    check_output_dir,
-    format_problems,
-)
+from tinybert_tf.export.formats import FORMATS, check_formats, format_problems
 from tinybert_tf.models.checkpoint import CheckpointError, ModelInfo, inspect_model
 from tinybert_tf.models.labels import label_order, output_names
 from tinybert_tf.pipeline import phases as P
@@ -413,8 +408,6 @@ def check(ctx: S.Context, stages: Sequence[str], count_corpus: bool = False
         _check_augment(checks, ctx, vocab_model)
     if "export" in needs:
         formats = checks.run(lambda: check_formats(c.export.formats))
-        if formats:
-            checks.run(lambda: check_output_dir(formats, ctx.state.path("export")))
         # The model the export stage will write: the task stage's student, or the
         # finished one. A format that cannot hold it fails here, not after training.
         exported = task_student if "task" in needs else None
