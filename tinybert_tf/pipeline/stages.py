@@ -40,6 +40,7 @@ from tinybert_tf import files
 from tinybert_tf.augment.augmenter import augment_source
 from tinybert_tf.config import BertConfig, get_config
 from tinybert_tf.data import corpus as corpus_lib
+from tinybert_tf.data import holdout as holdout_lib
 from tinybert_tf.distill.distilbert import init_student_from_teacher
 from tinybert_tf.distill.distiller import Distiller
 from tinybert_tf.distill.mapping import layer_map
@@ -230,6 +231,11 @@ def _corpus_source(ctx: Context) -> str:
     return ctx.config.general.corpus or corpus_lib.default_corpus_path()
 
 
+def held_out_titles(ctx: Context) -> frozenset[str]:
+    """Articles the general corpus leaves out (`--general_holdout`, resolved)."""
+    return holdout_lib.corpus_titles(ctx.config.general.holdout, _corpus_source(ctx))
+
+
 def general_terms(ctx: Context) -> list[LossTerm]:
     c, loss = ctx.config.general, ctx.config.loss
     if c.distilbert:
@@ -270,7 +276,11 @@ def general_phase(ctx: Context, count: Optional[int] = None) -> PhaseSpec:
         else:
             note = (f"file sharding over {n} workers: per-worker counts are unknown (no "
                     "PREFIX.json), so workers with fewer sequences wrap around in an epoch")
-    spec = _phase(ctx, "general", "distill", f"corpus {_corpus_source(ctx)}", count,
+    held_out = held_out_titles(ctx)
+    data = f"corpus {_corpus_source(ctx)}" + (
+        f" without the {len(held_out)} articles held out for {c.holdout} "
+        "(--general_holdout)" if held_out else "")
+    spec = _phase(ctx, "general", "distill", data, count,
                   c.batch_size, "--general_batch_size", c.epochs, c.max_steps, c.lr, "linear",
                   c.warmup, general_terms(ctx))
     spec.note = note
@@ -283,14 +293,15 @@ def corpus_sequences(ctx: Context) -> int:
     source = _corpus_source(ctx)
     pack = "single" if c.distilbert else "pair"
     key = {"source": source, "max_seq_len": c.max_seq_len, "pack": pack,
-           "files": corpus_lib.source_facts(source)}
+           "files": corpus_lib.source_facts(source), "holdout": c.holdout}
     count_path = ctx.state.path("general", "corpus_count.json")
     counted = read_json(count_path, default=None)
     if counted is not None and counted.get("key") == key:
         return int(counted["sequences"])
     print(f"[general] counting sequences of {source} ...", flush=True)
     tokenizer = load_tokenizer(ctx.config.models.teacher, c.max_seq_len)
-    n = corpus_lib.count_sequences(source, tokenizer, c.max_seq_len, pack=pack)
+    n = corpus_lib.count_sequences(source, tokenizer, c.max_seq_len, pack=pack,
+                                   exclude_titles=held_out_titles(ctx))
     if ctx.chief and not ctx.config.run.dry_run:  # a dry run writes nothing
         write_json_atomic(count_path, {"key": key, "sequences": int(n)})
     return int(n)
@@ -439,7 +450,7 @@ def general_input(ctx: Context, tokenizer, epoch: int, offset: int, steps: int):
     mode = general_sharding(ctx)
     options = dict(max_seq_len=c.max_seq_len, seed=ctx.config.numerics.seed + epoch,
                    pack="single" if c.distilbert else "pair", masking=c.distilbert,
-                   drop_remainder=True)
+                   drop_remainder=True, exclude_titles=held_out_titles(ctx))
 
     def dataset_fn(input_context: tf.distribute.InputContext) -> tf.data.Dataset:
         local = input_context.num_replicas_in_sync // input_context.num_input_pipelines
