@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Optional
 
+from tinybert_tf.data import holdout
 from tinybert_tf.tasks.catalog import TaskConfig
 
 PRECISIONS = ("none", "mixed_float16", "mixed_bfloat16")
@@ -126,6 +127,8 @@ class OptimConfig:
 class GeneralConfig:
     recipe: str
     corpus: str
+    # A resolved hold-out name ("none" or registered): part of the general stage's settings.
+    holdout: str = flag("general_holdout")
     max_seq_len: int = flag("general_max_seq_len")
     batch_size: int = flag("general_batch_size")
     epochs: float = flag("general_epochs")
@@ -218,6 +221,9 @@ class PipelineConfig:
         if numerics.mixed_precision == AUTO_PRECISION:
             resolved = "mixed_bfloat16" if parts["run"].strategy == "tpu" else "none"
             parts["numerics"] = dataclasses.replace(numerics, mixed_precision=resolved)
+        general = parts["general"]
+        parts["general"] = dataclasses.replace(
+            general, holdout=holdout.resolve(general.holdout, parts["task"].task))
         return cls(**parts)
 
     def results(self) -> dict[str, Any]:

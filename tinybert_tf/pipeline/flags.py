@@ -397,6 +397,11 @@ def define_general(fv: flags.FlagValues) -> None:
                        flag_values=fv)
     flags.DEFINE_float("general_warmup", 0.1, "Warm-up fraction of general distillation.",
                        flag_values=fv)
+    flags.DEFINE_string("general_holdout", "auto",
+                        "Articles left out of the general corpus, by title (Wikipedia dumps, "
+                        "tfds:wikipedia): auto = the task's own hold-out (wiki_pairs: its dev "
+                        "articles; other tasks: none), none, or a registered hold-out name.",
+                        flag_values=fv)
     # DistilBERT recipe.
     flags.DEFINE_float("alpha_ce", 5.0, "DistilBERT: weight of the soft-target loss.",
                        flag_values=fv)

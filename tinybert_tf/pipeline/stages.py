@@ -44,6 +44,7 @@ from tinybert_tf.augment.augmenter import augment_source
 from tinybert_tf.config import BertConfig, get_config
 from tinybert_tf.data import corpus as corpus_lib
 from tinybert_tf.data import glue_submission
+from tinybert_tf.data import holdout as holdout_lib
 from tinybert_tf.distill.distilbert import (
     describe_init,
     init_student_from_teacher,
@@ -200,6 +201,11 @@ def general_recipe(ctx: Context) -> GeneralRecipe:
     return get_recipe(ctx.config.general.recipe)
 
 
+def held_out_titles(ctx: Context) -> frozenset[str]:
+    """Articles the general corpus leaves out (`--general_holdout`, resolved)."""
+    return holdout_lib.corpus_titles(ctx.config.general.holdout, _corpus_source(ctx))
+
+
 def general_terms(ctx: Context) -> list[LossTerm]:
     return general_recipe(ctx).terms(ctx.config)
 
@@ -234,7 +240,11 @@ def general_phase(ctx: Context, count: Optional[int] = None) -> PhaseSpec:
         else:
             note = (f"file sharding over {n} workers: per-worker counts are unknown (no "
                     "PREFIX.json), so workers with fewer sequences wrap around in an epoch")
-    spec = _phase(ctx, "general", "distill", f"corpus {_corpus_source(ctx)}", count,
+    held_out = held_out_titles(ctx)
+    data = f"corpus {_corpus_source(ctx)}" + (
+        f" without the {len(held_out)} articles held out for {c.holdout} "
+        "(--general_holdout)" if held_out else "")
+    spec = _phase(ctx, "general", "distill", data, count,
                   c.batch_size, "--general_batch_size", c.epochs, c.max_steps, c.lr, "linear",
                   c.warmup, general_terms(ctx))
     spec.note = note
@@ -247,14 +257,15 @@ def corpus_sequences(ctx: Context) -> int:
     source = _corpus_source(ctx)
     pack = general_recipe(ctx).pack
     key = {"source": source, "max_seq_len": c.max_seq_len, "pack": pack,
-           "files": corpus_lib.source_facts(source)}
+           "files": corpus_lib.source_facts(source), "holdout": c.holdout}
     count_path = ctx.state.path("general", "corpus_count.json")
     counted = read_json(count_path, default=None)
     if counted is not None and counted.get("key") == key:
         return int(counted["sequences"])
     print(f"[general] counting sequences of {source} ...", flush=True)
     tokenizer = load_tokenizer(ctx.config.models.teacher, c.max_seq_len)
-    n = corpus_lib.count_sequences(source, tokenizer, c.max_seq_len, pack=pack)
+    n = corpus_lib.count_sequences(source, tokenizer, c.max_seq_len, pack=pack,
+                                   exclude_titles=held_out_titles(ctx))
     if ctx.chief and not ctx.config.run.dry_run:  # a dry run writes nothing
         write_json_atomic(count_path, {"key": key, "sequences": int(n)})
     return int(n)
@@ -412,7 +423,8 @@ def general_input(ctx: Context, tokenizer, epoch: int, offset: int, steps: int):
     mode = general_sharding(ctx)
     options = dict(max_seq_len=c.max_seq_len, seed=ctx.config.numerics.seed + epoch,
                    pack=recipe.pack, masking=recipe.masking,
-                   next_sentence=recipe.next_sentence, drop_remainder=True)
+                   next_sentence=recipe.next_sentence, drop_remainder=True,
+                   exclude_titles=held_out_titles(ctx))
 
     def dataset_fn(input_context: tf.distribute.InputContext) -> tf.data.Dataset:
         local = input_context.num_replicas_in_sync // input_context.num_input_pipelines
