@@ -24,7 +24,7 @@ def flags(tmp_path_factory, tiny_vocab):
     tmp = tmp_path_factory.mktemp("quantize")
     teacher = write_teacher(str(tmp / "task_teacher"), tiny_vocab, head="classifier")
     return tiny_flags(tmp, tiny_vocab, task_teacher=teacher, general_model="none",
-                      use_augmented=False, intermediate=False, pred_epochs=1,
+                      use_augmented=False, task_phases=["prediction"], pred_epochs=1,
                       export_formats=["int8"], quantize_steps=STEPS, quantize_batch_size=4,
                       quantize_calibration_examples=8, quantize_lr=1e-3, latency_runs=1,
                       export_latency_runs=1)

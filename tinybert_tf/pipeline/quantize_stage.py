@@ -30,9 +30,9 @@ from tinybert_tf.distill.distiller import Distiller
 from tinybert_tf.distill.terms import LossTerm, make_terms, resolve_names
 from tinybert_tf.models.checkpoint import load_model, save_model
 from tinybert_tf.models.quantization import calibrate
+from tinybert_tf.pipeline.phases import PhaseSpec, reads_augmented
 from tinybert_tf.pipeline.stages import (
     Context,
-    PhaseSpec,
     _distiller,
     _evaluator,
     _phase,
@@ -58,11 +58,11 @@ def quantize_terms(ctx: Context) -> list[LossTerm]:
 
 def quantize_phase(ctx: Context, train_size: int) -> PhaseSpec:
     """--quantize_steps steps over the task stage's training data (the augmented set
-    with --use_augmented), in as many epochs as they take."""
-    q, d = ctx.config.quantize, ctx.config.distill
+    when a task phase reads it), in as many epochs as they take."""
+    q = ctx.config.quantize
     per_epoch = train_size // q.batch_size if q.batch_size > 0 else 0
     epochs = math.ceil(q.steps / per_epoch) if per_epoch else 0
-    data = "augmented train split" if d.use_augmented else "task train split"
+    data = "augmented train split" if reads_augmented(ctx.config) else "task train split"
     spec = _phase(ctx, "quantize", "qat", data, train_size, q.batch_size,
                   "--quantize_batch_size", epochs, q.steps, q.lr, "linear",
                   ctx.config.optim.warmup_proportion, quantize_terms(ctx))
@@ -75,8 +75,8 @@ def quantize_phase(ctx: Context, train_size: int) -> PhaseSpec:
 def quantize(ctx: Context) -> dict[str, Any]:
     """Calibrate, then distil (module docstring); the result is published as
     OUTPUT/quantize/model."""
-    q, d = ctx.config.quantize, ctx.config.distill
-    train = ctx.examples("train_aug" if d.use_augmented else "train")
+    q = ctx.config.quantize
+    train = ctx.examples("train_aug" if reads_augmented(ctx.config) else "train")
     dev = ctx.examples(ctx.task.dev_splits[0])
     spec = quantize_phase(ctx, rows(ctx, train))
     spec.check()

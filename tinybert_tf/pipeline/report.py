@@ -9,6 +9,7 @@ import posixpath
 from typing import Any
 
 from tinybert_tf import files
+from tinybert_tf.data.metrics import is_defined
 
 
 def build_report(task: str, teacher: dict[str, Any], student: dict[str, Any],
@@ -23,10 +24,24 @@ def build_report(task: str, teacher: dict[str, Any], student: dict[str, Any],
     simulation: its latency is not the int8 file's, which parity.json has);
     `quantized_student` and ratios.quantized_retained (its metric / the float
     student's) are added.
+    An undefined dev metric (NaN, e.g. Pearson of one example) is null, named in
+    `notes`; `retained` is then null too, never a ratio of undefined values.
     """
+    notes = []
+    models = {"teacher": teacher, "student": student, "quantized student": quantized}
+    for who, facts in list(models.items()):
+        undefined = [k for k, v in facts["dev"].items()
+                     if not is_defined(v)] if facts is not None else []
+        if undefined:
+            models[who] = dict(facts, dev={k: (v if is_defined(v) else None)
+                                           for k, v in facts["dev"].items()})
+            notes.append(f"{who} dev {', '.join(undefined)} undefined (NaN: e.g. a "
+                         "correlation of fewer than two dev examples or of constant values)")
+    teacher, student, quantized = models.values()
     t_metric = teacher["dev"].get(primary_metric)
     s_metric = student["dev"].get(primary_metric)
-    retained = (s_metric / t_metric) if t_metric else None
+    retained = (s_metric / t_metric) if is_defined(t_metric) and is_defined(s_metric) \
+        and t_metric else None
     out = {
         "task": task,
         "max_seq_len": max_seq_len,
@@ -39,13 +54,25 @@ def build_report(task: str, teacher: dict[str, Any], student: dict[str, Any],
             "speedup": teacher["latency_ms"] / student["latency_ms"],
             "retained": retained,
         },
+        **({"notes": notes} if notes else {}),
     }
     if quantized is not None:
         q_metric = quantized["dev"].get(primary_metric)
         out["quantized_student"] = quantized
-        out["ratios"]["quantized_retained"] = (q_metric / s_metric if s_metric
-                                               and q_metric is not None else None)
+        out["ratios"]["quantized_retained"] = (
+            q_metric / s_metric if is_defined(s_metric) and is_defined(q_metric)
+            and s_metric else None)
     return out
+
+
+def ratio_words(ratio: float, better: str, worse: str) -> str:
+    """teacher/student `ratio` in words from the student's side: 4.0 -> "4.0x smaller",
+    0.25 -> "4.0x larger" (never "0.2x smaller"), about 1 -> "about the same"."""
+    if not ratio or ratio != ratio or ratio in (float("inf"), float("-inf")):
+        return "-"
+    if f"{ratio:.1f}" == "1.0" and f"{1 / ratio:.1f}" == "1.0":
+        return "about the same"
+    return f"{ratio:.1f}x {better}" if ratio > 1 else f"{1 / ratio:.1f}x {worse}"
 
 
 def summary_table(report: dict[str, Any]) -> str:
@@ -55,16 +82,17 @@ def summary_table(report: dict[str, Any]) -> str:
     rows = [
         ("", "teacher", "student", "ratio"),
         ("params (M)", f"{t['params'] / 1e6:.2f}", f"{s['params'] / 1e6:.2f}",
-         f"{r['params']:.1f}x smaller"),
+         ratio_words(r["params"], "smaller", "larger")),
         (f"GFLOPs @ seq {report['max_seq_len']}", f"{t['flops'] / 1e9:.3f}",
-         f"{s['flops'] / 1e9:.3f}", f"{r['flops']:.1f}x fewer"),
+         f"{s['flops'] / 1e9:.3f}", ratio_words(r["flops"], "fewer", "more")),
         ("latency b=1 (ms)", f"{t['latency_ms']:.2f}", f"{s['latency_ms']:.2f}",
-         f"{r['speedup']:.1f}x faster"),
+         ratio_words(r["speedup"], "faster", "slower")),
     ]
     for name in t["dev"]:
-        tv, sv = t["dev"][name], s["dev"].get(name, float("nan"))
-        ratio = f"{100 * sv / tv:.1f}% retained" if name == metric and tv else ""
-        rows.append((f"dev {name}", f"{tv:.4f}", f"{sv:.4f}", ratio))
+        tv, sv = t["dev"][name], s["dev"].get(name)
+        ratio = (f"{100 * r['retained']:.1f}% retained"
+                 if name == metric and r.get("retained") is not None else "")
+        rows.append((f"dev {name}", _value(tv), _value(sv), ratio))
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
     lines = [f"== {report['task']}: student vs teacher =="]
     for row in rows:
@@ -76,7 +104,12 @@ def summary_table(report: dict[str, Any]) -> str:
         lines.append(f"int8 student (quantize stage, Keras simulation): dev {metric} "
                      + ("-" if value is None else f"{value:.4f}")
                      + ("" if kept is None else f" ({100 * kept:.1f}% of the float student)"))
+    lines += [f"note: {n}" for n in report.get("notes", [])]
     return "\n".join(lines)
+
+
+def _value(v) -> str:
+    return f"{v:.4f}" if is_defined(v) else "undefined"
 
 
 def load_histories(output_dir: str) -> dict[str, list[dict[str, float]]]:
