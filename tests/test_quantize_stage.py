@@ -8,6 +8,7 @@ import shutil
 import numpy as np
 import pytest
 
+from tinybert_tf.export import FORMATS
 from tinybert_tf.files import read_json
 from tinybert_tf.models.checkpoint import load_model
 from tinybert_tf.pipeline.main import main
@@ -59,6 +60,10 @@ def test_the_stage_publishes_its_int8_student_read_by_evaluate_and_export(finish
     assert results["quantize"]["steps"] == STEPS
     done = read_json(os.path.join(out, "quantize", "stage_done.json"))
     assert set(done["inputs"]) == {"task"}
+    # Its record keeps what it read and published (a changed file makes it stale).
+    assert set(done["reads"]) == {"data"} and "quantize/model" in done["outputs"]
+    exported = read_json(os.path.join(out, "export", "stage_done.json"))["outputs"]
+    assert exported[f"export/{FORMATS['int8_ptq'].artefact}"] == "exists"
     for stage in ("evaluate", "export"):
         assert "quantize" in read_json(os.path.join(out, stage, "stage_done.json"))["inputs"]
     quantized = load_model(os.path.join(out, "quantize", "model"))
