@@ -47,10 +47,15 @@ def test_dry_run_plans_the_quantize_phase_after_task(flags, tmp_path, capsys):
     assert phase["global_batch"] == 4 and phase["learning_rate"]["peak"] == 1e-3
     assert [t["name"] for t in phase["loss_terms"]] == ["pred"]
     assert "teacher: the float task student" in phase["note"]
+    # A student head with no int8 form: refused before anything runs, naming the fix.
+    pre = type(ns)(**{**vars(ns), "classifier_head": "pre_classifier"})
+    assert main(["bin/distill", *argv(pre)]) != 0
+    assert "pre_classifier head has no int8 form" in capsys.readouterr().err
     # --noquantize: `all` leaves it out and int8 is calibrated after training.
-    ns = type(ns)(**{**vars(ns), "quantize": False})
-    assert main(["bin/distill", *argv(ns)]) == 0
-    assert "quantize" not in json.loads(capsys.readouterr().out)["stages"]
+    for off in (ns, pre):
+        off = type(off)(**{**vars(off), "quantize": False})
+        assert main(["bin/distill", *argv(off)]) == 0
+        assert "quantize" not in json.loads(capsys.readouterr().out)["stages"]
 
 
 def test_the_stage_publishes_its_int8_student_read_by_evaluate_and_export(finished):

@@ -26,6 +26,7 @@ from tinybert_tf.distill.projections import expected_shapes
 from tinybert_tf.distill.terms import layer_weights, resolve_names
 from tinybert_tf.export.formats import FORMATS, check_formats, format_problems
 from tinybert_tf.models.checkpoint import CheckpointError, ModelInfo, inspect_model
+from tinybert_tf.models.heads import HEADS
 from tinybert_tf.models.labels import label_order, output_names
 from tinybert_tf.pipeline import phases as P
 from tinybert_tf.pipeline import quantize_stage as Q
@@ -380,6 +381,13 @@ def check(ctx: S.Context, stages: Sequence[str], count_corpus: bool = False
     if "quantize" in needs:
         checks.run(lambda: resolve_names(c.quantize.loss_terms, "--quantize_loss_terms",
                                          allowed=Q.QUANTIZE_TERMS))
+        head = checks.run(lambda: ctx.student_task_type.head)
+        if head in HEADS and not HEADS[head].quantizable:
+            checks.errors.append(
+                f"--classifier_head={m.classifier_head}: the student's {head} head has no "
+                "int8 form, so the quantize stage (run when --export_formats has int8) "
+                "cannot train its int8 copy; add --noquantize (int8 is then calibrated "
+                "after training) or use --classifier_head=pooler.")
     pairs = []
     if "general" in needs and student_cfg is not None and teacher is not None:
         pairs.append((student_cfg, teacher.config))
