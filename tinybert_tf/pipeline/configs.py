@@ -108,10 +108,19 @@ class LossConfig:
     layer_weights: tuple[str, ...]
     share_hidden_projection: bool
     mask_padding: bool
+    minilm_relation_heads: int
+    minilm_teacher_layer: int
 
     @property
     def lambdas(self) -> Optional[list[float]]:
         return [float(w) for w in self.layer_weights] or None
+
+    def term_settings(self) -> dict[str, Any]:
+        """The settings `make_terms` hands each named term (each takes the ones it uses)."""
+        return {"layer_mapping": self.layer_mapping, "layer_weights": self.lambdas,
+                "mask_padding": self.mask_padding,
+                "relation_heads": self.minilm_relation_heads,
+                "teacher_layer": self.minilm_teacher_layer}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -495,6 +495,15 @@ def define_losses(fv: flags.FlagValues) -> None:
     flags.DEFINE_bool("share_hidden_projection", True,
                       "One W_h for all layers (reference code) instead of one per layer.",
                       flag_values=fv)
+    flags.DEFINE_integer("minilm_relation_heads", 48,
+                         "MiniLMv2 (minilm_rel): relation heads the concatenated Q, K and V "
+                         "of both models are split into; must divide both attention widths "
+                         "(paper: 48 for base-size teachers).", flag_values=fv)
+    flags.DEFINE_integer("minilm_teacher_layer", 0,
+                         "MiniLMv2 (minilm_rel): the teacher layer (1-based) whose relations "
+                         "the student's last layer learns; 0 = the teacher's last layer (the "
+                         "paper's choice for base-size teachers; an upper-middle layer for "
+                         "large ones).", flag_values=fv)
     flags.DEFINE_bool("mask_padding", False,
                       "Restrict intermediate losses to real tokens (a deviation from the "
                       "reference; see docs).", flag_values=fv)
