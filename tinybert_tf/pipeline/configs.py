@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Optional
 
+from tinybert_tf.data import holdout
 from tinybert_tf.tasks.catalog import TaskConfig
 
 PRECISIONS = ("none", "mixed_float16", "mixed_bfloat16")
@@ -135,6 +136,8 @@ class OptimConfig:
 class GeneralConfig:
     recipe: str
     corpus: str
+    # A resolved hold-out name ("none" or registered): part of the general stage's settings.
+    holdout: str = flag("general_holdout")
     max_seq_len: int = flag("general_max_seq_len")
     batch_size: int = flag("general_batch_size")
     epochs: float = flag("general_epochs")
@@ -153,6 +156,7 @@ class FinetuneConfig:
     epochs: float = flag("teacher_epochs")
     lr: float = flag("teacher_lr")
     batch_size: int = flag("teacher_batch_size")
+    max_steps: int = flag("teacher_max_steps")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -195,6 +199,11 @@ class EvaluateConfig:
 class ExportConfig:
     formats: tuple[str, ...] = flag("export_formats")
     representative_examples: int = flag("representative_examples")
+    keras_hub_approximate_gelu: bool = flag("keras_hub_approximate_gelu")
+
+    def options(self) -> dict[str, Any]:
+        """The per-format settings `export_all` takes (`formats.FORMAT_OPTIONS`)."""
+        return {"keras_hub_approximate_gelu": self.keras_hub_approximate_gelu}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -221,6 +230,9 @@ class PipelineConfig:
         if numerics.mixed_precision == AUTO_PRECISION:
             resolved = "mixed_bfloat16" if parts["run"].strategy == "tpu" else "none"
             parts["numerics"] = dataclasses.replace(numerics, mixed_precision=resolved)
+        general = parts["general"]
+        parts["general"] = dataclasses.replace(
+            general, holdout=holdout.resolve(general.holdout, parts["task"].task))
         return cls(**parts)
 
     def results(self) -> dict[str, Any]:

@@ -44,7 +44,12 @@ from tinybert_tf.augment.augmenter import augment_source
 from tinybert_tf.config import BertConfig, get_config
 from tinybert_tf.data import corpus as corpus_lib
 from tinybert_tf.data import glue_submission
-from tinybert_tf.distill.distilbert import init_student_from_teacher
+from tinybert_tf.data import holdout as holdout_lib
+from tinybert_tf.distill.distilbert import (
+    describe_init,
+    init_student_from_teacher,
+    teacher_layers_for,
+)
 from tinybert_tf.distill.distiller import Distiller
 from tinybert_tf.distill.terms import HardLabelTerm, LossTerm
 from tinybert_tf.export.parity import export_all
@@ -134,6 +139,11 @@ class Context:
     def student_path(self) -> str:
         return self.state.path("task", "model")
 
+    def trained_on(self) -> dict[str, Any]:
+        """What a task model records of its training: the task (its flags, data paths
+        absolute) and the sequence length, which bin/export defaults to."""
+        return {"task": self.config.task.to_record(), "max_seq_len": self.max_seq_len}
+
     @property
     def student_task_type(self):
         """The task type with the student's head (--classifier_head); teachers keep
@@ -191,6 +201,11 @@ def general_recipe(ctx: Context) -> GeneralRecipe:
     return get_recipe(ctx.config.general.recipe)
 
 
+def held_out_titles(ctx: Context) -> frozenset[str]:
+    """Articles the general corpus leaves out (`--general_holdout`, resolved)."""
+    return holdout_lib.corpus_titles(ctx.config.general.holdout, _corpus_source(ctx))
+
+
 def general_terms(ctx: Context) -> list[LossTerm]:
     return general_recipe(ctx).terms(ctx.config)
 
@@ -225,7 +240,11 @@ def general_phase(ctx: Context, count: Optional[int] = None) -> PhaseSpec:
         else:
             note = (f"file sharding over {n} workers: per-worker counts are unknown (no "
                     "PREFIX.json), so workers with fewer sequences wrap around in an epoch")
-    spec = _phase(ctx, "general", "distill", f"corpus {_corpus_source(ctx)}", count,
+    held_out = held_out_titles(ctx)
+    data = f"corpus {_corpus_source(ctx)}" + (
+        f" without the {len(held_out)} articles held out for {c.holdout} "
+        "(--general_holdout)" if held_out else "")
+    spec = _phase(ctx, "general", "distill", data, count,
                   c.batch_size, "--general_batch_size", c.epochs, c.max_steps, c.lr, "linear",
                   c.warmup, general_terms(ctx))
     spec.note = note
@@ -238,14 +257,15 @@ def corpus_sequences(ctx: Context) -> int:
     source = _corpus_source(ctx)
     pack = general_recipe(ctx).pack
     key = {"source": source, "max_seq_len": c.max_seq_len, "pack": pack,
-           "files": corpus_lib.source_facts(source)}
+           "files": corpus_lib.source_facts(source), "holdout": c.holdout}
     count_path = ctx.state.path("general", "corpus_count.json")
     counted = read_json(count_path, default=None)
     if counted is not None and counted.get("key") == key:
         return int(counted["sequences"])
     print(f"[general] counting sequences of {source} ...", flush=True)
     tokenizer = load_tokenizer(ctx.config.models.teacher, c.max_seq_len)
-    n = corpus_lib.count_sequences(source, tokenizer, c.max_seq_len, pack=pack)
+    n = corpus_lib.count_sequences(source, tokenizer, c.max_seq_len, pack=pack,
+                                   exclude_titles=held_out_titles(ctx))
     if ctx.chief and not ctx.config.run.dry_run:  # a dry run writes nothing
         write_json_atomic(count_path, {"key": key, "sequences": int(n)})
     return int(n)
@@ -254,15 +274,32 @@ def corpus_sequences(ctx: Context) -> int:
 def finetune_phase(ctx: Context, train_size: int) -> PhaseSpec:
     c = ctx.config.finetune
     return _phase(ctx, "finetune_teacher", "train", "task train split", train_size,
-                  c.batch_size, "--teacher_batch_size", c.epochs, 0, c.lr, "linear",
+                  c.batch_size, "--teacher_batch_size", c.epochs, c.max_steps, c.lr, "linear",
                   ctx.config.optim.warmup_proportion,
                   [HardLabelTerm(task=ctx.task.type)])
 
 
 # --- shared helpers --------------------------------------------------------------------
 
+# The learning-rate flag of each (stage, phase): what a diverged phase's message names.
+LR_FLAGS = {("general", "distill"): "general_lr", ("finetune_teacher", "train"): "teacher_lr",
+            ("task", "intermediate"): "intermediate_lr", ("task", "prediction"): "pred_lr"}
+
+
+def divergence_hint(ctx: Context, stage: str, phase: str) -> str:
+    """What to change when `phase` of `stage` diverges: its learning-rate flag and value,
+    and the command that redoes the stage."""
+    flag = LR_FLAGS.get((stage, phase))
+    results = ctx.config.results()
+    lower = (f"lower --{flag} (now {results[flag]:g})" if flag in results
+             else "lower the phase's learning rate")
+    return f"{lower}, then redo the stage with --stages={stage} --overwrite"
+
+
 def _run(ctx: Context, phase: Phase) -> dict[str, Any]:
     r = ctx.config.run
+    stage = posixpath.basename(posixpath.dirname(phase.directory.rstrip("/")))
+    phase.hint = phase.hint or divergence_hint(ctx, stage, phase.name)
     with peer_errors(r.peer_timeout):
         return run_phase(phase, ctx.strategy, checkpoint_every=r.checkpoint_every,
                          keep_checkpoints=r.keep_checkpoints, log_every=1, verbose=1,
@@ -341,8 +378,10 @@ def general(ctx: Context) -> dict[str, Any]:
         student = BertModel(config, head=recipe.student_head, vocab=info.vocab)
         if layers is not None:
             copied = init_student_from_teacher(student, teacher, layers=layers)
-            print(f"[general] student initialised from the teacher: {len(copied)} layers "
-                  "copied", flush=True)
+            chosen = teacher_layers_for(layers, config.num_layers,
+                                        teacher.bert_config.num_layers)
+            print(f"[general] student initialised from the teacher: copied "
+                  f"{describe_init(copied, chosen)}", flush=True)
         if not recipe.teacher_forward:
             teacher = None
         distiller = _distiller(ctx, student, teacher, spec) if spec is not None else None
@@ -384,7 +423,8 @@ def general_input(ctx: Context, tokenizer, epoch: int, offset: int, steps: int):
     mode = general_sharding(ctx)
     options = dict(max_seq_len=c.max_seq_len, seed=ctx.config.numerics.seed + epoch,
                    pack=recipe.pack, masking=recipe.masking,
-                   next_sentence=recipe.next_sentence, drop_remainder=True)
+                   next_sentence=recipe.next_sentence, drop_remainder=True,
+                   exclude_titles=held_out_titles(ctx))
 
     def dataset_fn(input_context: tf.distribute.InputContext) -> tf.data.Dataset:
         local = input_context.num_replicas_in_sync // input_context.num_input_pipelines
@@ -440,12 +480,12 @@ def finetune_teacher(ctx: Context) -> dict[str, Any]:
     phase = Phase("finetune_teacher", spec.directory, distiller,
                   distiller.checkpoint_items(model_key="teacher"),
                   _task_dataset(ctx, train, spec.global_batch), spec.steps_per_epoch,
-                  spec.epochs, evaluate=_evaluator(ctx, teacher, dev))
+                  spec.epochs, max_steps=spec.max_steps, evaluate=_evaluator(ctx, teacher, dev))
     result = _run(ctx, phase)
     last = result["evals"][-1] if result["evals"] else {}
     if ctx.chief:
         save_model(teacher, ctx.state.work_path("finetune_teacher", "model"),
-                   metadata={"stage": "finetune_teacher", "dev": last,
+                   metadata={"stage": "finetune_teacher", "dev": last, **ctx.trained_on(),
                              **ctx.task.type.model_metadata(last)})
     return {"dev": last}
 
@@ -562,7 +602,8 @@ def _task_phase(ctx: Context, spec: PhaseSpec, student: BertModel, teacher: Bert
         def on_best(metrics):
             if ctx.chief:
                 save_model(student, model_dir, metadata={
-                    "stage": "task", "dev": metrics, **ctx.task.type.model_metadata(metrics)})
+                    "stage": "task", "dev": metrics, **ctx.trained_on(),
+                    **ctx.task.type.model_metadata(metrics)})
 
         selection = dict(evaluate=_evaluator(ctx, student, dev), on_best=on_best,
                          select_metric=ctx.task.type.primary_metric,
@@ -659,7 +700,8 @@ def export(ctx: Context) -> dict[str, Any]:
         representative_texts=texts(train[: e.representative_examples]),
         is_pair=ctx.task.is_pair, task=ctx.task.type, task_name=ctx.task.name,
         latency_runs=r.export_latency_runs,
-        num_threads=r.export_threads or None, max_examples=r.export_max_examples or None)
+        num_threads=r.export_threads or None, max_examples=r.export_max_examples or None,
+        options=e.options())
     report_path = ctx.state.path("report.json")
     data = read_json(report_path, default=None)
     if data is not None and ctx.chief:
