@@ -84,3 +84,25 @@ def test_a_real_measurement_here_stays_within_a_generous_budget(tmp_path):
     sizing = autosize.size_student(config.models, log=lambda line: None)
     assert all(0 < c["latency_ms"] < 5000 and c["within_budget"] for c in sizing.candidates)
     assert sizing.student["name"] == "1x32x2x64"  # both fit: the larger one
+
+
+def test_a_second_run_with_the_same_flags_reuses_the_choice(tmp_path, monkeypatch):
+    """Measured once: the re-run (or the run after --dry_run) trains the announced student;
+    report.json's entry is the same choice."""
+    calls = []
+
+    def fake(shape, runtime, seq_len, batch, **kwargs):
+        calls.append(shape.name)
+        return {"1x16x2x32": 2.0, "2x16x2x32": 4.0, "1x32x2x64": 7.0}[shape.name]
+
+    monkeypatch.setattr(autosize, "measure", fake)
+    argv_ = ["bin/distill", f"--output_dir={tmp_path}", "--student_config=auto",
+             "--latency_budget_ms=5", "--latency_candidates=1x16x2x32,2x16x2x32,1x32x2x64"]
+    first, sizing = autosize.resolve(parse_argv(argv_), log=lambda line: None)
+    again, _ = autosize.resolve(parse_argv(argv_), log=lambda line: None)
+    assert len(calls) == 3 and first == again
+    assert sizing.student["name"] == "2x16x2x32"  # 1x32 has more parameters but takes 7 ms
+    assert autosize.report_entry(str(tmp_path))["student_sizing"]["student"] == sizing.student
+    autosize.resolve(parse_argv(argv_[:-2] + ["--latency_budget_ms=8", argv_[-1]]),
+                     log=lambda line: None)
+    assert len(calls) == 6  # another budget: measured again
