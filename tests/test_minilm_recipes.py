@@ -15,8 +15,10 @@ from tinybert_tf.data import corpus
 from tinybert_tf.distill import Distiller, create_optimizer
 from tinybert_tf.models import BertModel
 from tinybert_tf.models.checkpoint import load_model, load_tokenizer
-from tinybert_tf.pipeline.main import parse_argv
+from tinybert_tf.pipeline.main import main, parse_argv
 from tinybert_tf.pipeline.recipes import get_recipe
+
+from pipeline_helpers import argv, tiny_flags
 
 
 def test_minilm_configs_carry_the_papers_settings(monkeypatch):
@@ -71,3 +73,16 @@ def test_minilm_student_learns_on_the_embedded_default(recipe, flags, embedded, 
     distiller.fit(tf.data.Dataset.from_tensors(batch).repeat(20), epochs=1, verbose=0)
     after = float(distiller.compute_losses(batch)["loss"])
     assert after < 0.9 * before, (before, after)
+
+
+@pytest.mark.parametrize("recipe,flags,message", [
+    ("minilm_v2", {}, "--recipe=minilm_v2: --minilm_relation_heads=48 must divide"),
+    ("minilm_v2", {"minilm_relation_heads": 4, "minilm_teacher_layer": 3},
+     "--minilm_teacher_layer=3: the teacher has layers 1..2"),
+])
+def test_preflight_refuses_shapes_the_terms_cannot_compare(recipe, flags, message, tmp_path,
+                                                           tiny_vocab, capsys):
+    ns = tiny_flags(tmp_path, tiny_vocab, stages=["general"], dry_run=True, recipe=recipe,
+                    **flags)  # student 16 wide, teacher 32 wide with 2 layers
+    assert main(["bin/distill", *argv(ns)]) == 2
+    assert message in capsys.readouterr().err

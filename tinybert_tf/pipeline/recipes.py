@@ -209,8 +209,24 @@ class FirstLayersRecipe(GeneralRecipe):
         return list(range(student.num_layers))
 
 
+class _PlannedTermsRecipe(GeneralRecipe):
+    """A recipe whose terms check the two shapes themselves (head counts, relation
+    heads, teacher layer): preflight reports what `LossTerm.plan` refuses."""
+
+    def check(self, config, student: Optional[BertConfig], teacher) -> list[str]:
+        errors = super().check(config, student, teacher)
+        if student is None or teacher is None:
+            return errors
+        for term in self.terms(config):
+            try:
+                term.plan(student, teacher.config)
+            except ValueError as e:
+                errors.append(f"--recipe={self.name}: {e}")
+        return errors
+
+
 @register_recipe
-class MiniLMv1Recipe(GeneralRecipe):
+class MiniLMv1Recipe(_PlannedTermsRecipe):
     name = "minilm_v1"
     summary = ("MiniLM: last-layer attention distributions + value relations "
                "(minilm_att + minilm_val, Wang et al. 2020)")
@@ -220,7 +236,7 @@ class MiniLMv1Recipe(GeneralRecipe):
 
 
 @register_recipe
-class MiniLMv2Recipe(GeneralRecipe):
+class MiniLMv2Recipe(_PlannedTermsRecipe):
     name = "minilm_v2"
     summary = ("MiniLMv2: Q-Q, K-K, V-V relations of --minilm_teacher_layer "
                "(minilm_rel, Wang et al. 2021)")
