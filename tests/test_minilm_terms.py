@@ -1,6 +1,6 @@
 """MiniLM's terms against NumPy transcripts of the papers' equations, with padding:
-v1 (Wang et al. 2020) Eq. 6 (attention distributions) and Eq. 7-8 (value
-relations), v2 (Wang et al. 2021) Eq. 4-6 (Q-Q, K-K, V-V relations with relation
+v1 (Wang et al. 2020, Sec. 3: attention distributions and value
+relations), v2 (Wang et al. 2021, Sec. 3: Q-Q, K-K, V-V relations with relation
 heads re-split from the concatenated heads), and the encoder's Q, K, V outputs."""
 import keras
 import numpy as np

@@ -290,7 +290,7 @@ def relation_kl(student_logits, teacher_logits, input_mask,
         QK^T/sqrt(d_k), or `relation_logits`), the same h for both.
       input_mask: [B, L], 1 = real token.
     mean: (1 / (h * real tokens)) sum over heads, real queries t of
-    D_KL(T_t || S_t) (MiniLM Eq. 6/8, MiniLMv2 Eq. 5 with |x| the real tokens).
+    D_KL(T_t || S_t) (MiniLM's and MiniLMv2's 1/(h|x|) sum, |x| the real tokens).
     """
     s, t = _f32(student_logits), _f32(teacher_logits)
     mask = _f32(input_mask)

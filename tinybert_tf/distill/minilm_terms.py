@@ -1,11 +1,12 @@
 """MiniLM's self-attention terms: width-free, one student layer, no projections.
 
-  minilm_att   MiniLM v1 (Wang et al. 2020, Eq. 6): KL of the attention
-               distributions of the teacher's last layer and the student's last
-               layer, per head and real query position.
-  minilm_val   MiniLM v1 (Eq. 7-8): KL of the value relations softmax(V V^T / sqrt(d_k))
-               of the same two layers (each model's own d_k).
-  minilm_rel   MiniLMv2 (Wang et al. 2021, Sec. 3.1, Eq. 4-6): the Q-Q, K-K and V-V
+  minilm_att   MiniLM v1 (Wang et al. 2020, Sec. 3, "Self-Attention Distribution
+               Transfer"): KL of the attention distributions of the teacher's last
+               layer and the student's last layer, per head and real query position.
+  minilm_val   MiniLM v1 ("Self-Attention Value-Relation Transfer"): KL of the value
+               relations softmax(V V^T / sqrt(d_k)) of the same two layers (each
+               model's own d_k).
+  minilm_rel   MiniLMv2 (Wang et al. 2021, Sec. 3): the Q-Q, K-K and V-V
                relations with `relation_heads` relation heads (each model's heads
                concatenated and re-split, so the two head counts may differ), from
                teacher layer `teacher_layer` (0 = last; the paper takes an upper-middle
@@ -47,7 +48,8 @@ class _LastLayerTerm(LossTerm):
 
 @register_term
 class MiniLMAttentionTerm(_LastLayerTerm):
-    """MiniLM v1 Eq. 6: KL(A_T,L || A_S,M) of the last layers' attention distributions."""
+    """MiniLM v1's attention transfer: KL(A_T,L || A_S,M) of the last layers' attention
+    distributions, A = softmax(Q K^T / sqrt(d_k))."""
 
     name = "minilm_att"
     teacher_outputs = ("attention_scores",)
@@ -60,7 +62,8 @@ class MiniLMAttentionTerm(_LastLayerTerm):
 
 @register_term
 class MiniLMValueTerm(_LastLayerTerm):
-    """MiniLM v1 Eq. 7-8: KL(VR_T,L || VR_S,M), VR = softmax(V V^T / sqrt(d_k)) per head."""
+    """MiniLM v1's value-relation transfer: KL(VR_T,L || VR_S,M), VR = softmax(V V^T /
+    sqrt(d_k)) per head."""
 
     name = "minilm_val"
     teacher_outputs = ("attention_values",)
