@@ -9,6 +9,10 @@ Outputs, a dict:
   hidden_states     list of num_layers + 1 tensors [B, L, H]
   attention_scores  list of num_layers tensors [B, heads, L, L]: QK^T/sqrt(d_k),
                     no mask added (losses apply their own masking convention)
+  attention_queries, attention_keys, attention_values
+                    lists of num_layers tensors [B, L, heads, d_k]: each layer's
+                    per-head Q, K, V (MiniLM's relations; unused outputs cost nothing
+                    in a traced graph)
   sequence_output   [B, L, H]  last hidden state
   pooled_output     [B, H]     tanh(dense([CLS])) or the [CLS] state without pooler
   logits            the head's output (see models/heads.py): [B, C] classes, [B, 1] score,
@@ -160,13 +164,14 @@ class BertModel(keras.Model):
         x = normalize(self.embeddings_layer_norm, x, integer_friendly,
                       quant=q and q.scope("embeddings_norm"), training=training)
         x = self.embeddings_dropout(x, training=training)
-        hidden_states, scores = [x], []
+        hidden_states, scores, qkv = [x], [], []
         for i, layer in enumerate(self.transformer_layers):
-            x, s = layer(x, mask, training=training, mask_value=mask_value,
-                         integer_friendly=integer_friendly,
-                         quant=q and q.scope(f"transformer_layer_{i}"))
+            x, s, layer_qkv = layer(x, mask, training=training, mask_value=mask_value,
+                                    integer_friendly=integer_friendly,
+                                    quant=q and q.scope(f"transformer_layer_{i}"))
             hidden_states.append(x)
             scores.append(s)
+            qkv.append(layer_qkv)
         cls = x[:, 0, :]
         if self.pooled_dense is None:
             pooled = cls
@@ -176,7 +181,10 @@ class BertModel(keras.Model):
             pooled = ops.cast(dense(self.pooled_dense, cls, q.scope("pooler"), training),
                               x.dtype)
         out = {"embeddings": hidden_states[0], "hidden_states": hidden_states,
-               "attention_scores": scores, "sequence_output": x, "pooled_output": pooled}
+               "attention_scores": scores, "sequence_output": x, "pooled_output": pooled,
+               "attention_queries": [t[0] for t in qkv],
+               "attention_keys": [t[1] for t in qkv],
+               "attention_values": [t[2] for t in qkv]}
         if self.head is not None:
             head_quant = {} if q is None else {"quant": q.scope("head")}
             out["logits"] = self.head(self.head.select(out, inputs), training=training,

@@ -204,8 +204,9 @@ class SelfAttention(keras.layers.Layer):
 
         mask_value: added to the scores of padded keys before the softmax.
         quant: the int8 trace (`_quantized_call`; its own calibrated mask value).
-        Returns (output [B, L, H], scores [B, heads, L, L]) where scores are
-        QK^T/sqrt(d_k) before any mask is added.
+        Returns (output [B, L, H], scores [B, heads, L, L], (q, k, v)) where scores
+        are QK^T/sqrt(d_k) before any mask is added and q, k, v are the per-head
+        projections [B, L, heads, d_k] (MiniLM's relations are built on them).
         """
         if quant is not None:
             return self._quantized_call(x, input_mask, quant, training)
@@ -219,7 +220,7 @@ class SelfAttention(keras.layers.Layer):
         probs = ops.softmax(ops.cast(scores, "float32") + (1.0 - mask) * mask_value, axis=-1)
         probs = self.dropout(ops.cast(probs, v.dtype), training=training)
         context = ops.einsum("bhqk,bkhd->bqhd", probs, v)
-        return self.attention_output(context), scores
+        return self.attention_output(context), scores, (q, k, v)
 
     def _quantized_call(self, x, input_mask, quant: Quant, training=None):
         """`call`'s maths as TFLite's int8 kernels compute it: Q/K/V and the output as
@@ -249,7 +250,9 @@ class SelfAttention(keras.layers.Layer):
         y = ops.matmul(tf.reshape(context, [batch, length, width]), quant.kernel(kernel))
         y = quant.act("output", y + tf.cast(out.bias, tf.float32), training)
         dtype = self.compute_dtype
-        return tf.cast(y, dtype), tf.cast(scores, dtype)
+        # q without the folded 1/sqrt(d_k), as `call` returns it.
+        qkv = tuple(tf.cast(t, dtype) for t in (q * math.sqrt(self.head_size), k, v))
+        return tf.cast(y, dtype), tf.cast(scores, dtype), qkv
 
     def get_config(self):
         return {**super().get_config(), "num_heads": self.num_heads,
@@ -305,14 +308,15 @@ class TransformerLayer(keras.layers.Layer):
 
     def call(self, x, input_mask, training=None, mask_value: float = MASK_VALUE,
              integer_friendly: bool = False, quant: Optional[Quant] = None):
-        """x: [B, L, H] -> (y [B, L, H], scores [B, heads, L, L]).
+        """x: [B, L, H] -> (y [B, L, H], scores [B, heads, L, L], (q, k, v) each
+        [B, L, heads, d_k]).
 
         integer_friendly: LayerNorms by `normalize` (same maths; full-integer export).
         quant: the int8 trace (`_quantized_call`).
         """
         if quant is not None:
             return self._quantized_call(x, input_mask, quant, training)
-        attn, scores = self.self_attention_layer(x, input_mask, training=training,
+        attn, scores, qkv = self.self_attention_layer(x, input_mask, training=training,
                                                  mask_value=mask_value)
         x = normalize(self.self_attention_layer_norm,
                       x + self.self_attention_dropout(attn, training=training),
@@ -320,13 +324,13 @@ class TransformerLayer(keras.layers.Layer):
         ffn = self.feedforward_output_dense(self.feedforward_intermediate_dense(x))
         x = normalize(self.feedforward_layer_norm,
                       x + self.feedforward_dropout(ffn, training=training), integer_friendly)
-        return x, scores
+        return x, scores, qkv
 
     def _quantized_call(self, x, input_mask, quant: Quant, training=None):
         """`call` on int8 grids: attention, residual sums, LayerNorms and the FFN
         (its GELU output included) each fake-quantised where TFLite quantises."""
-        attn, scores = self.self_attention_layer(x, input_mask, training=training,
-                                                 quant=quant.scope("attention"))
+        attn, scores, qkv = self.self_attention_layer(x, input_mask, training=training,
+                                                      quant=quant.scope("attention"))
         x = quant.act("attention_residual",
                       x + self.self_attention_dropout(attn, training=training), training)
         x = normalize(self.self_attention_layer_norm, x, quant=quant.scope("attention_norm"),
@@ -338,7 +342,7 @@ class TransformerLayer(keras.layers.Layer):
                       training)
         x = normalize(self.feedforward_layer_norm, x, quant=quant.scope("output_norm"),
                       training=training)
-        return x, scores
+        return x, scores, qkv
 
     def get_config(self):
         return {**super().get_config(), "num_heads": self.num_heads,

@@ -66,6 +66,7 @@ from tinybert_tf.models.checkpoint import (
 )
 from tinybert_tf.models.labels import put_in_order
 from tinybert_tf.pipeline import (
+    autosize,
     baseline_phases,  # noqa: F401  (registers --task_phases=pkd)
     evaluation,
     report,
@@ -693,6 +694,7 @@ def evaluate(ctx: Context) -> dict[str, Any]:
     data["models"] = {"teacher": ctx.teacher_path(), "student": ctx.student_path(),
                       **({"quantized_student": ctx.quantized_path()}
                          if "quantized_student" in models else {})}
+    data.update(autosize.report_entry(ctx.state.output_dir))  # --student_config=auto
     grid = ctx.state.done_info("task").get("grid")
     if grid:  # every --pred_grid cell's best dev score, the selected one marked
         data["pred_grid"] = grid
