@@ -135,11 +135,21 @@ def test_overwrite_starts_over(finished, tmp_path):
     tmp, ns, _ = finished
     copy = tmp_path / "copy"
     shutil.copytree(ns.output_dir, copy)
+    # A changed --seed makes the stages evaluate reads stale: refused, naming them.
+    reseeded = type(ns)(**{**vars(ns), "output_dir": str(copy), "stages": ["evaluate"],
+                           "overwrite": True, "seed": ns.seed + 5})
+    with pytest.raises(PreflightError, match=r"reads the output of task, which is stale "
+                       r"\(made with other settings: --seed"):
+        run(reseeded)
+    # With what it reads unchanged, --overwrite redoes evaluate (and nothing else).
+    before = {s: read_json(str(copy / s / "stage_done.json")) for s in ("task", "evaluate")}
     ns2 = type(ns)(**{**vars(ns), "output_dir": str(copy), "stages": ["evaluate"],
-                      "overwrite": True, "seed": ns.seed + 5})
+                      "overwrite": True})
     run(ns2)
-    assert read_json(str(copy / "run_config.json"))["seed"] == ns.seed + 5
-    assert os.path.isfile(copy / "evaluate" / "stage_done.json")
+    after = {s: read_json(str(copy / s / "stage_done.json")) for s in ("task", "evaluate")}
+    assert after["task"] == before["task"]
+    assert after["evaluate"]["finished"] != before["evaluate"]["finished"]
+    assert os.path.isfile(copy / "report.json")
 
 
 def _student_like_teacher(path, vocab_size: int, layers: int) -> str:

@@ -216,7 +216,8 @@ class RunState:
         return rec.get("fingerprint") or rec.get("finished")
 
     def reset(self, stages: Iterable[str], keep: Iterable[str] = ()) -> None:
-        """Delete the folders of `stages` (and the report made from them), except the
+        """Delete the folders of `stages` (and the report made from them: unless only
+        export is redone, whose parity the report merely quotes), except the
         paths in `keep` (published TF Serving versions: never deleted) and the folders
         between them and the stage folder. Only what a run made is deleted: a folder
         without run_config.json is left alone (preflight refuses to write into one
@@ -224,10 +225,12 @@ class RunState:
         if not self.made_by_a_run():
             return
         kept = {files.absolute(k).rstrip("/") for k in keep}
+        stages = list(stages)
         for stage in stages:
             _remove_except(self.path(stage), kept)
-        for name in ("report.json", "loss_curves.png"):
-            _remove(self.path(name))
+        if set(stages) - {"export"}:  # export only adds its parity to evaluate's report
+            for name in ("report.json", "loss_curves.png"):
+                _remove(self.path(name))
 
     def made_by_a_run(self) -> bool:
         """Whether a bin/distill run made this folder: it holds run_config.json or a run's
