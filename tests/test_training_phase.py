@@ -1,7 +1,8 @@
 """A training phase in-process: SIGTERM stops it at a step boundary with a checkpoint
 and exit code 75, a truncated latest checkpoint falls back to the previous kept one,
-and either way the resumed phase ends with the weights of an uninterrupted one; the
-train step is traced once per phase, across epochs and resumes, also under XLA."""
+and either way the resumed phase ends with the weights of an uninterrupted one; with
+length-bucketed batches (masked losses) the train step is traced at most once per
+bucket, across epochs and resumes, and XLA sees at most one shape per bucket."""
 from __future__ import annotations
 
 import os
@@ -13,11 +14,18 @@ import pytest
 import tensorflow as tf
 
 from tinybert_tf.config import BertConfig
+from tinybert_tf.data import buckets
 from tinybert_tf.distill import Distiller, make_terms
 from tinybert_tf.models import BertModel
+from tinybert_tf.pipeline.task_input import epoch_rows
 from tinybert_tf.pipeline.training import PREEMPTED_EXIT_CODE, Phase, Preempted, run_phase
 
 STEPS_PER_EPOCH, EPOCHS, BATCH, SEQ = 3, 2, 4, 12
+BOUNDARIES = buckets.bucket_boundaries(SEQ, 3)  # 4, 8, 12
+ROWS = STEPS_PER_EPOCH * BATCH + 2  # 2 rows left out of each epoch
+_rng = np.random.default_rng(7)
+LENGTHS = _rng.integers(2, SEQ + 1, ROWS)
+IDS = _rng.integers(5, 40, (ROWS, SEQ)).astype(np.int32)
 
 
 def _config(vocab_size: int, hidden: int) -> BertConfig:
@@ -27,13 +35,13 @@ def _config(vocab_size: int, hidden: int) -> BertConfig:
 
 
 def _dataset(epoch: int) -> tf.data.Dataset:
-    """Fixed-shape batches of random ids, another order each epoch."""
-    rng = np.random.default_rng([7, epoch])
-    n = STEPS_PER_EPOCH * BATCH
-    ids = rng.integers(5, 40, (n, SEQ)).astype(np.int32)
-    mask = (np.arange(SEQ)[None, :] < rng.integers(4, SEQ + 1, (n, 1))).astype(np.int32)
-    x = {"input_word_ids": ids * mask, "input_mask": mask, "input_type_ids": 0 * mask}
-    return tf.data.Dataset.from_tensor_slices(x).batch(BATCH, drop_remainder=True)
+    """The epoch's length-grouped batches of random rows (pipeline/task_input.py), each
+    cut to its length bucket."""
+    order = epoch_rows(ROWS, BATCH, seed=3, epoch=epoch, lengths=LENGTHS)
+    mask = (np.arange(SEQ)[None, :] < LENGTHS[order, None]).astype(np.int32)
+    x = {"input_word_ids": IDS[order] * mask, "input_mask": mask, "input_type_ids": 0 * mask}
+    return tf.data.Dataset.from_tensor_slices(x).batch(BATCH, drop_remainder=True).map(
+        lambda b: buckets.trim(b, BOUNDARIES, SEQ))
 
 
 def _phase(directory: str, *, max_steps: int = 0, jit: bool = False, evaluate=None,
@@ -42,7 +50,8 @@ def _phase(directory: str, *, max_steps: int = 0, jit: bool = False, evaluate=No
     keras.utils.set_random_seed(0)
     teacher = BertModel(_config(40, 16))
     student = BertModel(_config(40, 8))
-    distiller = Distiller(student=student, teacher=teacher, terms=make_terms("embd,attn,hidn"))
+    distiller = Distiller(student=student, teacher=teacher,
+                          terms=make_terms("embd,attn,hidn", mask_padding=True))
     distiller.compile(optimizer=keras.optimizers.Adam(1e-2), jit_compile=jit)
     return Phase("phase", directory, distiller, distiller.checkpoint_items(), _dataset,
                  STEPS_PER_EPOCH, EPOCHS, max_steps=max_steps, evaluate=evaluate,
@@ -70,8 +79,15 @@ def reference(tmp_path_factory):
     return phase
 
 
-def test_train_step_is_traced_once_across_an_epoch_boundary(reference):
-    assert reference.model.train_traces == 1
+def _shapes() -> set:
+    return {tuple(b["input_word_ids"].shape) for e in range(EPOCHS) for b in _dataset(e)}
+
+
+def test_bucketed_batches_take_a_few_shapes_and_one_trace_across_epochs(reference):
+    shapes = _shapes()
+    assert 1 < len(shapes) <= len(BOUNDARIES)  # bucketed: shorter than SEQ, few shapes
+    assert {s[1] for s in shapes} <= set(BOUNDARIES)
+    assert 1 <= reference.model.train_traces <= len(BOUNDARIES)
 
 
 def test_sigterm_stops_at_a_step_boundary_and_the_resume_matches(tmp_path, reference):
@@ -92,7 +108,7 @@ def test_sigterm_stops_at_a_step_boundary_and_the_resume_matches(tmp_path, refer
 
     resumed = _phase(directory)
     assert _run(resumed)["steps"] == STEPS_PER_EPOCH * EPOCHS
-    assert resumed.model.train_traces == 1  # a resume traces once too
+    assert resumed.model.train_traces <= len(BOUNDARIES)  # a resume too
     _assert_same(_weights(resumed), _weights(reference))
 
 
@@ -112,7 +128,10 @@ def test_truncated_latest_checkpoint_falls_back_to_the_previous_one(tmp_path, re
     _assert_same(_weights(resumed), _weights(reference))
 
 
-def test_train_step_compiles_once_under_xla(tmp_path):
+def test_train_step_compiles_at_most_once_per_bucket_under_xla(tmp_path, reference):
     phase = _phase(str(tmp_path / "stage" / "phase"), jit=True)
     _run(phase)
-    assert phase.model.train_traces == 1
+    # One Python trace; XLA compiles once per input shape, at most one per bucket.
+    assert 1 <= phase.model.train_traces <= len(BOUNDARIES)
+    assert len(_shapes()) <= len(BOUNDARIES)
+    _assert_same(_weights(phase), _weights(reference))

@@ -25,6 +25,7 @@ from tinybert_tf.export.formats import FORMATS
 from tinybert_tf.export.parity import DEFAULT_FORMATS
 from tinybert_tf.pipeline.configs import AUTO_PRECISION, INPUT_SHARDING, PRECISIONS
 from tinybert_tf.pipeline.lock import DEFAULT_STALE_MINUTES
+from tinybert_tf.pipeline.precision import TEACHER_PRECISIONS
 from tinybert_tf.pipeline.stages import STAGES
 from tinybert_tf.pipeline.strategy import DEFAULT_PEER_TIMEOUT, STRATEGIES
 from tinybert_tf.tasks.catalog import task_names
@@ -76,7 +77,16 @@ def define_numerics(fv: flags.FlagValues) -> None:
                       "auto: mixed_bfloat16 with --strategy=tpu, none otherwise.",
                       flag_values=fv)
     flags.DEFINE_bool("jit_compile", False, "XLA-compile the train step (each phase "
-                      "compiles once: fixed sequence lengths, full batches).", flag_values=fv)
+                      "compiles once per sequence length: full batches, --length_buckets "
+                      "lengths at most).", flag_values=fv)
+    flags.DEFINE_integer("length_buckets", 8,
+                         "Batch by length: pad each batch to the smallest of N evenly spaced "
+                         "lengths that holds its longest row (rows grouped by length within "
+                         "each epoch), not to --max_seq_len; 0 = always --max_seq_len. Used "
+                         "where padding does not change the loss: teacher fine-tuning, the "
+                         "prediction phase, evaluation, the teacher caches, and the "
+                         "intermediate phase with --mask_padding (docs/distillation.md).",
+                         flag_values=fv)
 
 
 @_group
@@ -216,8 +226,15 @@ def define_run(fv: flags.FlagValues) -> None:
     flags.DEFINE_integer("keep_checkpoints", 2, "Checkpoints kept per phase.", flag_values=fv)
     flags.DEFINE_bool("teacher_cache", True, "Prediction phase: compute the teacher's logits "
                       "once per training example (kept in the phase folder) and reuse them "
-                      "every epoch instead of running the teacher each step.",
-                      flag_values=fv)
+                      "every epoch instead of running the teacher each step. Intermediate "
+                      "phase: the same for the teacher's mapped layers, within "
+                      "--teacher_cache_budget_gb.", flag_values=fv)
+    flags.DEFINE_float("teacher_cache_budget_gb", 8.0,
+                       "Intermediate phase of more than one epoch: keep the teacher's mapped "
+                       "hidden states and attention scores (bfloat16) in the phase folder when "
+                       "they fit in this many GiB, and train every epoch from them instead of "
+                       "running the teacher each step (0 = never). The plan says whether they "
+                       "fit.", flag_values=fv)
     flags.DEFINE_integer("eval_batch_size", 64, "Batch size of evaluation.", flag_values=fv)
     flags.DEFINE_integer("latency_runs", 30, "Batch-1 forward passes timed for report.json.",
                          flag_values=fv)
@@ -312,6 +329,12 @@ def define_task_distillation(fv: flags.FlagValues) -> None:
     flags.DEFINE_integer("eval_every", 0, "Evaluate on dev every N steps in the prediction "
                          "phase (0 = once per epoch); the best checkpoint is kept.",
                          flag_values=fv)
+    flags.DEFINE_enum("teacher_precision", "auto", TEACHER_PRECISIONS,
+                      "dtype of the frozen teacher in task distillation (both phases and the "
+                      "teacher caches). auto: bfloat16 where the hardware has fast bfloat16 "
+                      "matmuls (TPU, NVIDIA Ampere or later, CPUs with AVX512-BF16 or AMX), "
+                      "float32 elsewhere; the plan says what it chose and why.",
+                      flag_values=fv)
 
 
 @_group

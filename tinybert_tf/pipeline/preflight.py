@@ -27,6 +27,7 @@ from tinybert_tf.export.formats import FORMATS, check_formats, check_output_dir
 from tinybert_tf.models.checkpoint import CheckpointError, ModelInfo, inspect_model
 from tinybert_tf.models.labels import label_order
 from tinybert_tf.pipeline import stages as S
+from tinybert_tf.pipeline import task_input
 from tinybert_tf.pipeline.configs import PipelineConfig
 from tinybert_tf.pipeline.state import unfinished_stage_output
 from tinybert_tf.tasks.catalog import Task
@@ -387,10 +388,13 @@ def check(ctx: S.Context, stages: Sequence[str], count_corpus: bool = False
     tokenizer_ok = (task_teacher if m.task_teacher else teacher) is not None or not (
         needs & {"finetune_teacher", "task"})
     if not weight_errors:
+        task_models = (task_student, vocab_model.config if vocab_model is not None else None)
         plan["phases"] = _phases(checks, ctx, needs, count_corpus, tokenizer_ok,
-                                 teacher is not None or "general" not in needs)
-    # Disk.
+                                 teacher is not None or "general" not in needs, task_models)
+    # Disk: the models, and the teacher caches the plan uses.
     needed = _DISK_MARGIN_BYTES + (16 * teacher.num_weights() if teacher is not None else 0)
+    needed += sum(int(p.get("teacher_cache", {}).get("gib", 0) * 2**30)
+                  for p in plan.get("phases", ()) if p.get("teacher_cache", {}).get("use"))
     if not files.is_remote(ctx.state.output_dir):
         free = shutil.disk_usage(_existing_parent(ctx.state.output_dir)).free
         if free < needed:
@@ -487,9 +491,11 @@ def _check_augment(checks: _Checks, ctx: S.Context, vocab_model: Optional[ModelI
 
 
 def _phases(checks: _Checks, ctx: S.Context, needs: set, count_corpus: bool,
-            tokenizer_ok: bool = True, teacher_ok: bool = True) -> list[dict[str, Any]]:
+            tokenizer_ok: bool = True, teacher_ok: bool = True,
+            task_models: tuple = (None, None)) -> list[dict[str, Any]]:
     """Each training phase's spec (checked), reading the data it trains on. Sizes need
-    the tokenizers: none is built from a model that failed its checks."""
+    the tokenizers: none is built from a model that failed its checks. `task_models`:
+    the task stage's (student, teacher) configs, for the intermediate-phase cache."""
     specs = []
     if "general" in needs and teacher_ok:
         count = None
@@ -525,7 +531,16 @@ def _phases(checks: _Checks, ctx: S.Context, needs: set, count_corpus: bool,
                     f"up to {ctx.config.augment.num_aug} variants each")
             phases = []
             if d.intermediate:
-                phases.append(checks.run(lambda: S.intermediate_phase(ctx, size or n_train)))
+                spec = checks.run(lambda: S.intermediate_phase(ctx, size or n_train))
+                if spec is not None and None not in task_models:
+                    rows_known = aug if d.use_augmented else train
+                    scale = 1.0 if rows_known is not None else ctx.config.augment.num_aug + 1.0
+                    cache = checks.run(lambda: task_input.layer_cache_plan(
+                        ctx, spec, rows_known if rows_known is not None else train,
+                        *task_models, scale=scale))
+                    if cache is not None:
+                        spec.extra["teacher_cache"] = cache.describe()
+                phases.append(spec)
             original = S.prediction_on_original(ctx)
             phases.append(checks.run(lambda: S.prediction_phase(
                 ctx, n_train if original else (size or n_train))))

@@ -15,7 +15,8 @@ steps, schedule, loss terms) from the configs and the data sizes alone; the
 dry run prints the same specs the stages train with.
 
 Input distribution. Task phases give Keras one dataset of global batches
-(examples in `epoch_order`), which tf.distribute splits. The general stage
+(rows in `task_input.epoch_rows` order, padded or length-bucketed as the
+phase's `padding` says), which tf.distribute splits. The general stage
 builds its input per worker (`strategy.distribute_datasets_from_function`,
 `general_input`): with at least as many corpus files as workers each worker
 reads only its own files ("file" sharding: less reading, but other batches
@@ -29,14 +30,11 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-import posixpath
 from typing import Any, Callable, Optional
 
 import keras
-import numpy as np
 import tensorflow as tf
 
-from tinybert_tf import files
 from tinybert_tf.augment.augmenter import augment_source
 from tinybert_tf.config import BertConfig, get_config
 from tinybert_tf.data import corpus as corpus_lib
@@ -50,11 +48,12 @@ from tinybert_tf.files import read_json, write_json_atomic
 from tinybert_tf.models import BertModel
 from tinybert_tf.models.checkpoint import inspect_model, load_model, load_tokenizer, save_model
 from tinybert_tf.models.labels import put_in_order
-from tinybert_tf.pipeline import evaluation, report
+from tinybert_tf.pipeline import evaluation, report, task_input
 from tinybert_tf.pipeline import teacher_cache as cache_lib
 from tinybert_tf.pipeline.configs import PipelineConfig
+from tinybert_tf.pipeline.precision import with_precision
 from tinybert_tf.pipeline.state import RunState
-from tinybert_tf.pipeline.strategy import is_chief, num_workers, peer_errors, worker_dir
+from tinybert_tf.pipeline.strategy import is_chief, num_workers, peer_errors
 from tinybert_tf.pipeline.training import Phase, run_phase, schedule_steps
 from tinybert_tf.tasks.catalog import Task
 
@@ -103,6 +102,16 @@ class Context:
             task = task.with_augmented(self.augmented_path())
         return task.examples(split)
 
+    @functools.cached_property
+    def row_lengths(self) -> task_input.RowLengths:
+        """Real tokens of each row of a list of examples (computed once per list)."""
+        return task_input.RowLengths(self.task.type, self.tokenizer, self.max_seq_len)
+
+    @property
+    def inference_buckets(self) -> tuple[int, ...]:
+        """Length buckets of evaluation and caching passes (() = padded)."""
+        return task_input.inference_buckets(self.config, self.task.type, self.max_seq_len)
+
     def teacher_path(self) -> str:
         return self.config.models.task_teacher or self.state.path("finetune_teacher", "model")
 
@@ -132,18 +141,6 @@ def rows(ctx: Context, examples) -> int:
     return ctx.task.type.dataset_rows(examples, ctx.tokenizer, ctx.max_seq_len)
 
 
-def epoch_order(examples, seed: int, epoch: int):
-    """`examples` in the order of `epoch`: a NumPy permutation seeded by (seed, epoch).
-
-    Shuffling here rather than with `Dataset.shuffle` keeps the order the same
-    under every strategy: tf.distribute rewrites the input graph, and a seeded
-    tf.data shuffle then yields another order than on one device. The teacher
-    cache gathers its logits with the same permutation.
-    """
-    order = cache_lib.epoch_permutation(len(examples), seed, epoch)
-    return [examples[i] for i in order]
-
-
 # --- phase specs ---------------------------------------------------------------------
 
 @dataclasses.dataclass
@@ -166,6 +163,10 @@ class PhaseSpec:
     terms: list[LossTerm]
     batch_flag: str
     note: str = ""
+    # How batches are padded (task phases; None: the phase builds its own input).
+    padding: Optional[task_input.Padding] = None
+    # Further plan entries: the teacher's precision, the teacher caches.
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def micro_batch(self) -> float:
@@ -215,6 +216,8 @@ class PhaseSpec:
                 "learning_rate": {"peak": self.lr, "schedule": self.schedule,
                                   "warmup_steps": self.warmup_steps},
                 "loss_terms": [t.get_config() for t in self.terms],
+                **({"padding": self.padding.describe()} if self.padding else {}),
+                **self.extra,
                 **({"note": self.note} if self.note else {})}
 
 
@@ -298,10 +301,23 @@ def corpus_sequences(ctx: Context) -> int:
 
 def finetune_phase(ctx: Context, train_size: int) -> PhaseSpec:
     c = ctx.config.finetune
-    return _phase(ctx, "finetune_teacher", "train", "task train split", train_size,
+    spec = _phase(ctx, "finetune_teacher", "train", "task train split", train_size,
                   c.batch_size, "--teacher_batch_size", c.epochs, 0, c.lr, "linear",
                   ctx.config.optim.warmup_proportion,
                   [HardLabelTerm(task=ctx.task.type)])
+    return _with_padding(ctx, spec)
+
+
+def _with_padding(ctx: Context, spec: PhaseSpec) -> PhaseSpec:
+    spec.padding = task_input.padding_for(ctx.config, ctx.task.type, spec.terms,
+                                          ctx.max_seq_len)
+    return spec
+
+
+def _task_teacher_plan(ctx: Context, spec: PhaseSpec) -> PhaseSpec:
+    """A task phase's padding and the frozen teacher's dtype (`--teacher_precision`)."""
+    spec.extra["teacher_precision"] = ctx.config.teacher_precision.describe()
+    return _with_padding(ctx, spec)
 
 
 def intermediate_phase(ctx: Context, train_size: int) -> PhaseSpec:
@@ -310,9 +326,9 @@ def intermediate_phase(ctx: Context, train_size: int) -> PhaseSpec:
                        layer_weights=loss.lambdas, mask_padding=loss.mask_padding)
     data = "augmented train split" if d.use_augmented else "task train split"
     # The reference trains the intermediate phase at a constant rate.
-    return _phase(ctx, "task", "intermediate", data, train_size, d.batch_size,
-                  "--task_batch_size", d.intermediate_epochs, d.max_steps, d.intermediate_lr,
-                  "constant", 0.0, terms)
+    return _task_teacher_plan(ctx, _phase(
+        ctx, "task", "intermediate", data, train_size, d.batch_size, "--task_batch_size",
+        d.intermediate_epochs, d.max_steps, d.intermediate_lr, "constant", 0.0, terms))
 
 
 def prediction_phase(ctx: Context, train_size: int) -> PhaseSpec:
@@ -323,9 +339,13 @@ def prediction_phase(ctx: Context, train_size: int) -> PhaseSpec:
         terms.append(HardLabelTerm(task=ctx.task.type, weight=loss.hard_label_weight))
     data = ("augmented train split" if d.use_augmented and not prediction_on_original(ctx)
             else "task train split")
-    return _phase(ctx, "task", "prediction", data, train_size, d.batch_size,
-                  "--task_batch_size", d.pred_epochs, d.max_steps, d.pred_lr, "linear",
-                  ctx.config.optim.warmup_proportion, terms)
+    spec = _task_teacher_plan(ctx, _phase(
+        ctx, "task", "prediction", data, train_size, d.batch_size, "--task_batch_size",
+        d.pred_epochs, d.max_steps, d.pred_lr, "linear", ctx.config.optim.warmup_proportion,
+        terms))
+    spec.extra["teacher_cache"] = cache_lib.plan(ctx.task.type, terms,
+                                                 ctx.config.run.teacher_cache)
+    return spec
 
 
 def prediction_on_original(ctx: Context) -> bool:
@@ -354,27 +374,12 @@ def _distiller(ctx: Context, student, teacher, spec: PhaseSpec,
     return distiller
 
 
-def _task_dataset(ctx: Context, examples, batch_size: int,
-                  teacher_logits: Optional[np.ndarray] = None
-                  ) -> Callable[[int], tf.data.Dataset]:
-    """Epoch -> batches of `examples` in the epoch's order (static shapes: fixed
-    length, drop_remainder), with the cached `teacher_logits` rows when given."""
-    seed = ctx.config.numerics.seed
-
-    def make(epoch: int) -> tf.data.Dataset:
-        ds = ctx.task.type.dataset(epoch_order(examples, seed, epoch), ctx.tokenizer,
-                                   ctx.max_seq_len, batch_size, drop_remainder=True)
-        if teacher_logits is None:
-            return ds
-        order = cache_lib.epoch_permutation(len(examples), seed, epoch)
-        return cache_lib.with_teacher_logits(ds, teacher_logits, order, batch_size)
-    return make
-
-
 def _evaluator(ctx: Context, model, examples,
                out_dir: Optional[str] = None) -> Callable[[], dict[str, float]]:
     batch = ctx.config.run.eval_batch_size
-    where = {"out_dir": out_dir} if out_dir else {}  # the task type's prediction files
+    where: dict[str, Any] = {"out_dir": out_dir} if out_dir else {}  # prediction files
+    if ctx.inference_buckets:
+        where["length_buckets"] = ctx.inference_buckets
     return lambda: ctx.task.type.evaluate(model, examples, ctx.tokenizer, ctx.max_seq_len,
                                           batch, **where)
 
@@ -494,7 +499,7 @@ def finetune_teacher(ctx: Context) -> dict[str, Any]:
     # near uniform, which leaves the prediction-layer phase nothing to teach.
     phase = Phase("finetune_teacher", spec.directory, distiller,
                   distiller.checkpoint_items(model_key="teacher"),
-                  _task_dataset(ctx, train, spec.global_batch), spec.steps_per_epoch,
+                  task_input.phase_input(ctx, train, spec), spec.steps_per_epoch,
                   spec.epochs, evaluate=_evaluator(ctx, teacher, dev))
     result = _run(ctx, phase)
     last = result["evals"][-1] if result["evals"] else {}
@@ -541,8 +546,11 @@ def task(ctx: Context) -> dict[str, Any]:
     pred_train = ctx.examples("train") if prediction_on_original(ctx) else train
     dev = ctx.examples(ctx.task.dev_splits[0])
     with ctx.strategy.scope():
-        teacher = load_task_teacher(ctx)
+        # Frozen from here on: computes in --teacher_precision (the plan says why).
+        teacher = with_precision(load_task_teacher(ctx), d.teacher_precision)
         student = _student_for_task(ctx, teacher)
+    print(f"[task] teacher in {d.teacher_precision} ({ctx.config.teacher_precision.reason})",
+          flush=True)
 
     out: dict[str, Any] = {"train_examples": len(train)}
     if d.intermediate:
@@ -550,9 +558,10 @@ def task(ctx: Context) -> dict[str, Any]:
         spec.check()
         with ctx.strategy.scope():
             distiller = _distiller(ctx, student, teacher, spec)
+        layers = task_input.teacher_layers(ctx, teacher, student, train, spec)
         phase = Phase("intermediate", spec.directory, distiller, distiller.checkpoint_items(),
-                      _task_dataset(ctx, train, spec.global_batch), spec.steps_per_epoch,
-                      spec.epochs, max_steps=spec.max_steps)
+                      task_input.phase_input(ctx, train, spec, teacher_layers=layers),
+                      spec.steps_per_epoch, spec.epochs, max_steps=spec.max_steps)
         out["intermediate_steps"] = _run(ctx, phase)["steps"]
 
     # The best model so far, written aside; published as task/model with the done marker.
@@ -561,7 +570,7 @@ def task(ctx: Context) -> dict[str, Any]:
     spec.check()
     with ctx.strategy.scope():
         distiller = _distiller(ctx, student, teacher, spec, ctx.task.type.label_metrics())
-    logits = _cached_teacher_logits(ctx, teacher, distiller, pred_train, spec)
+    logits = task_input.teacher_logits(ctx, teacher, distiller, pred_train, spec)
 
     def on_best(metrics):
         if ctx.chief:
@@ -569,38 +578,14 @@ def task(ctx: Context) -> dict[str, Any]:
                                                      **ctx.task.type.model_metadata(metrics)})
 
     phase = Phase("prediction", spec.directory, distiller, distiller.checkpoint_items(),
-                  _task_dataset(ctx, pred_train, spec.global_batch, logits),
-                  spec.steps_per_epoch,
-                  spec.epochs, max_steps=spec.max_steps,
+                  task_input.phase_input(ctx, pred_train, spec, teacher_logits=logits),
+                  spec.steps_per_epoch, spec.epochs, max_steps=spec.max_steps,
                   evaluate=_evaluator(ctx, student, dev),
                   select_metric=ctx.task.type.primary_metric, on_best=on_best,
                   eval_every=d.eval_every)
     result = _run(ctx, phase)
     out["best"] = result["best"]
     return out
-
-
-def _cached_teacher_logits(ctx: Context, teacher: BertModel, distiller: Distiller, examples,
-                           spec: PhaseSpec) -> Optional[np.ndarray]:
-    """The teacher's logits of the prediction phase's rows, computed once and kept in
-    the phase folder (pipeline/teacher_cache.py); None when the cache is off, does
-    not apply to the task, or the phase is finished."""
-    if (not ctx.config.run.teacher_cache or spec.total_steps < 1
-            or not cache_lib.applies(ctx.task.type, distiller)):
-        return None
-    if files.isfile(posixpath.join(spec.directory, "phase_done.json")):
-        return None
-    teacher_dir = ctx.teacher_path()
-    facts = [[name, st.size, st.mtime_ns] for name in ("config.json", "model.safetensors")
-             if files.isfile(posixpath.join(teacher_dir, name))
-             for st in [files.stat(posixpath.join(teacher_dir, name))]]
-    identity = {"teacher": teacher_dir, "teacher_files": facts,
-                "labels": list(ctx.task.type.label_names)}
-    directory = worker_dir(posixpath.join(spec.directory, cache_lib.CACHE_FOLDER),
-                           ctx.strategy)
-    return cache_lib.teacher_logits(teacher, examples, ctx.task.type, ctx.tokenizer,
-                                    ctx.max_seq_len, ctx.config.run.eval_batch_size,
-                                    directory, ctx.strategy, identity)
 
 
 # --- evaluation and report -------------------------------------------------------------
