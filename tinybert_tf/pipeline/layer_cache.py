@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 import posixpath
 import time
 import types
@@ -297,9 +298,10 @@ def build(teacher, layout_: Layout, examples: Sequence[Any], task_type: TaskType
     computed and stored part by part where not."""
     files.makedirs(directory)
     meta_path = posixpath.join(directory, META_FILE)
-    meta = {"version": _VERSION, "rows": len(examples),
-            "examples": cache_lib.examples_digest(examples),
-            "layout": dataclasses.asdict(layout_), **identity}
+    # As JSON reads it back (tuples become lists), to compare with the stored one.
+    meta = json.loads(json.dumps({"version": _VERSION, "rows": len(examples),
+                                  "examples": cache_lib.examples_digest(examples),
+                                  "layout": dataclasses.asdict(layout_), **identity}))
     if files.read_json(meta_path, default=None, error=ValueError) != meta:
         for old in files.glob(posixpath.join(directory, "part-*.npy")):
             files.remove(old)
@@ -354,7 +356,10 @@ def with_teacher_layers(dataset: tf.data.Dataset, cache: Cache, order: np.ndarra
                       if layout_.real_length else layout_.max_seq_len)
             yield cache.batch(idx, length)
 
-    cached = tf.data.Dataset.from_generator(rows, output_signature=spec)
+    # A known length: of a dataset of unknown length Keras 3 fit counts one step past
+    # the end (optimizer.iterations, the epoch's mean loss).
+    cached = tf.data.Dataset.from_generator(rows, output_signature=spec).apply(
+        tf.data.experimental.assert_cardinality(batches))
 
     def merge(batch, values):
         return cache_lib.add_inputs(batch, {k: tf.cast(tf.bitcast(v, tf.bfloat16), tf.float32)

@@ -180,7 +180,10 @@ def with_teacher_logits(dataset: tf.data.Dataset, logits: np.ndarray, order: np.
         for b in range(batches):
             yield logits[order[b * batch_size:(b + 1) * batch_size]]
 
-    cached = tf.data.Dataset.from_generator(rows, output_signature=spec)
+    # A known length: of a dataset of unknown length Keras 3 fit counts one step past
+    # the end (optimizer.iterations, the epoch's mean loss).
+    cached = tf.data.Dataset.from_generator(rows, output_signature=spec).apply(
+        tf.data.experimental.assert_cardinality(batches))
 
     def merge(batch, z):
         inputs = batch[0] if isinstance(batch, tuple) else batch
