@@ -35,6 +35,7 @@ from typing import Any, ClassVar, Optional, Protocol, Sequence, Union
 
 import tensorflow as tf
 
+from tinybert_tf import plugins
 from tinybert_tf.distill import losses
 from tinybert_tf.distill.mapping import layer_map
 
@@ -118,12 +119,18 @@ PHASES: dict[str, tuple[str, ...]] = {
 }
 
 
-def register_term(cls: type[LossTerm]) -> type[LossTerm]:
-    """Class decorator: make `cls` available to `make_terms` / `--loss_terms` by its name."""
-    if not cls.name:
-        raise ValueError(f"{cls.__name__}: a registered LossTerm needs a `name`.")
-    TERMS[cls.name] = cls
-    return cls
+def register_term(cls: Optional[type[LossTerm]] = None, *, replace: bool = False):
+    """Class decorator: make `cls` available to `make_terms` / `--loss_terms` by its name.
+    A name already registered (or an alias such as `trm`) is refused unless
+    `@register_term(replace=True)`."""
+    def add(c: type[LossTerm]) -> type[LossTerm]:
+        if not c.name:
+            raise ValueError(f"{c.__name__}: a registered LossTerm needs a `name`.")
+        if c.name in ALIASES and not replace:
+            raise plugins.PluginError(f"loss term {c.name!r} is the alias of "
+                                      f"{','.join(ALIASES[c.name])}; choose another name.")
+        return plugins.register(TERMS, c.name, c, what="loss term", replace=replace)
+    return add(cls) if cls is not None else add
 
 
 def resolve_names(names: Union[str, Sequence[str]], flag: str = "--loss_terms",

@@ -145,6 +145,8 @@ class ModelInfo:
     head: Optional[str]
     num_labels: Optional[int]
     label_names: Optional[list[str]]
+    # Our model directories' metadata (the task it was trained on, its sequence length).
+    metadata: dict = dataclasses.field(default_factory=dict)
 
     def num_weights(self) -> int:
         """Parameter count implied by the config (encoder, no head)."""
@@ -164,12 +166,26 @@ def inspect_model(path_or_name: str) -> ModelInfo:
         config_path = posixpath.join(path, CONFIG_FILE)
         data = read_model_json(config_path)
         config, head = _own_config(data, config_path)
-        return ModelInfo(path, kind, config, read_model_vocab(posixpath.join(path, VOCAB_FILE)),
-                         head, data.get("num_labels"), data.get("label_names"))
-    reader = hf_io.inspect_hf if kind == "hf" else keras_hub_io.inspect_keras_hub
-    spec = reader(path)
-    return ModelInfo(path, kind, spec.config, spec.vocab, spec.head, spec.num_labels,
-                     spec.label_names)
+        info = ModelInfo(path, kind, config, read_model_vocab(posixpath.join(path, VOCAB_FILE)),
+                         head, data.get("num_labels"), data.get("label_names"),
+                         dict(data.get("metadata") or {}))
+    else:
+        reader = hf_io.inspect_hf if kind == "hf" else keras_hub_io.inspect_keras_hub
+        spec = reader(path)
+        info = ModelInfo(path, kind, spec.config, spec.vocab, spec.head, spec.num_labels,
+                         spec.label_names)
+    # What load_model would refuse, refused here too: a dry run finds it.
+    check_vocab_size(info.vocab, info.config, path)
+    return info
+
+
+def check_vocab_size(vocab: Optional[Sequence[str]], config: BertConfig, where: str) -> None:
+    """A vocab that does not have the config's vocab_size tokens belongs to other weights."""
+    if vocab is not None and len(vocab) != config.vocab_size:
+        raise CheckpointError(
+            f"{where}: the vocab has {len(vocab)} tokens but the config says vocab_size="
+            f"{config.vocab_size} (token_embedding rows); the vocab file does not belong to "
+            "these weights.")
 
 
 # --------------------------------------------------------------------------
@@ -245,11 +261,7 @@ def build_model(spec: CheckpointSpec, head: Optional[str] = None,
                 label_names: Optional[Sequence[str]] = None) -> BertModel:
     """Construct a `BertModel` for `spec` and assign its weights; all names and
     shapes are checked first, so on error no model escapes."""
-    if spec.vocab is not None and len(spec.vocab) != spec.config.vocab_size:
-        raise CheckpointError(
-            f"{spec.weights_file}: the vocab has {len(spec.vocab)} tokens but the config "
-            f"says vocab_size={spec.config.vocab_size} (token_embedding rows); the vocab "
-            "file does not belong to these weights.")
+    check_vocab_size(spec.vocab, spec.config, spec.weights_file)
     emb = spec.weights.get("token_embedding/embeddings")
     if emb is not None and emb.shape[0] != spec.config.vocab_size:
         key = spec.source_keys.get("token_embedding/embeddings", "token_embedding/embeddings")

@@ -21,15 +21,18 @@ from typing import Any, ClassVar, Optional, Sequence
 import keras
 from keras import ops
 
+from tinybert_tf import plugins
 from tinybert_tf.models.layers import activation_fn, initializer
 
 HEADS: dict[str, type["Head"]] = {}
 
 
-def register_head(cls: type["Head"]) -> type["Head"]:
-    """Class decorator: make a head available to `BertModel(head=kind)` by its `kind`."""
-    HEADS[cls.kind] = cls
-    return cls
+def register_head(cls: Optional[type["Head"]] = None, *, replace: bool = False):
+    """Class decorator: make a head available to `BertModel(head=kind)` by its `kind`
+    (`@register_head(replace=True)` replaces a registered kind)."""
+    def add(c: type["Head"]) -> type["Head"]:
+        return plugins.register(HEADS, c.kind, c, what="head", replace=replace)
+    return add(cls) if cls is not None else add
 
 
 def get_head(kind: str) -> type["Head"]:

@@ -1,6 +1,7 @@
 """Hugging Face BERT directories: read (teachers) and write (exported students).
 
-A directory holds `config.json` (HF `BertConfig`), `vocab.txt` and
+A directory holds `config.json` (HF `BertConfig`), the tokenizer (`vocab.txt`,
+or only `tokenizer.json` as transformers >= 5 saves it) and
 `model.safetensors` or sharded `model.safetensors.index.json`. Keys may carry
 the `bert.` prefix (`BertFor*` models) or not (`BertModel`, e.g. the embedded
 all-MiniLM-L6-v2). Layout differences to our Keras weights:
@@ -36,10 +37,11 @@ from tinybert_tf.models.model_dir import (
     read_safetensors,
     safetensors_shapes,
 )
-from tinybert_tf.tokenizer import write_vocab
+from tinybert_tf.tokenizer import VocabError, check_vocab, write_vocab
 
 SAFETENSORS = "model.safetensors"
 SAFETENSORS_INDEX = "model.safetensors.index.json"
+TOKENIZER_JSON = "tokenizer.json"
 _UNREADABLE = ("pytorch_model.bin", "pytorch_model.bin.index.json", "tf_model.h5",
                "flax_model.msgpack")
 # Keys that carry no weights of ours: buffers, the NSP head, tied decoder copies.
@@ -216,8 +218,12 @@ def _normalise_key(key: str) -> str:
 
 
 def read_lower_case(path: str) -> bool:
-    """Lower-casing of an HF tokenizer: tokenizer_config.json's do_lower_case,
-    else whether the model name says "cased" (default: uncased, like BERT)."""
+    """Lower-casing of an HF tokenizer: tokenizer.json's normalizer (what the
+    tokenizer runs), else tokenizer_config.json's do_lower_case, else whether the
+    model name says "cased" (default: uncased, like BERT)."""
+    tok_json = os.path.join(path, TOKENIZER_JSON)
+    if files.isfile(tok_json):
+        return _normalizer_lower_case(read_model_json(tok_json).get("normalizer"), tok_json)
     tok_cfg = os.path.join(path, "tokenizer_config.json")
     if files.isfile(tok_cfg):
         data = read_model_json(tok_cfg)
@@ -225,6 +231,83 @@ def read_lower_case(path: str) -> bool:
             return bool(data["do_lower_case"])
     name = str(read_model_json(os.path.join(path, CONFIG_FILE)).get("_name_or_path", "")).lower()
     return not ("cased" in name and "uncased" not in name)
+
+
+def _normalizer_lower_case(normalizer: Any, where: str) -> bool:
+    """Whether a tokenizer.json normalizer lower-cases (and strips accents, which our
+    WordPiece tokenizer does together with lower-casing, as BERT's uncased models do).
+
+    BertNormalizer {"lowercase", "strip_accents": null = same as lowercase} (what
+    transformers' BertTokenizer writes), a Sequence of Lowercase / NFD / StripAccents,
+    or none (cased).
+    """
+    parts = normalizer.get("normalizers", []) if isinstance(normalizer, dict) and \
+        normalizer.get("type") == "Sequence" else [normalizer]
+    lower = strip = False
+    for part in parts:
+        if not isinstance(part, dict):
+            continue
+        kind = part.get("type")
+        if kind == "BertNormalizer":
+            lower = lower or bool(part.get("lowercase"))
+            accents = part.get("strip_accents")
+            strip = strip or bool(part.get("lowercase") if accents is None else accents)
+        elif kind == "Lowercase":
+            lower = True
+        elif kind == "StripAccents":
+            strip = True
+    if lower != strip:
+        what = ("lower-cases without stripping accents" if lower
+                else "strips accents without lower-casing")
+        raise CheckpointError(
+            f"{where}: the normalizer {what}; "
+            "our WordPiece tokenizer (tensorflow-text FastBertTokenizer) does both or "
+            "neither, as BERT's uncased and cased models do. Use a BERT-style tokenizer.")
+    return lower
+
+
+def read_hf_vocab(path: str) -> list[str]:
+    """The WordPiece vocabulary of an HF directory, in id order: vocab.txt
+    (transformers < 5, and what export_hf writes), else tokenizer.json's
+    model.vocab plus its added tokens (transformers >= 5 saves only tokenizer.json)."""
+    vocab_txt, tok_json = os.path.join(path, VOCAB_FILE), os.path.join(path, TOKENIZER_JSON)
+    if files.isfile(vocab_txt) or not files.isfile(tok_json):
+        if not files.isfile(vocab_txt):
+            raise CheckpointError(f"{path}: no tokenizer; expected {VOCAB_FILE} or "
+                                  f"{TOKENIZER_JSON} (as transformers' save_pretrained writes).")
+        return read_model_vocab(vocab_txt)
+    data = read_model_json(tok_json)
+    model = data.get("model") if isinstance(data.get("model"), dict) else {}
+    if model.get("type", "WordPiece") != "WordPiece" or "vocab" not in model:
+        raise CheckpointError(f"{tok_json}: model type {model.get('type')!r}; a BERT teacher "
+                              "needs a WordPiece tokenizer (model.type 'WordPiece', model.vocab).")
+    prefix = model.get("continuing_subword_prefix", "##")
+    if prefix != "##":
+        raise CheckpointError(f"{tok_json}: continuing_subword_prefix {prefix!r}; our WordPiece "
+                              "tokenizer uses BERT's '##'.")
+    raw = model["vocab"]
+    ids = (dict(raw) if isinstance(raw, dict)
+           else {(t[0] if isinstance(t, list) else t): i for i, t in enumerate(raw)})
+    for added in data.get("added_tokens") or []:
+        if isinstance(added, dict) and added.get("content") not in ids:
+            ids[str(added["content"])] = int(added["id"])
+    by_id: dict[int, str] = {}
+    for token, i in ids.items():
+        if not isinstance(i, int) or i in by_id:
+            raise CheckpointError(f"{tok_json}: token {token!r} has id {i!r}, "
+                                  + (f"also the id of {by_id[i]!r}" if i in by_id else
+                                     "not an integer") + "; the vocab must map one token per id.")
+        by_id[i] = str(token)
+    if sorted(by_id) != list(range(len(by_id))):
+        missing = sorted(set(range(max(by_id) + 1)) - set(by_id))[:5] if by_id else [0]
+        raise CheckpointError(f"{tok_json}: the vocab's ids are not 0..{len(by_id) - 1} "
+                              f"(no token for ids {missing}); it does not fit an embedding table.")
+    tokens = [by_id[i] for i in range(len(by_id))]
+    try:
+        check_vocab(tokens, tok_json)
+    except VocabError as e:
+        raise CheckpointError(str(e)) from e
+    return tokens
 
 
 def _read_weights(path: str) -> tuple[dict[str, np.ndarray], str, dict[str, str]]:
@@ -329,7 +412,7 @@ def read_hf(path: str) -> CheckpointSpec:
         source_keys[ours] = key
     for ours, (hf, _, _) in name_map.items():
         source_keys.setdefault(ours, hf)
-    vocab = read_model_vocab(os.path.join(path, VOCAB_FILE))
+    vocab = read_hf_vocab(path)
     return CheckpointSpec(config, vocab, weights, weights_file, head=head,
                           num_labels=num_labels, label_names=label_names,
                           metadata={"source": files.absolute(path), "source_format": "hf"},
@@ -358,7 +441,7 @@ def inspect_hf(path: str) -> CheckpointSpec:
     config.use_pooler = "pooler.dense.weight" in shapes
     config.lower_case = read_lower_case(path)
     head, n = _detect_head(data, shapes, config_path)
-    return CheckpointSpec(config, read_model_vocab(os.path.join(path, VOCAB_FILE)), {},
+    return CheckpointSpec(config, read_hf_vocab(path), {},
                           single if weight_files == [single] else index, head=head, num_labels=n,
                           label_names=_label_names(data, head, n))
 

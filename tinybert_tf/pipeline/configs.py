@@ -143,6 +143,7 @@ class FinetuneConfig:
     epochs: float = flag("teacher_epochs")
     lr: float = flag("teacher_lr")
     batch_size: int = flag("teacher_batch_size")
+    max_steps: int = flag("teacher_max_steps")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -176,6 +177,11 @@ class TaskDistillConfig:
 class ExportConfig:
     formats: tuple[str, ...] = flag("export_formats")
     representative_examples: int = flag("representative_examples")
+    keras_hub_approximate_gelu: bool = flag("keras_hub_approximate_gelu")
+
+    def options(self) -> dict[str, Any]:
+        """The per-format settings `export_all` takes (`formats.FORMAT_OPTIONS`)."""
+        return {"keras_hub_approximate_gelu": self.keras_hub_approximate_gelu}
 
 
 @dataclasses.dataclass(frozen=True)

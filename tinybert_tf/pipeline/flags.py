@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import posixpath
-import sys
 import weakref
 from typing import Any, Optional, Sequence
 
@@ -155,16 +154,6 @@ def _read_flagfile(path: str, including: Optional[str], chain: tuple[str, ...],
         else:
             flags_out.append(line)
     return flags_out
-
-
-def tool_argv(argv: Sequence[str], program: str) -> list[str]:
-    """`expand_flagfiles` for a bin/ tool: a bad flagfile ends the tool with one line
-    and exit status 2 (before absl parses anything)."""
-    try:
-        return expand_flagfiles(argv)
-    except FlagfileError as e:
-        print(f"{program}: error: {e}", file=sys.stderr, flush=True)
-        sys.exit(2)
 
 
 # --- groups -------------------------------------------------------------------------
@@ -312,6 +301,12 @@ def define_corpus(fv: flags.FlagValues, help_text: str = "") -> None:
 def define_export(fv: flags.FlagValues) -> None:
     flags.DEFINE_list("export_formats", list(DEFAULT_FORMATS),
                       f"What to export: any of {', '.join(FORMATS)}.", flag_values=fv)
+    flags.DEFINE_bool("keras_hub_approximate_gelu", False,
+                      "keras_hub format: export a model trained with exact GELU (the "
+                      "embedded MiniLM teacher's, and so its students') although keras-hub's "
+                      "BERT computes the tanh approximation; parity.json's keras_hub row "
+                      "shows the cost (docs/models.md). Without it such an export is refused "
+                      "(by --dry_run too).", flag_values=fv)
     flags.DEFINE_integer("representative_examples", 200,
                          "Examples of task text used to calibrate full-integer TFLite.",
                          flag_values=fv)
@@ -421,6 +416,9 @@ def define_finetune(fv: flags.FlagValues) -> None:
     flags.DEFINE_float("teacher_lr", 2e-5, "Peak learning rate of teacher fine-tuning.",
                        flag_values=fv)
     flags.DEFINE_integer("teacher_batch_size", 32, "Batch size of teacher fine-tuning.",
+                         flag_values=fv)
+    flags.DEFINE_integer("teacher_max_steps", 0, "Stop teacher fine-tuning after this many "
+                         "steps (0 = no limit): bounds its time on a large training file.",
                          flag_values=fv)
 
 

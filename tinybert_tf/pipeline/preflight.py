@@ -23,11 +23,16 @@ from tinybert_tf.data.examples import DataError
 from tinybert_tf.distill.distilbert import init_mismatch
 from tinybert_tf.distill.mapping import layer_map
 from tinybert_tf.distill.terms import layer_weights, resolve_names
-from tinybert_tf.export.formats import FORMATS, check_formats, check_output_dir
+from tinybert_tf.export.formats import (
+    FORMATS,
+    check_formats,
+    check_output_dir,
+    format_problems,
+)
 from tinybert_tf.models.checkpoint import CheckpointError, ModelInfo, inspect_model
-from tinybert_tf.models.labels import label_order
+from tinybert_tf.models.labels import label_order, output_names
+from tinybert_tf.pipeline import stage_io, task_input
 from tinybert_tf.pipeline import stages as S
-from tinybert_tf.pipeline import task_input
 from tinybert_tf.pipeline.configs import PipelineConfig
 from tinybert_tf.pipeline.state import unfinished_stage_output
 from tinybert_tf.tasks.catalog import Task
@@ -83,6 +88,7 @@ def _ranges(c: PipelineConfig) -> list[tuple[str, Any, Callable[[Any], bool], st
         ("--pred_epochs", d.pred_epochs, nonneg, ">= 0"),
         ("--general_max_steps", g.max_steps, nonneg, ">= 0 (0 = no limit)"),
         ("--task_max_steps", d.max_steps, nonneg, ">= 0 (0 = no limit)"),
+        ("--teacher_max_steps", f.max_steps, nonneg, ">= 0 (0 = no limit)"),
         ("--general_lr", g.lr, pos, "> 0"), ("--teacher_lr", f.lr, pos, "> 0"),
         ("--intermediate_lr", d.intermediate_lr, pos, "> 0"), ("--pred_lr", d.pred_lr, pos, "> 0"),
         ("--general_warmup", g.warmup, lambda v: 0 <= v <= 1, "in [0, 1]"),
@@ -107,7 +113,8 @@ def _ranges(c: PipelineConfig) -> list[tuple[str, Any, Callable[[Any], bool], st
         ("--vector_vocab_limit", a.vector_vocab_limit, nonneg, ">= 0 (0 = all)"),
         ("--max_seq_len", c.task.max_seq_len, nonneg, ">= 0 (0 = the task's default)"),
         ("--general_max_seq_len", g.max_seq_len, lambda v: v >= 4, ">= 4"),
-        ("--seed", c.numerics.seed, nonneg, ">= 0"),
+        ("--seed", c.numerics.seed, lambda v: 0 <= v < 2**32, "in [0, 2**32 - 1] (NumPy's "
+         "seed range)"),
         ("--alpha_ce", g.alpha_ce, nonneg, ">= 0"), ("--alpha_mlm", g.alpha_mlm, nonneg, ">= 0"),
         ("--alpha_cos", g.alpha_cos, nonneg, ">= 0"),
         ("--max_query_len", c.task.max_query_len, pos, ">= 1"),
@@ -246,6 +253,18 @@ def check(ctx: S.Context, stages: Sequence[str], count_corpus: bool = False
     for flag, value, ok, allowed in _ranges(c):
         if not ok(value):
             checks.range_error(flag, f"{flag}={value}: must be {allowed}.")
+    shortest = 5 if ctx.task.is_pair else 3  # [CLS] a [SEP] (b [SEP]): a token per text
+    if 0 < c.task.max_seq_len < shortest:
+        kind = "pair" if ctx.task.is_pair else "single-text"
+        checks.range_error("--max_seq_len", f"--max_seq_len={c.task.max_seq_len}: must be 0 "
+                           f"(the task's default) or >= {shortest} (the special tokens and "
+                           f"one word piece per text of a {kind} task).")
+    if "finetune_teacher" in stages and c.models.task_teacher:
+        checks.errors.append(
+            f"--stages={','.join(stages)} with --task_teacher={c.models.task_teacher}: the "
+            "finetune_teacher stage fine-tunes --teacher, but the later stages read "
+            "--task_teacher and would ignore it; drop --task_teacher, or finetune_teacher "
+            "from --stages.")
     weight_errors = _layer_weight_errors(c.loss.layer_weights)
     for e in weight_errors:
         checks.range_error("--layer_weights", e)
@@ -258,23 +277,18 @@ def check(ctx: S.Context, stages: Sequence[str], count_corpus: bool = False
     checks.errors.extend(_output_dir_errors(ctx.state.output_dir))
     checks.errors.extend(checks.run(lambda: ctx.state.damaged_records(
         stages if c.run.overwrite else ())) or [])
-    # What each stage reads must be there (or come first in this run).
-    missing_outputs = set()
-    for stage in stages:
-        for up in S.upstream(stage, c):
-            if up not in stages and not ctx.state.is_done(up):
-                missing_outputs.add(stage)
-                checks.errors.append(
-                    f"--stages={','.join(stages)}: {stage} reads the output of {up}, which "
-                    f"is not in {ctx.state.path(up)}; add {up} to --stages (or give "
-                    + _explicit_flag(up) + ").")
-    if "task" in needs and c.distill.use_augmented and ctx.state.is_done("augment") \
-            and "augment" not in needs and not files.exists(ctx.augmented_path()):
-        missing_outputs.add("task")
+    # What each stage reads must be there, unchanged (or come first in this run).
+    missing_outputs = _upstream_errors(checks, ctx, stages)
+    foreign = ctx.state.foreign_entries([*S.STAGES, "report.json", "loss_curves.png", "logs"])
+    if foreign:
         checks.errors.append(
-            f"{ctx.augmented_path()}: missing, although the augment stage is marked done "
-            f"({ctx.state.path('augment', 'stage_done.json')}); redo it with "
-            "--stages=augment --overwrite (or give --nouse_augmented).")
+            f"--output_dir={ctx.state.output_dir}: holds {', '.join(foreign[:4])} that no "
+            "bin/distill run made (no run_config.json, no stage records): a run would write "
+            "into them (and --overwrite delete them); choose a new or empty folder.")
+    if not checks.errors:
+        plan["reuse"] = {stage: "reused" if why is None else f"runs again: {why}"
+                         for stage, why in (checks.run(
+                             lambda: stage_io.plan_reuse(ctx, stages)) or {}).items()}
 
     # Models, read without weights.
     teacher = None
@@ -377,6 +391,16 @@ def check(ctx: S.Context, stages: Sequence[str], count_corpus: bool = False
         formats = checks.run(lambda: check_formats(c.export.formats))
         if formats:
             checks.run(lambda: check_output_dir(formats, ctx.state.path("export")))
+        # The model the export stage will write: the task stage's student, or the
+        # finished one. A format that cannot hold it fails here, not after training.
+        exported = task_student if "task" in needs else None
+        if exported is None and "task" not in needs and ctx.state.is_done("task"):
+            info = checks.run(lambda: inspect_model(ctx.student_path()),
+                              f"{ctx.student_path()}: ")
+            exported = info.config if info is not None else None
+        if formats and exported is not None:
+            checks.errors.extend(format_problems(formats, exported, ctx.task.type.head,
+                                                 c.export.options()))
         calibrated = [f for f in formats or () if FORMATS[f].calibrated]
         if calibrated and c.export.representative_examples <= 0:
             checks.errors.append(
@@ -441,6 +465,38 @@ def resolve_safe(names) -> tuple[str, ...]:
         return ()
 
 
+def _upstream_errors(checks: _Checks, ctx: S.Context, stages: Sequence[str]) -> set:
+    """Errors for stages whose input stage is not in this run and is not done, lost an
+    output, or is stale; returns the stages that cannot read their inputs."""
+    failed = set()
+    for stage in stages:
+        for up in S.upstream(stage, ctx.config):
+            if up in stages:
+                continue
+            if not ctx.state.is_done(up):
+                checks.errors.append(
+                    f"--stages={','.join(stages)}: {stage} reads the output of {up}, which "
+                    f"is not in {ctx.state.path(up)}; add {up} to --stages (or give "
+                    + _explicit_flag(up) + ").")
+                failed.add(stage)
+                continue
+            missing = checks.run(lambda: stage_io.missing_output(ctx, up))
+            reason = None if missing else checks.run(lambda: stage_io.reuse_problem(ctx, up))
+            if missing:
+                checks.errors.append(
+                    f"{missing}: missing, although the {up} stage is marked done "
+                    f"({ctx.state.path(up, 'stage_done.json')}); redo it: add {up} to "
+                    f"--stages, or run --stages={up} --overwrite first (or give "
+                    + _explicit_flag(up) + ").")
+            elif reason:
+                checks.errors.append(
+                    f"--stages={','.join(stages)}: {stage} reads the output of {up}, which "
+                    f"is stale ({reason}); add {up} to --stages so it runs again first.")
+            if missing or reason:
+                failed.add(stage)
+    return failed
+
+
 def _explicit_flag(stage: str) -> str:
     return {"general": "--general_model=DIR", "finetune_teacher": "--task_teacher=DIR",
             "augment": "--nouse_augmented", "task": "a finished task stage"}.get(stage, stage)
@@ -459,7 +515,8 @@ def _check_task_head(checks: _Checks, info: ModelInfo, ctx: S.Context, flag: str
     checks.errors.extend(errors)
     if not errors and ctx.task.type.named_outputs:
         order = checks.run(lambda: label_order(
-            list(ctx.config.models.teacher_label_order) or info.label_names,
+            output_names(info.label_names, ctx.config.models.teacher_label_order,
+                         f"{flag}={info.path}"),
             ctx.task.type.label_names, f"{flag}={info.path}"))
         if order is not None:
             plan["teacher_label_mapping"] = {n: i for n, i in zip(ctx.task.type.label_names,
@@ -524,11 +581,15 @@ def _phases(checks: _Checks, ctx: S.Context, needs: set, count_corpus: bool,
                 aug = (checks.run(lambda: ctx.examples("train_aug"))
                        if ctx.state.is_done("augment") and files.exists(ctx.augmented_path())
                        else None)
-                # Not augmented yet: N_a + 1 rows per example at most.
+                # Not augmented yet: N_a + 1 rows per example at most. Sizes (and the
+                # batch checks) use that bound, not the count before augmentation.
                 size = checks.run(lambda: S.rows(ctx, aug)) if aug is not None else None
+            bound = n_train * (ctx.config.augment.num_aug + 1)
             note = ("" if size is not None else "the augmented set is not written yet: sizes "
-                    f"and steps assume the {n_train} original rows; augmentation adds "
-                    f"up to {ctx.config.augment.num_aug} variants each")
+                    f"and steps assume at most {bound} rows (the {n_train} original rows "
+                    f"with up to {ctx.config.augment.num_aug} variants each, --num_aug); the "
+                    "stage sizes itself on the rows written")
+            size = bound if size is None and d.use_augmented else size
             phases = []
             if d.intermediate:
                 spec = checks.run(lambda: S.intermediate_phase(ctx, size or n_train))

@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import posixpath
 from typing import Any, Callable, Optional
 
 import keras
@@ -38,7 +39,11 @@ import tensorflow as tf
 from tinybert_tf.augment.augmenter import augment_source
 from tinybert_tf.config import BertConfig, get_config
 from tinybert_tf.data import corpus as corpus_lib
-from tinybert_tf.distill.distilbert import init_student_from_teacher
+from tinybert_tf.distill.distilbert import (
+    describe_init,
+    init_student_from_teacher,
+    teacher_layers_for,
+)
 from tinybert_tf.distill.distiller import Distiller
 from tinybert_tf.distill.mapping import layer_map
 from tinybert_tf.distill.optimizer import create_optimizer
@@ -120,6 +125,11 @@ class Context:
 
     def student_path(self) -> str:
         return self.state.path("task", "model")
+
+    def trained_on(self) -> dict[str, Any]:
+        """What a task model records of its training: the task (its flags, data paths
+        absolute) and the sequence length, which bin/export defaults to."""
+        return {"task": self.config.task.to_record(), "max_seq_len": self.max_seq_len}
 
 
 def upstream(stage: str, config: PipelineConfig) -> list[str]:
@@ -302,7 +312,7 @@ def corpus_sequences(ctx: Context) -> int:
 def finetune_phase(ctx: Context, train_size: int) -> PhaseSpec:
     c = ctx.config.finetune
     spec = _phase(ctx, "finetune_teacher", "train", "task train split", train_size,
-                  c.batch_size, "--teacher_batch_size", c.epochs, 0, c.lr, "linear",
+                  c.batch_size, "--teacher_batch_size", c.epochs, c.max_steps, c.lr, "linear",
                   ctx.config.optim.warmup_proportion,
                   [HardLabelTerm(task=ctx.task.type)])
     return _with_padding(ctx, spec)
@@ -354,8 +364,25 @@ def prediction_on_original(ctx: Context) -> bool:
 
 # --- shared helpers --------------------------------------------------------------------
 
+# The learning-rate flag of each (stage, phase): what a diverged phase's message names.
+LR_FLAGS = {("general", "distill"): "general_lr", ("finetune_teacher", "train"): "teacher_lr",
+            ("task", "intermediate"): "intermediate_lr", ("task", "prediction"): "pred_lr"}
+
+
+def divergence_hint(ctx: Context, stage: str, phase: str) -> str:
+    """What to change when `phase` of `stage` diverges: its learning-rate flag and value,
+    and the command that redoes the stage."""
+    flag = LR_FLAGS.get((stage, phase))
+    results = ctx.config.results()
+    lower = (f"lower --{flag} (now {results[flag]:g})" if flag in results
+             else "lower the phase's learning rate")
+    return f"{lower}, then redo the stage with --stages={stage} --overwrite"
+
+
 def _run(ctx: Context, phase: Phase) -> dict[str, Any]:
     r = ctx.config.run
+    stage = posixpath.basename(posixpath.dirname(phase.directory.rstrip("/")))
+    phase.hint = phase.hint or divergence_hint(ctx, stage, phase.name)
     with peer_errors(r.peer_timeout):
         return run_phase(phase, ctx.strategy, checkpoint_every=r.checkpoint_every,
                          keep_checkpoints=r.keep_checkpoints, log_every=1, verbose=1,
@@ -416,8 +443,10 @@ def general(ctx: Context) -> dict[str, Any]:
                 g - 1 for g in layer_map(ctx.config.loss.layer_mapping, config.num_layers,
                                          teacher.bert_config.num_layers)[1:]]
             copied = init_student_from_teacher(student, teacher, layers=layers)
-            print(f"[general] student initialised from the teacher: {len(copied)} layers "
-                  "copied", flush=True)
+            chosen = teacher_layers_for(layers, config.num_layers,
+                                        teacher.bert_config.num_layers)
+            print(f"[general] student initialised from the teacher: copied "
+                  f"{describe_init(copied, chosen)}", flush=True)
         distiller = _distiller(ctx, student, teacher, spec)
 
     phase = Phase("general", spec.directory, distiller, distiller.checkpoint_items(), None,
@@ -500,12 +529,12 @@ def finetune_teacher(ctx: Context) -> dict[str, Any]:
     phase = Phase("finetune_teacher", spec.directory, distiller,
                   distiller.checkpoint_items(model_key="teacher"),
                   task_input.phase_input(ctx, train, spec), spec.steps_per_epoch,
-                  spec.epochs, evaluate=_evaluator(ctx, teacher, dev))
+                  spec.epochs, max_steps=spec.max_steps, evaluate=_evaluator(ctx, teacher, dev))
     result = _run(ctx, phase)
     last = result["evals"][-1] if result["evals"] else {}
     if ctx.chief:
         save_model(teacher, ctx.state.work_path("finetune_teacher", "model"),
-                   metadata={"stage": "finetune_teacher", "dev": last,
+                   metadata={"stage": "finetune_teacher", "dev": last, **ctx.trained_on(),
                              **ctx.task.type.model_metadata(last)})
     return {"dev": last}
 
@@ -575,6 +604,7 @@ def task(ctx: Context) -> dict[str, Any]:
     def on_best(metrics):
         if ctx.chief:
             save_model(student, model_dir, metadata={"stage": "task", "dev": metrics,
+                                                     **ctx.trained_on(),
                                                      **ctx.task.type.model_metadata(metrics)})
 
     phase = Phase("prediction", spec.directory, distiller, distiller.checkpoint_items(),
@@ -636,7 +666,8 @@ def export(ctx: Context) -> dict[str, Any]:
         representative_texts=texts(train[: e.representative_examples]),
         is_pair=ctx.task.is_pair, task=ctx.task.type, task_name=ctx.task.name,
         latency_runs=r.export_latency_runs,
-        num_threads=r.export_threads or None, max_examples=r.export_max_examples or None)
+        num_threads=r.export_threads or None, max_examples=r.export_max_examples or None,
+        options=e.options())
     report_path = ctx.state.path("report.json")
     data = read_json(report_path, default=None)
     if data is not None and ctx.chief:

@@ -21,24 +21,28 @@ A new kind is a subclass registered with `@register_task_type`
 """
 from __future__ import annotations
 
+import copy
 from typing import Any, ClassVar, Optional, Sequence
 
 import keras
 import numpy as np
 import tensorflow as tf
 
+from tinybert_tf import plugins
 from tinybert_tf.data import buckets
 from tinybert_tf.tokenizer import pack_texts
 
 TASK_TYPES: dict[str, type["TaskType"]] = {}
 
 
-def register_task_type(cls: type["TaskType"]) -> type["TaskType"]:
-    """Class decorator: make a task type available by its `kind`."""
-    if not cls.kind:
-        raise ValueError(f"{cls.__name__}: a registered TaskType needs a `kind`.")
-    TASK_TYPES[cls.kind] = cls
-    return cls
+def register_task_type(cls: Optional[type["TaskType"]] = None, *, replace: bool = False):
+    """Class decorator (`@register_task_type`, or `@register_task_type(replace=True)` to
+    replace a registered kind): make a task type available by its `kind`."""
+    def add(c: type["TaskType"]) -> type["TaskType"]:
+        if not c.kind:
+            raise ValueError(f"{c.__name__}: a registered TaskType needs a `kind`.")
+        return plugins.register(TASK_TYPES, c.kind, c, what="task type", replace=replace)
+    return add(cls) if cls is not None else add
 
 
 def get_task_type(kind: str) -> type["TaskType"]:
@@ -108,6 +112,15 @@ class TaskType:
         "0".."C-1" when it has none)."""
         n = int(model.num_labels or 0)
         return cls(label_names=model.label_names or [str(i) for i in range(n)])
+
+    def with_label_order(self, names: Sequence[str]) -> "TaskType":
+        """This task type with the same label names in another order (a model's)."""
+        if sorted(names) != sorted(self.label_names):
+            raise ValueError(f"labels {list(names)} are not a reordering of "
+                             f"{list(self.label_names)}.")
+        other = copy.copy(self)
+        other.label_names = tuple(str(n) for n in names)
+        return other
 
     def describe(self) -> dict[str, Any]:
         return {"kind": self.kind, "head": self.head, "labels": list(self.label_names),
