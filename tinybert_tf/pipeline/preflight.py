@@ -122,6 +122,9 @@ def _ranges(c: PipelineConfig) -> list[tuple[str, Any, Callable[[Any], bool], st
         ("--n_best_size", c.task.n_best_size, pos, ">= 1"),
         ("--max_answer_len", c.task.max_answer_len, pos, ">= 1"),
         ("--lock_stale_minutes", r.lock_stale_minutes, pos, "> 0"),
+        ("--length_buckets", c.numerics.length_buckets, nonneg,
+         ">= 0 (0 = every batch padded to --max_seq_len)"),
+        ("--teacher_cache_budget_gb", r.teacher_cache_budget_gb, nonneg, ">= 0 (0 = never)"),
         ("--peer_timeout", r.peer_timeout, pos, "> 0 seconds"),
     ]
 

@@ -15,8 +15,11 @@ Order (`epoch_rows`). A padded epoch is the permutation seeded by (seed, epoch)
 without its last n % batch rows; a bucketed epoch keeps the same rows, grouped
 by length (`buckets.grouped_order`). Either is a function of (seed, epoch) and
 the rows' lengths alone, so a resume rebuilds the epoch and skips the batches
-already trained on. Keras splits each global batch over the replicas, so
-every replica of a step gets the same bucket length.
+already trained on. The order is made here in NumPy, not by `Dataset.shuffle`:
+tf.distribute rewrites the input graph, and a seeded tf.data shuffle then yields
+another order than on one device. Keras splits each global batch over the
+replicas, so every replica of a step gets the same bucket length, and the
+teacher caches gather their rows in the same order.
 
 Row lengths are computed once per list of examples (`RowLengths`).
 """
