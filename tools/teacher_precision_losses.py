@@ -3,7 +3,10 @@ float16) instead of float32, on a finished demo run's models and data.
 
 Reads OUT/finetune_teacher/model (the task teacher), OUT/task/model (the
 student; OUT/general/model when the task stage has not run) and the demo
-task's training sentences; builds the task stage's terms (embd, attn, hidn
+task's training sentences. Without a finished run, `--pretrained` takes the
+embedded pre-trained MiniLM-L6 (with a fresh, seeded classifier head) as the
+teacher and the demo's 1-layer student initialised from its layer 6, as the
+demo's general stage starts it. It builds the task stage's terms (embd, attn, hidn
 with the reference's padding convention and with --mask_padding, and pred),
 and for each batch computes every term twice, with the float32 teacher and
 with the teacher cast to --dtype (pipeline/precision.py `with_precision`),
@@ -13,6 +16,7 @@ teacher outputs' own relative error (RMS of the difference / RMS of the value).
 
 Usage:
   python tools/teacher_precision_losses.py --run_dir runs/demo [--dtype bfloat16]
+  python tools/teacher_precision_losses.py --pretrained       # about a minute
   python tools/teacher_precision_losses.py --quick      # random tiny models: a smoke test
 """
 from __future__ import annotations
@@ -26,9 +30,11 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from tinybert_tf.config import BertConfig  # noqa: E402
+from tinybert_tf.config import BertConfig, get_config  # noqa: E402
 from tinybert_tf.data.examples import Example  # noqa: E402
 from tinybert_tf.distill import Distiller, make_terms  # noqa: E402
+from tinybert_tf.distill.distilbert import init_student_from_teacher  # noqa: E402
+from tinybert_tf.distill.mapping import layer_map  # noqa: E402
 from tinybert_tf.distill.terms import PredictionTerm  # noqa: E402
 from tinybert_tf.models import BertModel  # noqa: E402
 from tinybert_tf.models.checkpoint import load_model, load_tokenizer  # noqa: E402
@@ -59,12 +65,23 @@ def _models_and_data(args):
     config = parse_argv(["bin/distill", f"--flagfile={os.path.join(REPO, 'configs', 'demo.cfg')}",
                          f"--output_dir={args.run_dir}"])
     task = resolve_task(config.task)
+    length = task.max_seq_len(config.task.max_seq_len)
+    if args.pretrained:
+        keras.utils.set_random_seed(0)
+        teacher = load_model(config.models.teacher, **task.type.head_kwargs())
+        student = BertModel(get_config(config.models.student_config,
+                                       vocab_size=teacher.bert_config.vocab_size),
+                            vocab=teacher.vocab, **task.type.head_kwargs())
+        g = layer_map(config.loss.layer_mapping, student.bert_config.num_layers,
+                      teacher.bert_config.num_layers)
+        init_student_from_teacher(student, teacher, layers=[i - 1 for i in g[1:]])
+        return (teacher, student, task.type, load_tokenizer(teacher, length),
+                task.examples("train"), length)
     teacher = load_model(os.path.join(args.run_dir, "finetune_teacher", "model"))
     student_dir = os.path.join(args.run_dir, "task", "model")
     if not os.path.isdir(student_dir):
         student_dir = os.path.join(args.run_dir, "general", "model")
     student = load_model(student_dir, **task.type.head_kwargs())
-    length = task.max_seq_len(config.task.max_seq_len)
     return (teacher, student, task.type, load_tokenizer(teacher, length),
             task.examples("train"), length)
 
@@ -79,7 +96,9 @@ def main() -> None:
     parser.add_argument("--run_dir", default="runs/demo")
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16"])
     parser.add_argument("--batch", type=int, default=32)
-    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--pretrained", action="store_true",
+                        help="the embedded pre-trained teacher instead of a finished run")
+    parser.add_argument("--quick", action="store_true", help="random tiny models")
     args = parser.parse_args()
     teacher, student, task, tok, examples, length = _models_and_data(args)
     low = with_precision(teacher, args.dtype)
