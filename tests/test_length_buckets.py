@@ -18,12 +18,14 @@ from tinybert_tf.distill.terms import HardLabelTerm, PredictionTerm
 from tinybert_tf.models import BertModel
 from tinybert_tf.pipeline import task_input
 from tinybert_tf.pipeline.configs import PipelineConfig
+from tinybert_tf.pipeline.main import run_argv
+from tinybert_tf.pipeline.preflight import PreflightError
 from tinybert_tf.tasks import Classification, SpanQA, task_type
 from tinybert_tf.tasks import token as token_module
 from tinybert_tf.tasks.token import TokenClassification
 from tinybert_tf.tokenizer import Tokenizer
 
-from pipeline_helpers import flag_values
+from pipeline_helpers import argv, flag_values, tiny_flags
 
 L = 16
 BOUNDARIES = buckets.bucket_boundaries(L, 4)  # 4, 8, 12, 16
@@ -162,9 +164,14 @@ def _assert_same_step(a, b):
         np.testing.assert_allclose(x, y, atol=1e-6)
 
 
-def test_masked_losses_and_update_of_a_bucketed_batch_are_the_padded_ones(models):
+@pytest.fixture(scope="module")
+def padded(models):
+    """Losses and update of `_batch()` padded to L, padding masked."""
+    return _step(models, _batch())
+
+
+def test_masked_losses_and_update_of_a_bucketed_batch_are_the_padded_ones(models, padded):
     batch = _batch()
-    padded = _step(models, batch)
     bucketed = _step(models, _cut(batch))
     moved = max(np.abs(w - s).max() for w, s in zip(padded[1], models[2]))
     assert moved > 1e-3  # the step changed the weights
@@ -173,13 +180,11 @@ def test_masked_losses_and_update_of_a_bucketed_batch_are_the_padded_ones(models
     _assert_same_step(padded, _step(models, _cut(batch), grad_accum_steps=2))
 
 
-def test_two_mirrored_replicas_on_bucketed_batches_make_the_padded_update(models):
+def test_two_mirrored_replicas_on_bucketed_batches_make_the_padded_update(models, padded):
     assert len(tf.config.list_logical_devices("CPU")) >= 2, "conftest sets 2 CPU devices"
-    batch = _batch()
     mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
     # The global-count normaliser: counts (real tokens, pairs, examples) are all-reduced.
-    padded = _step(models, batch)
-    _assert_same_step(padded, _step(models, _cut(batch), strategy=mirrored))
+    _assert_same_step(padded, _step(models, _cut(_batch()), strategy=mirrored))
 
 
 def test_the_references_unmasked_losses_change_with_the_padding(models):
@@ -234,3 +239,12 @@ def test_bucketed_evaluation_gives_the_padded_predictions_in_example_order(model
     assert len({tuple(w) for w in want}) > 3  # sentences differ
     for a, b in zip(want, got):
         np.testing.assert_array_equal(a, b)
+
+
+def test_negative_bucket_counts_and_cache_budgets_are_refused_by_name(tmp_path, tiny_vocab):
+    ns = tiny_flags(tmp_path, tiny_vocab, stages=["finetune_teacher"], dry_run=True,
+                    length_buckets=-1, teacher_cache_budget_gb=-2.0)
+    with pytest.raises(PreflightError) as error:
+        run_argv(["bin/distill", *argv(ns)])
+    assert "--length_buckets=-1: must be >= 0" in str(error.value)
+    assert "--teacher_cache_budget_gb=-2.0: must be >= 0" in str(error.value)
