@@ -34,8 +34,8 @@ reference-style loop (padded to max_seq_len) and Hugging Face-style loop
 
 Usage:
   python benchmarks/bench_task_distill.py --torch_python ../venv-torch/bin/python
-  python benchmarks/bench_task_distill.py --quick      # tiny models, seconds: a smoke test
-The full run takes about 30 minutes on 2 idle CPU cores (--rows 256 each).
+  python benchmarks/bench_task_distill.py --quick  # tiny models: a smoke test (minutes)
+The full run takes about 40 minutes on 2 idle CPU cores (--rows 256 each).
 """
 from __future__ import annotations
 
@@ -49,6 +49,7 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras  # noqa: E402
