@@ -23,10 +23,10 @@ def registries():
     from tinybert_tf.data import sources
     from tinybert_tf.distill import terms
     from tinybert_tf.export import formats
-    from tinybert_tf.pipeline import strategy
+    from tinybert_tf.pipeline import phases, recipes, strategy
     from tinybert_tf.tasks import base, catalog
     tables = [terms.TERMS, base.TASK_TYPES, catalog.TASK_FACTORIES, sources.SOURCES,
-              formats.FORMATS, strategy.BUILDERS]
+              formats.FORMATS, strategy.BUILDERS, phases.PHASE_KINDS, recipes.RECIPES]
     saved = [dict(t) for t in tables]
     yield
     for table, before in zip(tables, saved):
@@ -36,18 +36,21 @@ def registries():
 
 def test_every_example_of_the_extending_guide_runs(registries):
     blocks = _blocks()
-    assert len(blocks) == 6, "setup + one example per extension point"
+    assert len(blocks) == 8, "setup + one example per extension point"
     namespace: dict = {"__name__": "extending_doc"}
     for block in blocks:
         exec(compile(block, DOC, "exec"), namespace)  # the blocks assert their own results
     from tinybert_tf.data.sources import SOURCES
     from tinybert_tf.distill.terms import TERMS
     from tinybert_tf.export.formats import FORMATS
+    from tinybert_tf.pipeline.phases import PHASE_KINDS
+    from tinybert_tf.pipeline.recipes import RECIPES
     from tinybert_tf.pipeline.strategy import BUILDERS
     from tinybert_tf.tasks import TASK_FACTORIES, TASK_TYPES
+    assert "soft_and_hard" in PHASE_KINDS
     assert "clscos" in TERMS and "multi_label" in TASK_TYPES and "fasttext" in SOURCES
     assert "fasttext_sentiment" in TASK_FACTORIES and "npz" in FORMATS
-    assert "cpu_pair" in BUILDERS
+    assert "cpu_pair" in BUILDERS and "attention_only" in RECIPES
 
 
 def test_a_plugin_term_is_accepted_by_bin_distill_flags(registries, tmp_path, monkeypatch):

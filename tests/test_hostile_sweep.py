@@ -86,12 +86,12 @@ CASES = {
                                 r"^--general_epochs=-1\.0: must be >= 0\.$", "num_train_steps"),
     "zero general epochs": (dict(general_epochs=0, stages=["general"]), None,
                             r"--general_epochs=0: the general stage would train nothing", None),
-    "nothing to distil": (dict(pred_epochs=0, intermediate=False), None,
-                          r"--pred_epochs=0 with --nointermediate: task distillation would "
-                          r"train nothing and export the undistilled student", None),
+    "nothing to distil": (dict(pred_epochs=0, task_phases=["prediction"]), None,
+                          r"--pred_epochs=0: the prediction phase of --task_phases=prediction "
+                          r"would train nothing and leave the task head untrained", None),
     "zero intermediate epochs": (dict(intermediate_epochs=0), None,
-                                 r"--intermediate_epochs=0 with --intermediate: .*--nointermediate",
-                                 None),
+                                 r"--intermediate_epochs=0: the intermediate phase .* drop "
+                                 r"intermediate from --task_phases", None),
     "missing data dir": (dict(data_dir="/nonexistent", stages=["all"], task_teacher="",
                               dry_run=False), None,
                          r"/nonexistent: task directory not found; --data_dir", None),

@@ -237,7 +237,8 @@ def test_teacher_fine_tuning_clips_and_prediction_phase_mixes_hard_labels(tmp_pa
     teacher = load_model(ns.teacher, **ctx.task.type.head_kwargs())
     tuned = stages._distiller(ctx, teacher, None, stages.finetune_phase(ctx, 8))
     assert tuned.clip_norm == 1.0 and tuned.loss_terms == ("hard",)
-    spec = stages.prediction_phase(ctx, 8)
+    (spec,) = stages.task_phase_specs(ctx, {True: 8, False: 8})[1:]
+    assert spec.name == "prediction"
     assert [(t.name, t.weight) for t in spec.terms] == [("pred", 1.0), ("hard", 0.5)]
     student = BertModel(_config(tiny_vocab), vocab=tiny_vocab, **ctx.task.type.head_kwargs())
     d = stages._distiller(ctx, student, teacher, spec)

@@ -42,7 +42,7 @@ def export_task(model: BertModel, task: Optional[TaskType] = None,
             f"{source}: has head={head!r}; export needs a task model with a task head (a "
             "model directory written by the task stage, or load_model(dir, "
             "head='classifier', num_labels=N) after fine-tuning).") from None
-    if task is not None and task.head != head:
+    if task is not None and not task.accepts(head):
         raise ExportError(f"{source}: the task is a {task.kind} task but the model has a "
                           f"{head} head; export the model distilled for this task.")
     if not getattr(model, "vocab", None):
@@ -50,6 +50,7 @@ def export_task(model: BertModel, task: Optional[TaskType] = None,
                           "model directory that has vocab.txt (load_model(dir)).")
     if task is None:
         return own
+    task = task.with_head(head)  # the student's head style (--classifier_head)
     names = list(getattr(model, "label_names", None) or [])
     if task.named_outputs and names and list(task.label_names) != names:
         if sorted(names) != sorted(task.label_names):

@@ -89,7 +89,6 @@ def export_all(model: BertModel, output_dir: str, *, max_seq_len: int,
     problems = fmts.format_problems(formats, model.bert_config, model.head_type, options)
     if problems:
         raise ExportError(" ".join(problems))
-    fmts.check_output_dir(formats, output_dir)
     if serving_version is not None:
         serving_version = check_version(serving_version, "serving_version")
     if isinstance(task, str):

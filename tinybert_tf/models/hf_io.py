@@ -13,18 +13,23 @@ all-MiniLM-L6-v2). Layout differences to our Keras weights:
 `cls.predictions.*` the MLM head (transform.dense, transform.LayerNorm, bias;
 the decoder is tied to the word embeddings). PyTorch `.bin` files are not
 read: PyTorch is not a dependency.
+
+Readers dispatch on config.json's `model_type` (`_LAYOUTS`): `bert` (this
+module) and `distilbert` (keys, heads and shapes in `hf_distilbert`); the
+conversion of each tensor is shared. `export_hf` writes BERT.
 """
 from __future__ import annotations
 
 import os
 import re
-from typing import Any, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 import numpy as np
 
 from tinybert_tf import files
 from tinybert_tf.config import BertConfig, ConfigError
 from tinybert_tf.files import write_json
+from tinybert_tf.models import hf_distilbert
 from tinybert_tf.models.model_dir import (
     CONFIG_FILE,
     VOCAB_FILE,
@@ -44,9 +49,12 @@ SAFETENSORS_INDEX = "model.safetensors.index.json"
 TOKENIZER_JSON = "tokenizer.json"
 _UNREADABLE = ("pytorch_model.bin", "pytorch_model.bin.index.json", "tf_model.h5",
                "flax_model.msgpack")
-# Keys that carry no weights of ours: buffers, the NSP head, tied decoder copies.
+# Keys that carry no weights of ours: buffers, the NSP head, tied decoder copies, and the
+# released General TinyBERTs' student-to-teacher projections (`fit_dense`, v2 `fit_denses.i`:
+# one nn.Linear with bias, not our separate W_e / W_h; task distillation starts new ones).
 _IGNORED = re.compile(r"^(embeddings\.position_ids|embeddings\.token_type_ids|"
-                      r"cls\.seq_relationship\..*|cls\.predictions\.decoder\.(weight|bias))$")
+                      r"cls\.seq_relationship\..*|cls\.predictions\.decoder\.(weight|bias)|"
+                      r"fit_denses?\..*)$")
 
 
 class _HFHead:
@@ -126,8 +134,8 @@ def _label_names(data: dict[str, Any], head: Optional[str], n: Optional[int]
                  ) -> Optional[list[str]]:
     """id2label names in id order, or None when absent or generic (LABEL_0, ...)."""
     id2label = data.get("id2label")
-    if head not in ("classifier", "token_classifier") or not isinstance(id2label, dict) \
-            or len(id2label) != n:
+    named = ("classifier", "token_classifier", "pre_classifier")
+    if head not in named or not isinstance(id2label, dict) or len(id2label) != n:
         return None
     names = [str(id2label.get(str(i), id2label.get(i, ""))) for i in range(n)]
     if names == [f"LABEL_{i}" for i in range(n)] or not all(names):
@@ -344,14 +352,36 @@ def _read_weights(path: str) -> tuple[dict[str, np.ndarray], str, dict[str, str]
                           f"{SAFETENSORS_INDEX}.")
 
 
-def _read_hf_config(config_path: str) -> tuple[dict, BertConfig]:
-    """A Hugging Face BERT config.json: its JSON and our `BertConfig`."""
+class _Layout(NamedTuple):
+    """How one Hugging Face `model_type` stores our weights."""
+
+    normalise: Callable[[str], str]          # file key -> key of the name map
+    ignored: "re.Pattern[str]"               # normalised keys that hold no weight of ours
+    detect_head: Callable[..., tuple]        # (json, {key: shape}, config path) -> (head, n)
+    name_map: Callable[..., dict]            # (config, head, n) -> {ours: (key, kind, shape)}
+    tied_decoder: str                        # normalised key of an MLM decoder tied to embeddings
+    mlm_prefixes: tuple[str, ...]            # keys of an MLM head a task checkpoint may carry
+
+
+_LAYOUTS = {
+    "bert": _Layout(_normalise_key, _IGNORED, _detect_head, _name_map,
+                    "cls.predictions.decoder.weight", ("cls.predictions.",)),
+    hf_distilbert.MODEL_TYPE: _Layout(hf_distilbert.normalise_key, hf_distilbert.IGNORED,
+                                      hf_distilbert.detect_head, hf_distilbert.name_map,
+                                      hf_distilbert.TIED_DECODER, ()),
+}
+
+
+def _read_hf_config(config_path: str) -> tuple[dict, BertConfig, _Layout]:
+    """A Hugging Face config.json: its JSON, our `BertConfig` and its key layout."""
     data = read_model_json(config_path)
-    if data.get("model_type", "bert") != "bert":
-        raise CheckpointError(f"{config_path}: model_type {data.get('model_type')!r} is not "
-                              "supported; load_model reads BERT checkpoints (model_type 'bert').")
+    model_type = data.get("model_type", "bert")
+    if model_type not in _LAYOUTS:
+        raise CheckpointError(f"{config_path}: model_type {model_type!r} is not supported; "
+                              f"load_model reads {' and '.join(map(repr, _LAYOUTS))} "
+                              "checkpoints.")
     try:
-        return data, BertConfig.from_hf_dict(data, source=config_path)
+        return data, BertConfig.from_hf_dict(data, source=config_path), _LAYOUTS[model_type]
     except ConfigError as e:
         raise CheckpointError(str(e)) from e
 
@@ -359,16 +389,16 @@ def _read_hf_config(config_path: str) -> tuple[dict, BertConfig]:
 def read_hf(path: str) -> CheckpointSpec:
     """Read a Hugging Face BERT directory into a `CheckpointSpec` (our layout)."""
     config_path = os.path.join(path, CONFIG_FILE)
-    data, config = _read_hf_config(config_path)
+    data, config, layout = _read_hf_config(config_path)
     raw, weights_file, key_files = _read_weights(path)
     tensors: dict[str, np.ndarray] = {}
     original: dict[str, str] = {}
     decoder = None
     for key, value in raw.items():
-        norm = _normalise_key(key)
-        if norm == "cls.predictions.decoder.weight":
+        norm = layout.normalise(key)
+        if norm == layout.tied_decoder:
             decoder = (key, value)
-        if _IGNORED.match(norm):
+        if layout.ignored.match(norm):
             continue
         if norm in tensors:
             raise CheckpointError(f"{key_files[key]}: key {key!r} duplicates {original[norm]!r}.")
@@ -383,14 +413,14 @@ def read_hf(path: str) -> CheckpointSpec:
             "cannot load.")
     config.use_pooler = "pooler.dense.weight" in tensors
     config.lower_case = read_lower_case(path)
-    head, num_labels = _detect_head(data, {k: v.shape for k, v in tensors.items()},
-                                    config_path)
-    if head != "mlm":
+    head, num_labels = layout.detect_head(data, {k: v.shape for k, v in tensors.items()},
+                                          config_path)
+    if head != "mlm" and layout.mlm_prefixes:
         # A task checkpoint may still ship MLM weights; they are not ours to keep.
-        tensors = {k: v for k, v in tensors.items() if not k.startswith("cls.predictions.")}
+        tensors = {k: v for k, v in tensors.items() if not k.startswith(layout.mlm_prefixes)}
     label_names = _label_names(data, head, num_labels)
 
-    name_map = _name_map(config, head, num_labels)
+    name_map = layout.name_map(config, head, num_labels)
     by_hf = {hf: (ours, kind, shape) for ours, (hf, kind, shape) in name_map.items()}
     weights: dict[str, np.ndarray] = {}
     source_keys: dict[str, str] = {}
@@ -424,7 +454,7 @@ def inspect_hf(path: str) -> CheckpointSpec:
     only the weight files' headers (key names and shapes), not the weights.
     The returned spec has no weights."""
     config_path = os.path.join(path, CONFIG_FILE)
-    data, config = _read_hf_config(config_path)
+    data, config, layout = _read_hf_config(config_path)
     single, index = os.path.join(path, SAFETENSORS), os.path.join(path, SAFETENSORS_INDEX)
     if files.isfile(single):
         weight_files = [single]
@@ -437,10 +467,10 @@ def inspect_hf(path: str) -> CheckpointSpec:
     shapes: dict[str, tuple[int, ...]] = {}
     for fname in weight_files:
         for key, shape in safetensors_shapes(fname).items():
-            shapes[_normalise_key(key)] = shape
+            shapes[layout.normalise(key)] = shape
     config.use_pooler = "pooler.dense.weight" in shapes
     config.lower_case = read_lower_case(path)
-    head, n = _detect_head(data, shapes, config_path)
+    head, n = layout.detect_head(data, shapes, config_path)
     return CheckpointSpec(config, read_hf_vocab(path), {},
                           single if weight_files == [single] else index, head=head, num_labels=n,
                           label_names=_label_names(data, head, n))
@@ -461,6 +491,10 @@ def export_hf(model: Any, directory: str) -> str:
     config: BertConfig = model.bert_config
     head = model.head_type
     vocab = model_vocab(model, "export_hf")
+    if head is not None and head not in _HF_HEADS:
+        raise CheckpointError(
+            f"export_hf({directory}): a {head} head has no Hugging Face BERT class; export "
+            "the model without it (load_model(dir, head='none')) or use another format.")
     if head in ("classifier", "regressor") and not config.use_pooler:  # pooled-output heads
         raise CheckpointError(
             f"export_hf({directory}): Hugging Face BertForSequenceClassification classifies the "

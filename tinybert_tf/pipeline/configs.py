@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Optional
 
+from tinybert_tf.data import holdout
 from tinybert_tf.pipeline import precision
 from tinybert_tf.tasks.catalog import TaskConfig
 
@@ -87,11 +88,20 @@ class ModelsConfig:
     student_config: str
     init_from_teacher: bool
     general_model: str
+    student_init: str
+    classifier_head: str
 
     @property
     def random_student(self) -> bool:
-        """--general_model=none: task distillation from a randomly initialised student."""
-        return self.general_model.lower() == "none"
+        """--student_init=random (or --general_model=none): task distillation from a
+        randomly initialised student (the paper's "w/o GD")."""
+        return self.student_init == "random" or self.general_model.lower() == "none"
+
+    @property
+    def general_given(self) -> bool:
+        """The task stage's student comes from no general stage of this run: a given
+        --general_model, or a random start."""
+        return bool(self.general_model) or self.random_student
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,6 +109,8 @@ class LossConfig:
     loss_terms: tuple[str, ...]
     temperature: float
     hard_label_weight: float
+    pkd_alpha: float
+    pkd_beta: float
     layer_mapping: str
     layer_weights: tuple[str, ...]
     share_hidden_projection: bool
@@ -121,6 +133,8 @@ class OptimConfig:
 class GeneralConfig:
     recipe: str
     corpus: str
+    # A resolved hold-out name ("none" or registered): part of the general stage's settings.
+    holdout: str = flag("general_holdout")
     max_seq_len: int = flag("general_max_seq_len")
     batch_size: int = flag("general_batch_size")
     epochs: float = flag("general_epochs")
@@ -132,10 +146,6 @@ class GeneralConfig:
     alpha_cos: float = flag("alpha_cos")
     distil_temperature: float = flag("distil_temperature")
     restrict_ce_to_mask: bool = flag("restrict_ce_to_mask")
-
-    @property
-    def distilbert(self) -> bool:
-        return self.recipe == "distilbert"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -161,16 +171,27 @@ class AugmentConfig:
 @dataclasses.dataclass(frozen=True)
 class TaskDistillConfig:
     use_augmented: bool
-    intermediate: bool
+    augmented_file: str
+    task_phases: tuple[str, ...]
     intermediate_epochs: float
     intermediate_lr: float
     pred_epochs: float
     pred_lr: float
+    pkd_epochs: float
+    pkd_lr: float
+    finetune_epochs: float
+    finetune_lr: float
+    pred_grid: tuple[str, ...]
     batch_size: int = flag("task_batch_size")
     max_steps: int = flag("task_max_steps")
     eval_every: int = flag("eval_every")
     # Resolved: float32, bfloat16 or float16 (never auto), see `teacher_precision_decision`.
     teacher_precision: str = flag("teacher_precision")
+
+
+@dataclasses.dataclass(frozen=True)
+class EvaluateConfig:
+    glue_test_predictions: bool
 
 
 @dataclasses.dataclass(frozen=True)
@@ -198,6 +219,7 @@ class PipelineConfig:
     finetune: FinetuneConfig
     augment: AugmentConfig
     distill: TaskDistillConfig
+    evaluate: EvaluateConfig
     export: ExportConfig
 
     @classmethod
@@ -211,6 +233,9 @@ class PipelineConfig:
         # `auto` chooses otherwise is refused, not silently continued in another dtype.
         parts["distill"] = dataclasses.replace(
             parts["distill"], teacher_precision=teacher_precision_decision(parts["run"]).dtype)
+        general = parts["general"]
+        parts["general"] = dataclasses.replace(
+            general, holdout=holdout.resolve(general.holdout, parts["task"].task))
         return cls(**parts)
 
     @property
@@ -242,7 +267,7 @@ class PipelineConfig:
 _TYPES = {"run": RunOptions, "numerics": Numerics, "models": ModelsConfig, "task": TaskConfig,
           "loss": LossConfig, "optim": OptimConfig, "general": GeneralConfig,
           "finetune": FinetuneConfig, "augment": AugmentConfig, "distill": TaskDistillConfig,
-          "export": ExportConfig}
+          "evaluate": EvaluateConfig, "export": ExportConfig}
 
 # Which configs each stage reads.
 _STAGE_PARTS = {
@@ -250,19 +275,23 @@ _STAGE_PARTS = {
     "finetune_teacher": ("numerics", "models", "task", "finetune", "optim"),
     "augment": ("numerics", "models", "task", "augment"),
     "task": ("numerics", "models", "task", "loss", "optim", "distill"),
-    "evaluate": ("task",),
+    "evaluate": ("task", "evaluate"),
     "export": ("task", "export"),
 }
 _STAGE_IGNORES = {
     "general": ("models.task_teacher", "models.teacher_label_order", "models.general_model",
-                "loss.temperature", "loss.hard_label_weight", "numerics.length_buckets"),
+                "models.student_init", "models.classifier_head",
+                "loss.temperature", "loss.hard_label_weight", "loss.pkd_alpha",
+                "loss.pkd_beta", "numerics.length_buckets"),
     "finetune_teacher": ("models.task_teacher", "models.teacher_label_order",
                          "models.student_config", "models.init_from_teacher",
-                         "models.general_model"),
+                         "models.general_model", "models.student_init",
+                         "models.classifier_head"),
     "augment": ("numerics.mixed_precision", "numerics.jit_compile", "numerics.length_buckets",
                 "models.student_config",
                 "models.init_from_teacher", "models.general_model",
-                "models.teacher_label_order"),
+                "models.teacher_label_order", "models.student_init",
+                "models.classifier_head"),
     "task": ("models.init_from_teacher",),
 }
 

@@ -159,18 +159,19 @@ def _phase_done(spec: Any) -> bool:
     return files.isfile(posixpath.join(spec.directory, "phase_done.json"))
 
 
-def teacher_logits(ctx: Any, teacher, distiller, examples: Sequence[Any], spec: Any
-                   ) -> Optional[np.ndarray]:
-    """The teacher's logits of the prediction phase's rows, computed once and kept in
-    the phase folder (pipeline/teacher_cache.py); None when the cache is off, does
-    not apply to the task, or the phase is finished."""
+def teacher_logits(ctx: Any, teacher, distiller, examples: Sequence[Any], spec: Any,
+                   folder: Optional[str] = None) -> Optional[np.ndarray]:
+    """The teacher's logits of a phase's rows, computed once and kept in `folder`
+    (default: the phase's teacher_cache/; --pred_grid cells share one; see
+    pipeline/teacher_cache.py); None when the cache is off, does not apply to the
+    task or the phase's terms, or the phase is finished."""
     if (not ctx.config.run.teacher_cache or spec.total_steps < 1
             or not cache_lib.applies(ctx.task.type, distiller) or _phase_done(spec)):
         return None
     identity = cache_lib.model_identity(ctx.teacher_path(),
                                         labels=list(ctx.task.type.label_names),
                                         dtype=ctx.config.distill.teacher_precision)
-    directory = worker_dir(posixpath.join(spec.directory, cache_lib.CACHE_FOLDER),
+    directory = worker_dir(folder or posixpath.join(spec.directory, cache_lib.CACHE_FOLDER),
                            ctx.strategy)
     return cache_lib.teacher_logits(teacher, examples, ctx.task.type, ctx.tokenizer,
                                     ctx.max_seq_len, ctx.config.run.eval_batch_size,
@@ -180,7 +181,7 @@ def teacher_logits(ctx: Any, teacher, distiller, examples: Sequence[Any], spec: 
 
 def layer_cache_plan(ctx: Any, spec: Any, examples: Optional[Sequence[Any]], student_config,
                      teacher_config, scale: float = 1.0) -> layer_cache.Plan:
-    """Whether the intermediate phase keeps the teacher's mapped layers on disk
+    """Whether a phase (the intermediate one) keeps the teacher's mapped layers on disk
     (pipeline/layer_cache.py): the same decision in the plan and in the stage.
     `scale`: rows per example of `examples` when they stand for rows not written yet."""
     c, task_type = ctx.config, ctx.task.type
@@ -197,13 +198,15 @@ def layer_cache_plan(ctx: Any, spec: Any, examples: Optional[Sequence[Any]], stu
 
 def teacher_layers(ctx: Any, teacher, student, examples: Sequence[Any], spec: Any
                    ) -> Optional[layer_cache.Cache]:
-    """The teacher's mapped-layer outputs of the intermediate phase's rows, computed once
-    and kept in the phase folder when `layer_cache_plan` says so; else None."""
+    """The teacher's mapped-layer outputs of a phase's rows (the intermediate phase's:
+    terms reading only teacher layers), computed once and kept in the phase folder
+    when `layer_cache_plan` says so; else None."""
     if _phase_done(spec):
         return None
     plan = layer_cache_plan(ctx, spec, examples, student.bert_config, teacher.bert_config)
-    print(f"[intermediate] teacher cache: {'used' if plan.use else 'not used'} "
-          f"({plan.reason})", flush=True)
+    if plan.layout is not None:
+        print(f"[{spec.name}] teacher cache: {'used' if plan.use else 'not used'} "
+              f"({plan.reason})", flush=True)
     if not plan.use:
         return None
     identity = cache_lib.model_identity(ctx.teacher_path(),

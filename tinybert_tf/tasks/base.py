@@ -5,7 +5,8 @@ token classification, span question answering). An instance carries the
 task's label names and metric choice, and owns everything that differs
 between kinds, so no other module compares head names:
 
-  head           the registered head of `tinybert_tf.models.heads` it trains,
+  head           the registered head of `tinybert_tf.models.heads` it trains
+                 (`head_styles`: others it can train instead, `--classifier_head`),
   labels         `label_names`, stored in every model directory and export,
   data           `dataset(...)`: examples -> tf.data of (inputs, labels), and for
                  kinds with `supports_length_buckets` `row_lengths(...)` and
@@ -54,15 +55,16 @@ def get_task_type(kind: str) -> type["TaskType"]:
 def task_type_for_head(head: Optional[str]) -> type["TaskType"]:
     """The task type that trains a model with head `head` (e.g. a loaded model)."""
     for cls in TASK_TYPES.values():
-        if cls.head == head:
+        if head in cls.heads():
             return cls
     raise ValueError(f"no task type uses head={head!r}; task models have one of "
-                     f"{sorted(c.head for c in TASK_TYPES.values())}.")
+                     f"{sorted(h for c in TASK_TYPES.values() for h in c.heads())}.")
 
 
 def task_type_of(model) -> "TaskType":
-    """The task type (with the model's label names) of a model with a task head."""
-    return task_type_for_head(getattr(model, "head_type", None)).for_model(model)
+    """The task type (with the model's label names and head) of a model with a task head."""
+    head = getattr(model, "head_type", None)
+    return task_type_for_head(head).for_model(model).with_head(head)
 
 
 class TaskType:
@@ -82,6 +84,9 @@ class TaskType:
     # batches padded to a bucket, not max_seq_len. Off for kinds that do not (span
     # QA's windows, task types written before buckets existed).
     supports_length_buckets: ClassVar[bool] = False
+    # --classifier_head style -> the head trained in its place ("pooler", BERT's
+    # head on the pooled output, is `head`); e.g. {"pre_classifier": ...}, DistilBERT's.
+    head_styles: ClassVar[dict[str, str]] = {}
 
     def __init__(self, label_names: Sequence[str] = (), metric_names: Sequence[str] = (),
                  primary_metric: Optional[str] = None):
@@ -100,6 +105,37 @@ class TaskType:
     def num_outputs(self) -> int:
         """Width of the head's last axis (classes, tags, 1 for a score)."""
         return len(self.label_names)
+
+    @classmethod
+    def heads(cls) -> tuple[str, ...]:
+        """Every head a model of this task type may carry: `head` first."""
+        return tuple(dict.fromkeys((cls.head, *cls.head_styles.values())))
+
+    def accepts(self, head: Optional[str]) -> bool:
+        """Whether a model with `head` predicts what this task type predicts (e.g. a
+        teacher with BERT's pooler head for a student with DistilBERT's)."""
+        return head in type(self).heads()
+
+    def with_head(self, head: Optional[str]) -> "TaskType":
+        """This task type training `head` (one of `heads()`) instead of its default."""
+        if head == self.head:
+            return self
+        if not self.accepts(head):
+            raise ValueError(f"a {self.kind} task trains one of the heads "
+                             f"{list(type(self).heads())}, not {head!r}.")
+        out = copy.copy(self)
+        out.head = head
+        return out
+
+    def with_head_style(self, style: str, flag: str = "--classifier_head") -> "TaskType":
+        """This task type with the head `style` names ("pooler": the default)."""
+        if style == "pooler":
+            return self
+        if style not in self.head_styles:
+            styles = ["pooler", *self.head_styles]
+            raise ValueError(f"{flag}={style}: a {self.kind} task trains {' or '.join(styles)} "
+                             "heads only; use --classifier_head=pooler.")
+        return self.with_head(self.head_styles[style])
 
     def head_kwargs(self) -> dict[str, Any]:
         """Arguments of `BertModel` / `load_model` for this task's head."""

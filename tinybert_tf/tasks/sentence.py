@@ -73,6 +73,7 @@ class Classification(_SentenceTask):
 
     kind = "classification"
     head = "classifier"
+    head_styles = {"pre_classifier": "pre_classifier"}
     output_name = "probabilities"
 
     def __init__(self, label_names: Sequence[str], metric_names: Sequence[str] = (),
@@ -159,6 +160,7 @@ class Regression(_SentenceTask):
 
     kind = "regression"
     head = "regressor"
+    head_styles = {"pre_classifier": "pre_regressor"}
     output_name = "score"
     is_regression = True
     predict_on_original_data = True  # paper Sec. 4.2 (STS-B)
