@@ -1,9 +1,11 @@
 """A training phase in-process: SIGTERM stops it at a step boundary with a checkpoint
-and exit code 75, a truncated latest checkpoint falls back to the previous kept one,
-and either way the resumed phase ends with the weights of an uninterrupted one; the
-train step is traced once per phase, across epochs and resumes, also under XLA; a
-diverging phase stops at the step it diverged, keeping its last finite checkpoint;
-an undefined dev metric never selects a checkpoint."""
+and exit code 75, a truncated latest checkpoint falls back to the previous kept one, a
+resume inside an epoch skips the batches already trained on, and each way the resumed
+phase ends with the weights of an uninterrupted one; with length-bucketed batches
+(masked losses) the train step is traced at most once per bucket, across epochs and
+resumes, and XLA sees at most one shape per bucket; a diverging phase stops at the
+step it diverged, keeping its last finite checkpoint; an undefined dev metric never
+selects a checkpoint."""
 from __future__ import annotations
 
 import os
@@ -15,8 +17,10 @@ import pytest
 import tensorflow as tf
 
 from tinybert_tf.config import BertConfig
+from tinybert_tf.data import buckets
 from tinybert_tf.distill import Distiller, LossTerm, make_terms
 from tinybert_tf.models import BertModel
+from tinybert_tf.pipeline.task_input import epoch_rows
 from tinybert_tf.pipeline.training import (
     PREEMPTED_EXIT_CODE,
     Diverged,
@@ -26,6 +30,11 @@ from tinybert_tf.pipeline.training import (
 )
 
 STEPS_PER_EPOCH, EPOCHS, BATCH, SEQ = 3, 2, 4, 12
+BOUNDARIES = buckets.bucket_boundaries(SEQ, 3)  # 4, 8, 12
+ROWS = STEPS_PER_EPOCH * BATCH + 2  # 2 rows left out of each epoch
+_rng = np.random.default_rng(7)
+LENGTHS = _rng.integers(2, SEQ + 1, ROWS)
+IDS = _rng.integers(5, 40, (ROWS, SEQ)).astype(np.int32)
 
 
 def _config(vocab_size: int, hidden: int) -> BertConfig:
@@ -35,26 +44,34 @@ def _config(vocab_size: int, hidden: int) -> BertConfig:
 
 
 def _dataset(epoch: int) -> tf.data.Dataset:
-    """Fixed-shape batches of random ids, another order each epoch."""
-    rng = np.random.default_rng([7, epoch])
-    n = STEPS_PER_EPOCH * BATCH
-    ids = rng.integers(5, 40, (n, SEQ)).astype(np.int32)
-    mask = (np.arange(SEQ)[None, :] < rng.integers(4, SEQ + 1, (n, 1))).astype(np.int32)
-    x = {"input_word_ids": ids * mask, "input_mask": mask, "input_type_ids": 0 * mask}
+    """The epoch's length-grouped batches of random rows (pipeline/task_input.py), each
+    cut to its length bucket."""
+    order = epoch_rows(ROWS, BATCH, seed=3, epoch=epoch, lengths=LENGTHS)
+    return _padded(order).map(lambda b: buckets.trim(b, BOUNDARIES, SEQ))
+
+
+def _padded(order: np.ndarray) -> tf.data.Dataset:
+    mask = (np.arange(SEQ)[None, :] < LENGTHS[order, None]).astype(np.int32)
+    x = {"input_word_ids": IDS[order] * mask, "input_mask": mask, "input_type_ids": 0 * mask}
     return tf.data.Dataset.from_tensor_slices(x).batch(BATCH, drop_remainder=True)
 
 
 def _phase(directory: str, *, max_steps: int = 0, jit: bool = False, evaluate=None,
-           eval_every: int = 0, lr: float = 1e-2, terms=None, **kwargs) -> Phase:
-    """The same freshly initialised phase every call (seeded models, constant rate)."""
+           eval_every: int = 0, lr: float = 1e-2, terms=None, bucketed: bool = True,
+           **kwargs) -> Phase:
+    """The same freshly initialised phase every call (seeded models, constant rate).
+    `bucketed=False`: every batch padded to SEQ (one shape, one trace: the tests of
+    what does not depend on the batches' shapes)."""
     keras.utils.set_random_seed(0)
     teacher = BertModel(_config(40, 16))
     student = BertModel(_config(40, 8))
     distiller = Distiller(student=student, teacher=teacher,
-                          terms=terms or make_terms("embd,attn,hidn"))
+                          terms=terms or make_terms("embd,attn,hidn", mask_padding=True))
     distiller.compile(optimizer=keras.optimizers.SGD(lr) if lr > 1 else
                       keras.optimizers.Adam(lr), jit_compile=jit)
-    return Phase("phase", directory, distiller, distiller.checkpoint_items(), _dataset,
+    padded = lambda epoch: _padded(epoch_rows(ROWS, BATCH, seed=3, epoch=epoch))  # noqa: E731
+    return Phase("phase", directory, distiller, distiller.checkpoint_items(),
+                 _dataset if bucketed else padded,
                  STEPS_PER_EPOCH, EPOCHS, max_steps=max_steps, evaluate=evaluate,
                  eval_every=eval_every, **kwargs)
 
@@ -80,8 +97,15 @@ def reference(tmp_path_factory):
     return phase
 
 
-def test_train_step_is_traced_once_across_an_epoch_boundary(reference):
-    assert reference.model.train_traces == 1
+def _shapes() -> set:
+    return {tuple(b["input_word_ids"].shape) for e in range(EPOCHS) for b in _dataset(e)}
+
+
+def test_bucketed_batches_take_a_few_shapes_and_one_trace_across_epochs(reference):
+    shapes = _shapes()
+    assert 1 < len(shapes) <= len(BOUNDARIES)  # bucketed: shorter than SEQ, few shapes
+    assert {s[1] for s in shapes} <= set(BOUNDARIES)
+    assert 1 <= reference.model.train_traces <= len(BOUNDARIES)
 
 
 def test_sigterm_stops_at_a_step_boundary_and_the_resume_matches(tmp_path, reference):
@@ -102,7 +126,7 @@ def test_sigterm_stops_at_a_step_boundary_and_the_resume_matches(tmp_path, refer
 
     resumed = _phase(directory)
     assert _run(resumed)["steps"] == STEPS_PER_EPOCH * EPOCHS
-    assert resumed.model.train_traces == 1  # a resume traces once too
+    assert resumed.model.train_traces <= len(BOUNDARIES)  # a resume too
     _assert_same(_weights(resumed), _weights(reference))
 
 
@@ -122,10 +146,23 @@ def test_truncated_latest_checkpoint_falls_back_to_the_previous_one(tmp_path, re
     _assert_same(_weights(resumed), _weights(reference))
 
 
-def test_train_step_compiles_once_under_xla(tmp_path):
+def test_a_resume_mid_epoch_skips_the_bucketed_batches_already_trained_on(tmp_path, reference,
+                                                                         capsys):
+    directory = str(tmp_path / "stage" / "phase")
+    _run(_phase(directory, max_steps=STEPS_PER_EPOCH + 1), checkpoint_every=2)
+    resumed = _phase(directory)
+    assert _run(resumed, checkpoint_every=2)["steps"] == STEPS_PER_EPOCH * EPOCHS
+    assert f"(step {STEPS_PER_EPOCH + 1})" in capsys.readouterr().out  # inside epoch 2
+    _assert_same(_weights(resumed), _weights(reference))
+
+
+def test_train_step_compiles_at_most_once_per_bucket_under_xla(tmp_path, reference):
     phase = _phase(str(tmp_path / "stage" / "phase"), jit=True)
     _run(phase)
-    assert phase.model.train_traces == 1
+    # One Python trace; XLA compiles once per input shape, at most one per bucket.
+    assert 1 <= phase.model.train_traces <= len(BOUNDARIES)
+    assert len(_shapes()) <= len(BOUNDARIES)
+    _assert_same(_weights(phase), _weights(reference))
 
 
 # --- divergence and undefined metrics ---------------------------------------------------
@@ -138,7 +175,7 @@ def _finite(path: str) -> bool:
 
 def test_a_diverging_learning_rate_stops_at_its_step_naming_the_flag(tmp_path):
     directory = str(tmp_path / "stage" / "phase")
-    phase = _phase(directory, lr=1e9, hint="lower --pred_lr (now 1e+09)")
+    phase = _phase(directory, lr=1e9, hint="lower --pred_lr (now 1e+09)", bucketed=False)
     with pytest.raises(Diverged) as info:
         _run(phase, checkpoint_every=1)
     message = str(info.value)
@@ -166,7 +203,8 @@ class _NaNTerm(LossTerm):
 
 def test_a_term_returning_nan_is_named_as_the_cause(tmp_path):
     phase = _phase(str(tmp_path / "stage" / "phase"),
-                   terms=[*make_terms("embd"), _NaNTerm()], hint="lower --x_lr")
+                   terms=[*make_terms("embd"), _NaNTerm()], hint="lower --x_lr",
+                   bucketed=False)
     with pytest.raises(Diverged, match=r"at step 1 of 6: the loss is not finite \(broken_loss="
                        r"nan, loss=nan\).*before any update, so the learning rate is not the "
                        r"cause: the loss term\(s\) broken gave non-finite values on finite "
@@ -178,13 +216,15 @@ def test_an_undefined_dev_metric_never_selects_a_checkpoint(tmp_path):
     values = iter([float("nan"), 0.25, float("nan"), 0.5])
     best = []
     phase = _phase(str(tmp_path / "a" / "phase"), evaluate=lambda: {"pearson": next(values)},
-                   eval_every=1, select_metric="pearson", on_best=best.append, max_steps=4)
+                   eval_every=1, select_metric="pearson", on_best=best.append, max_steps=4,
+                   bucketed=False)
     result = _run(phase)
     assert [b["pearson"] for b in best] == [0.25, 0.5] and result["best"]["step"] == 4
     # No defined value at all: the last weights are kept, with a warning, once.
     best.clear()
     phase = _phase(str(tmp_path / "b" / "phase"), evaluate=lambda: {"pearson": float("nan")},
-                   select_metric="pearson", on_best=best.append, max_steps=1)
+                   select_metric="pearson", on_best=best.append, max_steps=1,
+                   bucketed=False)
     assert _run(phase)["best"] is None
     assert len(best) == 1 and np.isnan(best[0]["pearson"])
 
@@ -203,7 +243,7 @@ def test_the_report_says_undefined_and_retains_nothing_of_undefined_metrics():
 def test_output_to_a_log_file_has_step_lines_not_a_redrawn_bar(tmp_path, capsys):
     """stdout is not a terminal here (pytest captures it): no carriage returns or
     backspaces, and the phase ends with a whole line naming its last step."""
-    run_phase(_phase(str(tmp_path / "stage" / "phase"), max_steps=2),
+    run_phase(_phase(str(tmp_path / "stage" / "phase"), max_steps=2, bucketed=False),
               tf.distribute.get_strategy(), verbose=1)
     out = capsys.readouterr().out
     assert "\r" not in out and "\b" not in out

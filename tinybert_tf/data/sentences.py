@@ -10,13 +10,18 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from tinybert_tf.data import buckets
 from tinybert_tf.data.examples import DataError, Example
+
+# Texts tokenised per eager call when measuring row lengths.
+_LENGTH_CHUNK = 4096
 
 
 def make_dataset(examples: Sequence[Example], tokenizer, max_seq_len: int, batch_size: int,
                  shuffle: bool = False, seed: int = 0, repeat: bool = False,
                  drop_remainder: bool = False, input_context=None,
-                 is_regression: Optional[bool] = None):
+                 is_regression: Optional[bool] = None,
+                 length_buckets: Sequence[int] = ()):
     """Examples -> tf.data of (inputs, labels), tokenised in graph.
 
     inputs: dict of int32 [B, max_seq_len] input_word_ids / input_mask /
@@ -25,6 +30,8 @@ def make_dataset(examples: Sequence[Example], tokenizer, max_seq_len: int, batch
     `tf.distribute.InputContext` each input pipeline takes its shard of the
     examples (by index) and yields per-replica batches.
     `is_regression` defaults to "some label is a float".
+    `length_buckets`: boundaries (`buckets.bucket_boundaries`); each batch is cut
+    to the smallest one that holds its longest row ([B, bucket] inputs).
     """
     import tensorflow as tf
 
@@ -60,6 +67,22 @@ def make_dataset(examples: Sequence[Example], tokenizer, max_seq_len: int, batch
         inputs = tokenizer(cols["text_a"], cols.get("text_b"), max_seq_len=max_seq_len)
         for v in inputs.values():  # static shapes for XLA / TPU
             v.set_shape([static_batch, max_seq_len])
-        return inputs, y
+        return buckets.trim((inputs, y), length_buckets, max_seq_len)
 
     return ds.map(encode, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+
+
+def packed_lengths(examples: Sequence[Example], tokenizer, max_seq_len: int) -> np.ndarray:
+    """int64 [N]: the real tokens (input_mask sum) `make_dataset` packs for each example,
+    packed by the same tokenizer call, a chunk of examples at a time."""
+    import tensorflow as tf
+
+    out = np.zeros(len(examples), np.int64)
+    for start in range(0, len(examples), _LENGTH_CHUNK):
+        chunk = examples[start:start + _LENGTH_CHUNK]
+        b = [e.text_b for e in chunk] if chunk[0].text_b is not None else None
+        inputs = tokenizer(tf.constant([e.text_a for e in chunk], tf.string),
+                           None if b is None else tf.constant(b, tf.string),
+                           max_seq_len=max_seq_len)
+        out[start:start + len(chunk)] = tf.reduce_sum(inputs["input_mask"], axis=1).numpy()
+    return out

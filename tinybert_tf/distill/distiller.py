@@ -29,8 +29,11 @@ Teacher outputs in the batch: when every teacher-reading term declares the
 outputs it reads (`LossTerm.teacher_outputs`, e.g. the prediction term's
 ("logits",)) and the batch carries each as `teacher_<name>` (e.g.
 `teacher_logits`, float32 [B, labels], computed once per example by the
-pipeline's teacher cache), the teacher's forward pass is skipped. The choice
-is made when the step is traced, from the batch's keys.
+pipeline's teacher cache), the teacher's forward pass is skipped. A list-valued
+output whose terms name the indices they read (`LossTerm.teacher_indices`, e.g.
+the mapped layers of `hidden_states`) comes as one key per index,
+`teacher_<name>/<i>`, and reaches the terms as {i: tensor}. The choice is made
+when the step is traced, from the batch's keys (`teacher_keys`).
 
 Preemption: `watch_stop_requests(request, agreed)` makes every train step
 all-reduce the per-worker `request` flag together with the loss counts (no
@@ -39,7 +42,8 @@ received by any of them at the same step (see pipeline/training.py).
 
 Static shapes: with fixed-length, drop_remainder batches the train step is
 traced once per phase (`train_traces` counts traces), so `jit_compile=True`
-compiles it once under XLA.
+compiles it once under XLA. Length-bucketed batches ([B, None] inputs, see
+tinybert_tf.data.buckets) trace once too; XLA compiles once per bucket length.
 
 Variables that receive no gradient in a phase (the pooler and classifier in
 the intermediate phase) are left out of the optimizer update, so AdamW does
@@ -75,6 +79,27 @@ def trackable(variables) -> dict[str, Any]:
     and restores by position, whatever Keras names them.
     """
     return {f"v{i:05d}": v for i, v in enumerate(variables)}
+
+
+def teacher_batch_keys(terms: Sequence[LossTerm]) -> Optional[tuple[str, ...]]:
+    """The batch keys that stand in for the teacher's forward pass for built `terms`
+    (see the module docstring): `teacher_<output>`, or `teacher_<output>/<i>` for
+    each index of a list-valued output when every term that reads it names its
+    indices. None when a term does not declare what it reads."""
+    terms = [t for t in terms if t.needs_teacher]
+    if any(t.teacher_outputs is None for t in terms):
+        return None
+    reads = sorted({k for t in terms for k in t.teacher_outputs})
+    keys: list[str] = []
+    for name in reads:
+        readers = [t for t in terms if name in (t.teacher_outputs or ())]
+        indices = [t.teacher_indices().get(name) for t in readers]
+        if readers and all(i is not None for i in indices):
+            keys.extend(f"{TEACHER_KEY_PREFIX}{name}/{i}"
+                        for i in sorted({i for ix in indices for i in ix}))
+        else:
+            keys.append(TEACHER_KEY_PREFIX + name)
+    return tuple(keys)
 
 
 def _slice_batch(structure, start, size):
@@ -160,6 +185,7 @@ class Distiller(MultiWorkerBuildMixin, keras.Model):
         self.teacher_reads: Optional[tuple[str, ...]] = (
             None if any(r is None for r in reads)
             else tuple(sorted({k for r in reads for k in r})))
+        self.teacher_keys = teacher_batch_keys(terms)
         self._stop_flags: list = []  # [request, agreed] variables, see watch_stop_requests
         self.train_traces = 0
         self.built = True
@@ -211,8 +237,7 @@ class Distiller(MultiWorkerBuildMixin, keras.Model):
 
     def teacher_outputs_in(self, batch_keys) -> bool:
         """Whether a batch with these keys carries every teacher output the terms read."""
-        return self.teacher_reads is not None and all(
-            TEACHER_KEY_PREFIX + k in batch_keys for k in self.teacher_reads)
+        return self.teacher_keys is not None and all(k in batch_keys for k in self.teacher_keys)
 
     @property
     def metrics(self) -> list:
@@ -264,7 +289,15 @@ class Distiller(MultiWorkerBuildMixin, keras.Model):
         if self.teacher is None:
             return None
         if self.teacher_outputs_in(x):
-            return {k: tf.stop_gradient(x[TEACHER_KEY_PREFIX + k]) for k in self.teacher_reads}
+            out: dict[str, Any] = {}
+            for key in self.teacher_keys:
+                name, _, index = key[len(TEACHER_KEY_PREFIX):].partition("/")
+                value = tf.stop_gradient(x[key])
+                if index:
+                    out.setdefault(name, {})[int(index)] = value
+                else:
+                    out[name] = value
+            return out
         out = self.teacher(self._model_inputs(x), training=False)
         return tf.nest.map_structure(tf.stop_gradient, out)
 
@@ -326,9 +359,13 @@ class Distiller(MultiWorkerBuildMixin, keras.Model):
         batch = tf.shape(x["input_word_ids"])[0]
         static_batch = x["input_word_ids"].shape[0]
         if static_batch is not None and static_batch % k == 0:
-            # Static split (XLA-friendly): [B, ...] -> [k, B/k, ...], index i.
-            split = tf.nest.map_structure(
-                lambda t: tf.reshape(t, [k, static_batch // k] + t.shape.as_list()[1:]), x)
+            # Static split (XLA-friendly): [B, ...] -> [k, B/k, ...], index i. Unknown
+            # dims (a length-bucketed batch's length) are read at run time.
+            def split_rows(t):
+                dims = [d if d is not None else tf.shape(t)[j + 1]
+                        for j, d in enumerate(t.shape.as_list()[1:])]
+                return tf.reshape(t, [k, static_batch // k] + dims)
+            split = tf.nest.map_structure(split_rows, x)
             take = lambda i: tf.nest.map_structure(lambda t: t[i], split)  # noqa: E731
         else:
             size = (batch + k - 1) // k

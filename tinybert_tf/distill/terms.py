@@ -74,6 +74,10 @@ class LossTerm:
     name: ClassVar[str] = ""
     needs_teacher: ClassVar[bool] = True
     teacher_outputs: ClassVar[Optional[tuple[str, ...]]] = None
+    # Whether `sum` and `count` read real positions only, so a batch padded to any
+    # length gives the same value: then a phase may batch by length (data/buckets.py).
+    # A term that does not say is assumed to depend on the padding.
+    padding_invariant: bool = False
 
     def __init__(self, weight: float = 1.0):
         self.weight = float(weight)
@@ -92,6 +96,12 @@ class LossTerm:
         """Check the models and precompute per-model facts (layer maps, heads); the
         base calls `plan` with the models' configs."""
         self.plan(student.bert_config, getattr(teacher, "bert_config", None))
+
+    def teacher_indices(self) -> dict[str, tuple[int, ...]]:
+        """For each list-valued teacher output `sum` reads (hidden_states,
+        attention_scores), the list indices it reads (known after `build`); a cache
+        of teacher outputs keeps only those. {}: none, or all of them."""
+        return {}
 
     def count(self, inputs: dict) -> tf.Tensor:
         raise NotImplementedError(f"{type(self).__name__}.count")
@@ -205,6 +215,11 @@ class _LayerTerm(LossTerm):
         self.lambdas: list[float] = []
         self.teacher_width = 0
 
+    @property
+    def padding_invariant(self) -> bool:
+        """Only with mask_padding: the reference's losses count padded positions."""
+        return self.mask_padding
+
     def plan(self, student_config, teacher_config) -> None:
         m = student_config.num_layers
         self.mapping = layer_map(self.layer_mapping_spec, m, teacher_config.num_layers)
@@ -263,6 +278,9 @@ class AttentionTerm(_LayerTerm):
         super().plan(student_config, teacher_config)
         self.heads = losses.attention_heads(student_config.num_heads, teacher_config.num_heads)
 
+    def teacher_indices(self):
+        return {"attention_scores": tuple(sorted({g - 1 for g in self.mapping[1:]}))}
+
     def count(self, inputs):
         return losses.attention_count(inputs["input_mask"], self.heads, self.mask_padding)
 
@@ -286,6 +304,9 @@ class HiddenTerm(_LayerTerm):
     def plan(self, student_config, teacher_config) -> None:
         super().plan(student_config, teacher_config)
         self.needs_projections = True
+
+    def teacher_indices(self):
+        return {"hidden_states": tuple(sorted(set(self.mapping[1:])))}
 
     def count(self, inputs):
         return losses.hidden_count(inputs["input_mask"], self.teacher_width, self.mask_padding)
@@ -321,6 +342,7 @@ class PredictionTerm(LossTerm):
     (soft cross-entropy for classes, MSE to the teacher for a score)."""
 
     name = "pred"
+    padding_invariant = True
     teacher_outputs = ("logits",)
 
     def __init__(self, task: Optional[PredictionTask] = None, temperature: float = 1.0,
@@ -362,6 +384,7 @@ class HardLabelTerm(LossTerm):
     prediction phase (not in the paper, whose weight is 0)."""
 
     name = "hard"
+    padding_invariant = True
     needs_teacher = False
 
     def __init__(self, task: Optional[PredictionTask] = None, weight: float = 1.0):
@@ -408,6 +431,7 @@ class DistilSoftTargetTerm(LossTerm):
     position), or only at the masked positions (`restrict_ce_to_mask=True`)."""
 
     name = "ce"
+    padding_invariant = True
     teacher_outputs = ("logits",)
 
     def __init__(self, temperature: float = 2.0, weight: float = 5.0,
@@ -464,6 +488,7 @@ class MaskedLMTerm(LossTerm):
     """
 
     name = "mlm"
+    padding_invariant = True
     needs_teacher = False
 
     def __init__(self, weight: float = 2.0, restrict_ce_to_mask: bool = False):
@@ -498,6 +523,7 @@ class CosineTerm(LossTerm):
     tokens (through W_h when the widths differ)."""
 
     name = "cos"
+    padding_invariant = True
     teacher_outputs = ("sequence_output",)
 
     def __init__(self, weight: float = 1.0):

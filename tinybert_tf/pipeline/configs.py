@@ -17,6 +17,7 @@ import dataclasses
 from typing import Any, Optional
 
 from tinybert_tf.data import holdout
+from tinybert_tf.pipeline import precision
 from tinybert_tf.tasks.catalog import TaskConfig
 
 PRECISIONS = ("none", "mixed_float16", "mixed_bfloat16")
@@ -64,7 +65,11 @@ class RunOptions:
     peer_timeout: float
     input_sharding: str
     teacher_cache: bool
+    teacher_cache_budget_gb: float
     lock_stale_minutes: float
+    # --teacher_precision as given (`TaskDistillConfig.teacher_precision` holds the
+    # resolved dtype); the plan explains the choice from it.
+    teacher_precision_request: str = flag("teacher_precision")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,6 +77,7 @@ class Numerics:
     seed: int
     mixed_precision: str
     jit_compile: bool
+    length_buckets: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -194,6 +200,8 @@ class TaskDistillConfig:
     batch_size: int = flag("task_batch_size")
     max_steps: int = flag("task_max_steps")
     eval_every: int = flag("eval_every")
+    # Resolved: float32, bfloat16 or float16 (never auto), see `teacher_precision_decision`.
+    teacher_precision: str = flag("teacher_precision")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -250,10 +258,19 @@ class PipelineConfig:
         if numerics.mixed_precision == AUTO_PRECISION:
             resolved = "mixed_bfloat16" if parts["run"].strategy == "tpu" else "none"
             parts["numerics"] = dataclasses.replace(numerics, mixed_precision=resolved)
+        # The resolved dtype is what run_config.json records: a resume on hardware where
+        # `auto` chooses otherwise is refused, not silently continued in another dtype.
+        parts["distill"] = dataclasses.replace(
+            parts["distill"], teacher_precision=teacher_precision_decision(parts["run"]).dtype)
         general = parts["general"]
         parts["general"] = dataclasses.replace(
             general, holdout=holdout.resolve(general.holdout, parts["task"].task))
         return cls(**parts)
+
+    @property
+    def teacher_precision(self) -> "precision.Decision":
+        """The task-stage teacher's dtype and why (`--teacher_precision`)."""
+        return teacher_precision_decision(self.run)
 
     def results(self) -> dict[str, Any]:
         """The result-affecting configs as {flag: value}, JSON-friendly (run_config.json)."""
@@ -298,12 +315,13 @@ _STAGE_IGNORES = {
     "general": ("models.task_teacher", "models.teacher_label_order", "models.general_model",
                 "models.student_init", "models.classifier_head",
                 "loss.temperature", "loss.hard_label_weight", "loss.pkd_alpha",
-                "loss.pkd_beta"),
+                "loss.pkd_beta", "numerics.length_buckets"),
     "finetune_teacher": ("models.task_teacher", "models.teacher_label_order",
                          "models.student_config", "models.init_from_teacher",
                          "models.general_model", "models.student_init",
                          "models.classifier_head") + _LATENCY,
-    "augment": ("numerics.mixed_precision", "numerics.jit_compile", "models.student_config",
+    "augment": ("numerics.mixed_precision", "numerics.jit_compile", "numerics.length_buckets",
+                "models.student_config",
                 "models.init_from_teacher", "models.general_model",
                 "models.teacher_label_order", "models.student_init",
                 "models.classifier_head") + _LATENCY,
@@ -319,6 +337,12 @@ _STAGE_IGNORES = {
                  "distill.pred_grid", "distill.batch_size", "distill.max_steps",
                  "distill.eval_every"),
 }
+
+
+def teacher_precision_decision(run: RunOptions) -> "precision.Decision":
+    """--teacher_precision resolved on this host (TPU: --strategy=tpu)."""
+    return precision.decide(run.teacher_precision_request,
+                            precision.detect(tpu=run.strategy == "tpu"))
 
 
 def as_flags(part: Any) -> dict[str, Any]:

@@ -30,6 +30,7 @@ from tinybert_tf.pipeline.autosize import DEFAULT_CANDIDATES
 from tinybert_tf.pipeline.configs import AUTO_PRECISION, INPUT_SHARDING, PRECISIONS
 from tinybert_tf.pipeline.lock import DEFAULT_STALE_MINUTES
 from tinybert_tf.pipeline.phases import PHASE_KINDS
+from tinybert_tf.pipeline.precision import TEACHER_PRECISIONS
 from tinybert_tf.pipeline.recipes import RECIPES
 from tinybert_tf.pipeline.stages import STAGES
 from tinybert_tf.pipeline.strategy import DEFAULT_PEER_TIMEOUT, STRATEGIES
@@ -185,7 +186,12 @@ def define_numerics(fv: flags.FlagValues) -> None:
                       "auto: mixed_bfloat16 with --strategy=tpu, none otherwise.",
                       flag_values=fv)
     flags.DEFINE_bool("jit_compile", False, "XLA-compile the train step (each phase "
-                      "compiles once: fixed sequence lengths, full batches).", flag_values=fv)
+                      "compiles once per sequence length: full batches, --length_buckets "
+                      "lengths at most).", flag_values=fv)
+    flags.DEFINE_integer("length_buckets", 8, "Pad each batch to the smallest of N evenly "
+                         "spaced lengths holding its longest row, not --max_seq_len (0), where "
+                         "padding does not change the loss (docs/distillation.md).",
+                         flag_values=fv)
 
 
 @_group
@@ -329,10 +335,13 @@ def define_run(fv: flags.FlagValues) -> None:
     flags.DEFINE_integer("checkpoint_every", 200, "Save a checkpoint every N steps.",
                          flag_values=fv)
     flags.DEFINE_integer("keep_checkpoints", 2, "Checkpoints kept per phase.", flag_values=fv)
-    flags.DEFINE_bool("teacher_cache", True, "Prediction phase: compute the teacher's logits "
-                      "once per training example (kept in the phase folder) and reuse them "
-                      "every epoch instead of running the teacher each step.",
+    flags.DEFINE_bool("teacher_cache", True, "Compute the teacher's logits (prediction "
+                      "phase) or mapped layers (intermediate phase, within "
+                      "--teacher_cache_budget_gb) once and reuse them every epoch.",
                       flag_values=fv)
+    flags.DEFINE_float("teacher_cache_budget_gb", 8.0, "Most GiB of the teacher's mapped "
+                       "layers (bfloat16) cached for an intermediate phase of several epochs "
+                       "(0 = never); the plan says whether they fit.", flag_values=fv)
     flags.DEFINE_integer("eval_batch_size", 64, "Batch size of evaluation.", flag_values=fv)
     flags.DEFINE_integer("latency_runs", 30, "Batch-1 forward passes timed for report.json.",
                          flag_values=fv)
@@ -488,6 +497,9 @@ def define_task_distillation(fv: flags.FlagValues) -> None:
                          "phase (0 = once per epoch); the best checkpoint is kept. The "
                          "reference evaluates every 100 steps (the task configs' value).",
                          flag_values=fv)
+    flags.DEFINE_enum("teacher_precision", "auto", TEACHER_PRECISIONS, "dtype of the frozen "
+                      "task-stage teacher. auto: bfloat16 on TPUs, Ampere+ GPUs and CPUs with "
+                      "AVX512-BF16/AMX, else float32; the plan says why.", flag_values=fv)
 
 
 @_group

@@ -61,6 +61,8 @@ from tinybert_tf.distill.optimizer import create_optimizer
 from tinybert_tf.distill.projections import expected_shapes, mismatch
 from tinybert_tf.distill.terms import HardLabelTerm, LossTerm, PredictionTerm, make_terms
 from tinybert_tf.models.checkpoint import attachment_info, read_attachment
+from tinybert_tf.pipeline import task_input
+from tinybert_tf.pipeline import teacher_cache as cache_lib
 from tinybert_tf.pipeline.configs import PipelineConfig
 from tinybert_tf.pipeline.training import schedule_steps
 from tinybert_tf.tasks.base import TaskType
@@ -74,6 +76,7 @@ class PlanContext(Protocol):
 
     config: PipelineConfig
     replicas: int
+    max_seq_len: int
     state: Any  # RunState: .path(*parts)
     task: Any  # tasks.catalog.Task: .type
 
@@ -113,6 +116,10 @@ class PhaseSpec:
     evaluation: Optional[dict[str, Any]] = None
     cell: Optional[dict[str, Any]] = None
     augmented: bool = False  # trains on the augmented set (a task phase)
+    # How batches are padded (task phases, teacher fine-tuning; None: the phase builds
+    # its own input), and further plan entries: the teacher's precision, its caches.
+    padding: Optional[task_input.Padding] = None
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def micro_batch(self) -> float:
@@ -196,6 +203,9 @@ class PhaseSpec:
             out["grid_cell"] = self.cell
         if self.evaluation is not None:
             out["evaluation"] = self.evaluation
+        if self.padding is not None:
+            out["padding"] = self.padding.describe()
+        out.update(self.extra)
         if self.note:
             out["note"] = self.note
         return out
@@ -423,6 +433,7 @@ def task_phase_specs(ctx: PlanContext, rows_by_data: dict[bool, int], dev_exampl
                 "--pred_grid" if cell else "--task_batch_size", kind.epochs(c), d.max_steps,
                 cell.lr if cell else kind.lr(c), kind.schedule, kind.warmup(c), terms)
             spec.kind, spec.augmented = kind.name, augmented
+            _plan_input(ctx, spec)
             spec.cell = cell.describe() if cell else None
             if spec.needs_projections:
                 spec.projections, carried = projections, True
@@ -432,6 +443,16 @@ def task_phase_specs(ctx: PlanContext, rows_by_data: dict[bool, int], dev_exampl
         if carried:
             projections = f"phase {name}"
     return specs
+
+
+def _plan_input(ctx: PlanContext, spec: PhaseSpec) -> None:
+    """A task phase's padding (length buckets where its terms allow), the frozen
+    teacher's dtype (--teacher_precision) and the logits cache's decision; the plan
+    replaces the last with the layer cache's where the terms read teacher layers."""
+    c, task_type = ctx.config, ctx.task.type
+    spec.padding = task_input.padding_for(c, task_type, spec.terms, ctx.max_seq_len)
+    spec.extra["teacher_precision"] = c.teacher_precision.describe()
+    spec.extra["teacher_cache"] = cache_lib.plan(task_type, spec.terms, c.run.teacher_cache)
 
 
 def reads_augmented(config: PipelineConfig) -> bool:

@@ -30,7 +30,7 @@ from tinybert_tf.models.heads import HEADS
 from tinybert_tf.models.labels import label_order, output_names
 from tinybert_tf.pipeline import phases as P
 from tinybert_tf.pipeline import quantize_stage as Q
-from tinybert_tf.pipeline import stage_io
+from tinybert_tf.pipeline import stage_io, task_input
 from tinybert_tf.pipeline import stages as S
 from tinybert_tf.pipeline.configs import PipelineConfig
 from tinybert_tf.pipeline.recipes import RECIPES, GeneralRecipe, get_recipe
@@ -140,6 +140,9 @@ def _ranges(c: PipelineConfig) -> list[tuple[str, Any, Callable[[Any], bool], st
         ("--n_best_size", c.task.n_best_size, pos, ">= 1"),
         ("--max_answer_len", c.task.max_answer_len, pos, ">= 1"),
         ("--lock_stale_minutes", r.lock_stale_minutes, pos, "> 0"),
+        ("--length_buckets", c.numerics.length_buckets, nonneg,
+         ">= 0 (0 = every batch padded to --max_seq_len)"),
+        ("--teacher_cache_budget_gb", r.teacher_cache_budget_gb, nonneg, ">= 0 (0 = never)"),
         ("--peer_timeout", r.peer_timeout, pos, "> 0 seconds"),
     ]
 
@@ -462,8 +465,10 @@ def check(ctx: S.Context, stages: Sequence[str], count_corpus: bool = False
                                  teacher is not None or "general" not in needs,
                                  task_models, _saved_projections(ctx, needs, student_cfg,
                                                                  teacher))
-    # Disk.
+    # Disk: the models, and the teacher caches the plan uses.
     needed = _DISK_MARGIN_BYTES + (16 * teacher.num_weights() if teacher is not None else 0)
+    needed += sum(int(p.get("teacher_cache", {}).get("gib", 0) * 2**30)
+                  for p in plan.get("phases", ()) if p.get("teacher_cache", {}).get("use"))
     if not files.is_remote(ctx.state.output_dir):
         free = shutil.disk_usage(_existing_parent(ctx.state.output_dir)).free
         if free < needed:
@@ -628,6 +633,18 @@ def _saved_projections(ctx: S.Context, needs: set, student: Optional[BertConfig]
         return None  # the model's own check reports it
 
 
+def _layer_cache_plan(checks: _Checks, ctx: S.Context, spec: P.PhaseSpec, train, aug,
+                      task_models: tuple[BertConfig, BertConfig]) -> None:
+    """The teacher-layer cache's decision in the plan of a phase whose terms it can
+    hold (pipeline/layer_cache.py); rows not augmented yet count N_a + 1 per example."""
+    known = aug if spec.augmented else train
+    scale = ctx.config.augment.num_aug + 1.0 if spec.augmented and aug is None else 1.0
+    cache = checks.run(lambda: task_input.layer_cache_plan(
+        ctx, spec, known if known is not None else train, *task_models, scale=scale))
+    if cache is not None and cache.layout is not None:
+        spec.extra["teacher_cache"] = cache.describe()
+
+
 def _phases(checks: _Checks, ctx: S.Context, needs: set, count_corpus: bool,
             tokenizer_ok: bool = True, teacher_ok: bool = True,
             task_models: Optional[tuple[BertConfig, BertConfig]] = None,
@@ -659,7 +676,7 @@ def _phases(checks: _Checks, ctx: S.Context, needs: set, count_corpus: bool,
         if n_train is not None and "finetune_teacher" in needs:
             specs.append(checks.run(lambda: S.finetune_phase(ctx, n_train)))
         if "task" in needs and n_train is not None:
-            size = n_train
+            size, aug = n_train, None
             if P.reads_augmented(ctx.config):
                 d = ctx.config.distill
                 written = (ctx.state.is_done("augment") or bool(d.augmented_file)) \
@@ -683,6 +700,8 @@ def _phases(checks: _Checks, ctx: S.Context, needs: set, count_corpus: bool,
             for spec in phases:
                 if note and spec.augmented:
                     spec.note = note
+                if task_models is not None:
+                    _layer_cache_plan(checks, ctx, spec, train, aug, task_models)
             if warning and any(spec.projections == "new" for spec in phases):
                 checks.warnings.append(warning)
             specs.extend(phases)

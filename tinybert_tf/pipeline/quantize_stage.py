@@ -30,6 +30,7 @@ from tinybert_tf.distill.distiller import Distiller
 from tinybert_tf.distill.terms import LossTerm, make_terms, resolve_names
 from tinybert_tf.models.checkpoint import load_model, save_model
 from tinybert_tf.models.quantization import calibrate
+from tinybert_tf.pipeline import task_input
 from tinybert_tf.pipeline.phases import PhaseSpec, reads_augmented
 from tinybert_tf.pipeline.stages import (
     Context,
@@ -37,8 +38,6 @@ from tinybert_tf.pipeline.stages import (
     _evaluator,
     _phase,
     _run,
-    _task_dataset,
-    epoch_order,
     rows,
 )
 from tinybert_tf.pipeline.training import Phase
@@ -86,7 +85,8 @@ def quantize(ctx: Context) -> dict[str, Any]:
     # The first rows of the first epoch's order: a seeded sample of the data (an
     # augmented file lists each sentence's variants together). Overwritten by the
     # phase's checkpoint when it resumes.
-    sample = epoch_order(train, ctx.config.numerics.seed, 0)[:q.calibration_examples]
+    sample = [train[i] for i in task_input.epoch_rows(
+        len(train), 1, ctx.config.numerics.seed, 0)[:q.calibration_examples]]
     calibration = calibrate(student, calibration_batches(ctx, sample))
     print(f"[quantize] {calibration['points']} int8 activation ranges calibrated on "
           f"{len(sample)} rows; padded keys masked with {calibration['mask_value']:.2f}",
@@ -95,7 +95,7 @@ def quantize(ctx: Context) -> dict[str, Any]:
         distiller = _distiller(ctx, student, teacher, spec, ctx.task.type.label_metrics(),
                                prepare=identity_projections)
     phase = Phase("qat", spec.directory, distiller, distiller.checkpoint_items(),
-                  _task_dataset(ctx, train, spec.global_batch), spec.steps_per_epoch,
+                  task_input.phase_input(ctx, train, spec), spec.steps_per_epoch,
                   spec.epochs, max_steps=spec.max_steps,
                   evaluate=_evaluator(ctx, student, dev))
     result = _run(ctx, phase)

@@ -21,7 +21,8 @@ steps, schedule, loss terms) from the configs and the data sizes alone; the
 dry run prints the same specs the stages train with.
 
 Input distribution. Task phases give Keras one dataset of global batches
-(examples in `epoch_order`), which tf.distribute splits. The general stage
+(rows in `task_input.epoch_rows` order, padded or length-bucketed as the
+phase's `padding` says), which tf.distribute splits. The general stage
 builds its input per worker (`strategy.distribute_datasets_from_function`,
 `general_input`): with at least as many corpus files as workers each worker
 reads only its own files ("file" sharding: less reading, but other batches
@@ -38,10 +39,8 @@ import logging
 import posixpath
 from typing import Any, Callable, Optional
 
-import numpy as np
 import tensorflow as tf
 
-from tinybert_tf import files
 from tinybert_tf.augment.augmenter import augment_source
 from tinybert_tf.config import BertConfig, get_config
 from tinybert_tf.data import corpus as corpus_lib
@@ -70,8 +69,8 @@ from tinybert_tf.pipeline import (
     baseline_phases,  # noqa: F401  (registers --task_phases=pkd)
     evaluation,
     report,
+    task_input,
 )
-from tinybert_tf.pipeline import teacher_cache as cache_lib
 from tinybert_tf.pipeline.configs import PipelineConfig
 from tinybert_tf.pipeline.phases import (
     PROJECTIONS,
@@ -81,9 +80,10 @@ from tinybert_tf.pipeline.phases import (
     reads_augmented,
     task_phase_specs,
 )
+from tinybert_tf.pipeline.precision import with_precision
 from tinybert_tf.pipeline.recipes import GeneralRecipe, get_recipe
 from tinybert_tf.pipeline.state import RunState
-from tinybert_tf.pipeline.strategy import is_chief, num_workers, peer_errors, worker_dir
+from tinybert_tf.pipeline.strategy import is_chief, num_workers, peer_errors
 from tinybert_tf.pipeline.training import Phase, run_phase
 from tinybert_tf.tasks.catalog import Task
 
@@ -133,6 +133,16 @@ class Context:
         if split == "train_aug":
             task = task.with_augmented(self.augmented_path())
         return task.examples(split)
+
+    @functools.cached_property
+    def row_lengths(self) -> task_input.RowLengths:
+        """Real tokens of each row of a list of examples (computed once per list)."""
+        return task_input.RowLengths(self.task.type, self.tokenizer, self.max_seq_len)
+
+    @property
+    def inference_buckets(self) -> tuple[int, ...]:
+        """Length buckets of evaluation and caching passes (() = padded)."""
+        return task_input.inference_buckets(self.config, self.task.type, self.max_seq_len)
 
     def teacher_path(self) -> str:
         return self.config.models.task_teacher or self.state.path("finetune_teacher", "model")
@@ -187,18 +197,6 @@ def has_quantize_stage(config: PipelineConfig) -> bool:
 def rows(ctx: Context, examples) -> int:
     """Training rows of `examples` (QA: windows), the size a phase's steps come from."""
     return ctx.task.type.dataset_rows(examples, ctx.tokenizer, ctx.max_seq_len)
-
-
-def epoch_order(examples, seed: int, epoch: int):
-    """`examples` in the order of `epoch`: a NumPy permutation seeded by (seed, epoch).
-
-    Shuffling here rather than with `Dataset.shuffle` keeps the order the same
-    under every strategy: tf.distribute rewrites the input graph, and a seeded
-    tf.data shuffle then yields another order than on one device. The teacher
-    cache gathers its logits with the same permutation.
-    """
-    order = cache_lib.epoch_permutation(len(examples), seed, epoch)
-    return [examples[i] for i in order]
 
 
 # --- phase specs ---------------------------------------------------------------------
@@ -291,10 +289,17 @@ def corpus_sequences(ctx: Context) -> int:
 
 def finetune_phase(ctx: Context, train_size: int) -> PhaseSpec:
     c = ctx.config.finetune
-    return _phase(ctx, "finetune_teacher", "train", "task train split", train_size,
+    spec = _phase(ctx, "finetune_teacher", "train", "task train split", train_size,
                   c.batch_size, "--teacher_batch_size", c.epochs, c.max_steps, c.lr, "linear",
                   ctx.config.optim.warmup_proportion,
                   [HardLabelTerm(task=ctx.task.type)])
+    return _with_padding(ctx, spec)
+
+
+def _with_padding(ctx: Context, spec: PhaseSpec) -> PhaseSpec:
+    spec.padding = task_input.padding_for(ctx.config, ctx.task.type, spec.terms,
+                                          ctx.max_seq_len)
+    return spec
 
 
 # --- shared helpers --------------------------------------------------------------------
@@ -341,27 +346,12 @@ def _distiller(ctx: Context, student, teacher, spec: PhaseSpec,
     return distiller
 
 
-def _task_dataset(ctx: Context, examples, batch_size: int,
-                  teacher_logits: Optional[np.ndarray] = None
-                  ) -> Callable[[int], tf.data.Dataset]:
-    """Epoch -> batches of `examples` in the epoch's order (static shapes: fixed
-    length, drop_remainder), with the cached `teacher_logits` rows when given."""
-    seed = ctx.config.numerics.seed
-
-    def make(epoch: int) -> tf.data.Dataset:
-        ds = ctx.task.type.dataset(epoch_order(examples, seed, epoch), ctx.tokenizer,
-                                   ctx.max_seq_len, batch_size, drop_remainder=True)
-        if teacher_logits is None:
-            return ds
-        order = cache_lib.epoch_permutation(len(examples), seed, epoch)
-        return cache_lib.with_teacher_logits(ds, teacher_logits, order, batch_size)
-    return make
-
-
 def _evaluator(ctx: Context, model, examples,
                out_dir: Optional[str] = None) -> Callable[[], dict[str, float]]:
     batch = ctx.config.run.eval_batch_size
-    where = {"out_dir": out_dir} if out_dir else {}  # the task type's prediction files
+    where: dict[str, Any] = {"out_dir": out_dir} if out_dir else {}  # prediction files
+    if ctx.inference_buckets:
+        where["length_buckets"] = ctx.inference_buckets
     return lambda: ctx.task.type.evaluate(model, examples, ctx.tokenizer, ctx.max_seq_len,
                                           batch, **where)
 
@@ -502,7 +492,7 @@ def finetune_teacher(ctx: Context) -> dict[str, Any]:
     # near uniform, which leaves the prediction-layer phase nothing to teach.
     phase = Phase("finetune_teacher", spec.directory, distiller,
                   distiller.checkpoint_items(model_key="teacher"),
-                  _task_dataset(ctx, train, spec.global_batch), spec.steps_per_epoch,
+                  task_input.phase_input(ctx, train, spec), spec.steps_per_epoch,
                   spec.epochs, max_steps=spec.max_steps, evaluate=_evaluator(ctx, teacher, dev))
     result = _run(ctx, phase)
     last = result["evals"][-1] if result["evals"] else {}
@@ -552,8 +542,12 @@ def task(ctx: Context) -> dict[str, Any]:
         sets[True] = ctx.examples("train_aug")
     dev = ctx.examples(ctx.task.dev_splits[0])
     with ctx.strategy.scope():
-        teacher = load_task_teacher(ctx)
+        # Frozen from here on: computes in --teacher_precision (the plan says why).
+        teacher = with_precision(load_task_teacher(ctx),
+                                 ctx.config.distill.teacher_precision)
         student = _student_for_task(ctx, teacher)
+    print(f"[task] teacher in {ctx.config.distill.teacher_precision} "
+          f"({ctx.config.teacher_precision.reason})", flush=True)
     carried, start, warning = general_projections(ctx, student.bert_config,
                                                   teacher.bert_config)
     specs = task_phase_specs(ctx, {k: rows(ctx, v) for k, v in sets.items()}, len(dev),
@@ -619,7 +613,9 @@ def _task_phase(ctx: Context, spec: PhaseSpec, student: BertModel, teacher: Bert
         distiller.projections.assign(projections)
     if spec.projections:
         print(f"[{spec.name}] projections W_e/W_h: {spec.projections}", flush=True)
-    logits = _cached_teacher_logits(ctx, teacher, distiller, examples, spec, cache)
+    logits = task_input.teacher_logits(ctx, teacher, distiller, examples, spec, cache)
+    layers = (task_input.teacher_layers(ctx, teacher, student, examples, spec)
+              if logits is None else None)
     selection: dict[str, Any] = {}
     if dev is not None:
         def on_best(metrics):
@@ -632,37 +628,13 @@ def _task_phase(ctx: Context, spec: PhaseSpec, student: BertModel, teacher: Bert
                          select_metric=ctx.task.type.primary_metric,
                          eval_every=ctx.config.distill.eval_every)
     phase = Phase(spec.name, spec.directory, distiller, distiller.checkpoint_items(),
-                  _task_dataset(ctx, examples, spec.global_batch, logits),
+                  task_input.phase_input(ctx, examples, spec, teacher_logits=logits,
+                                         teacher_layers=layers),
                   spec.steps_per_epoch, spec.epochs, max_steps=spec.max_steps, **selection)
     result = _run(ctx, phase)
     if distiller.projections is not None:
         projections = distiller.projections.arrays()
     return result, projections
-
-
-def _cached_teacher_logits(ctx: Context, teacher: BertModel, distiller: Distiller, examples,
-                           spec: PhaseSpec, folder: Optional[str] = None
-                           ) -> Optional[np.ndarray]:
-    """The teacher's logits of a phase's rows, computed once and kept in `folder`
-    (default: the phase's teacher_cache/; grid cells share one; see
-    pipeline/teacher_cache.py); None when the cache is off, does not apply to the
-    task or the phase's terms, or the phase is finished."""
-    if (not ctx.config.run.teacher_cache or spec.total_steps < 1
-            or not cache_lib.applies(ctx.task.type, distiller)):
-        return None
-    if files.isfile(posixpath.join(spec.directory, "phase_done.json")):
-        return None
-    teacher_dir = ctx.teacher_path()
-    facts = [[name, st.size, st.mtime_ns] for name in ("config.json", "model.safetensors")
-             if files.isfile(posixpath.join(teacher_dir, name))
-             for st in [files.stat(posixpath.join(teacher_dir, name))]]
-    identity = {"teacher": teacher_dir, "teacher_files": facts,
-                "labels": list(ctx.task.type.label_names)}
-    directory = worker_dir(folder or posixpath.join(spec.directory, cache_lib.CACHE_FOLDER),
-                           ctx.strategy)
-    return cache_lib.teacher_logits(teacher, examples, ctx.task.type, ctx.tokenizer,
-                                    ctx.max_seq_len, ctx.config.run.eval_batch_size,
-                                    directory, ctx.strategy, identity)
 
 
 # --- evaluation and report -------------------------------------------------------------

@@ -11,10 +11,12 @@ all, so a run killed while caching resumes at the first missing part.
 teacher files); anything else found there is discarded and recomputed.
 
 Each epoch's batches then carry `teacher_logits` gathered in that epoch's
-order (`epoch_permutation`: the same permutation `stages.epoch_order` applies
-to the examples), and the Distiller skips the teacher: its terms declare they
+order (the rows `task_input.epoch_rows` gives the dataset, padded or
+length-bucketed), and the Distiller skips the teacher: its terms declare they
 read only the logits (`LossTerm.teacher_outputs`). The loss is the same as
-recomputing (up to float rounding of batch-size-dependent kernels).
+recomputing (up to float rounding of batch-size-dependent kernels). With
+length buckets the caching pass runs the rows sorted by length in
+bucket-padded batches and stores the logits back in example order.
 
 Only tasks with one dataset row per example qualify (`TaskType.dataset_rows`
 not overridden); span QA, whose examples become a varying number of windows,
@@ -32,8 +34,9 @@ import numpy as np
 import tensorflow as tf
 
 from tinybert_tf import files
-from tinybert_tf.distill.distiller import TEACHER_KEY_PREFIX
-from tinybert_tf.tasks.base import TaskType
+from tinybert_tf.data import buckets
+from tinybert_tf.distill.distiller import TEACHER_KEY_PREFIX, teacher_batch_keys
+from tinybert_tf.tasks.base import TaskType, inference_batches
 
 CACHE_FOLDER = "teacher_cache"
 META_FILE = "cache.json"
@@ -42,16 +45,32 @@ _VERSION = 1
 LOGITS_KEY = TEACHER_KEY_PREFIX + "logits"
 
 
-def epoch_permutation(n: int, seed: int, epoch: int) -> np.ndarray:
-    """The order of `n` examples in `epoch`: a NumPy permutation seeded by (seed, epoch)."""
-    return np.random.default_rng([seed, epoch]).permutation(n)
+# The order of a padded epoch (one definition, in the data layer).
+epoch_permutation = buckets.epoch_permutation
+
+
+def one_row_per_example(task_type: TaskType) -> bool:
+    """Whether the task's dataset yields one row per example (`dataset_rows` not
+    overridden; span QA's questions become several windows)."""
+    return type(task_type).dataset_rows is TaskType.dataset_rows
 
 
 def applies(task_type: TaskType, distiller: Any) -> bool:
     """Whether cached logits can stand in for the teacher: one row per example, and the
     Distiller's terms read the teacher's logits only."""
-    return (type(task_type).dataset_rows is TaskType.dataset_rows
+    return (one_row_per_example(task_type)
             and getattr(distiller, "teacher_reads", None) == ("logits",))
+
+
+def plan(task_type: TaskType, terms: Sequence[Any], enabled: bool) -> dict[str, Any]:
+    """The prediction phase's decision, for the plan (the stage decides by `applies`)."""
+    if not enabled:
+        return {"use": False, "why": "--noteacher_cache"}
+    if not one_row_per_example(task_type):
+        return {"use": False, "why": f"{task_type.kind}: examples become several rows"}
+    if teacher_batch_keys(terms) != (LOGITS_KEY,):
+        return {"use": False, "why": "the loss terms read more than the teacher's logits"}
+    return {"use": True, "why": "the teacher's float32 logits, computed once per row"}
 
 
 def examples_digest(examples: Sequence[Any]) -> str:
@@ -63,44 +82,58 @@ def examples_digest(examples: Sequence[Any]) -> str:
     return h.hexdigest()
 
 
+def model_identity(model_dir: str, **extra: Any) -> dict[str, Any]:
+    """What a cache of a model's outputs belongs to: its folder, the size and mtime of
+    its config and weights, and `extra` (labels, dtype, ...)."""
+    facts = [[name, st.size, st.mtime_ns] for name in ("config.json", "model.safetensors")
+             if files.isfile(posixpath.join(model_dir, name))
+             for st in [files.stat(posixpath.join(model_dir, name))]]
+    return {"teacher": model_dir, "teacher_files": facts, **extra}
+
+
 def _to_npy(array: np.ndarray) -> bytes:
     buffer = io.BytesIO()
     np.save(buffer, array, allow_pickle=False)
     return buffer.getvalue()
 
 
-def _from_npy(path: str) -> Optional[np.ndarray]:
+def _from_npy(path: str, mmap: bool = False) -> Optional[np.ndarray]:
+    """A stored part, or None when it is missing or damaged (then it is recomputed).
+    `mmap`: a local file is memory-mapped instead of read."""
     try:
+        if mmap and not files.is_remote(path):
+            return np.load(path, mmap_mode="r", allow_pickle=False)
         return np.load(io.BytesIO(files.read_bytes(path)), allow_pickle=False)
     except (ValueError, OSError, EOFError):
-        return None  # a damaged part is recomputed
+        return None
 
 
-def _forward(teacher, strategy: tf.distribute.Strategy):
-    """inputs -> float32 logits of one batch; on TPU through strategy.run (the weights
-    live on the TPU), elsewhere a plain call on the default device."""
-    @tf.function(reduce_retracing=True)
-    def plain(x):
-        return tf.cast(teacher(x, training=False)["logits"], tf.float32)
-
+def forward(fn, strategy: tf.distribute.Strategy):
+    """`fn` (inputs -> a nest of tensors, one batch) traced; on TPU through strategy.run
+    (the weights live on the TPU), elsewhere a plain call on the default device."""
+    plain = tf.function(fn, reduce_retracing=True)
     if not isinstance(strategy, tf.distribute.TPUStrategy):
         return plain
 
     @tf.function(reduce_retracing=True)
     def on_tpu(x):
-        out = strategy.run(lambda y: tf.cast(teacher(y, training=False)["logits"], tf.float32),
-                           args=(x,))
-        return strategy.experimental_local_results(out)[0]
+        return strategy.experimental_local_results(strategy.run(fn, args=(x,)))[0]
 
     return on_tpu
+
+
+def _forward(teacher, strategy: tf.distribute.Strategy):
+    """inputs -> float32 logits of one batch."""
+    return forward(lambda x: tf.cast(teacher(x, training=False)["logits"], tf.float32), strategy)
 
 
 def teacher_logits(teacher, examples: Sequence[Any], task_type: TaskType, tokenizer,
                    max_seq_len: int, batch_size: int, directory: str,
                    strategy: tf.distribute.Strategy, identity: dict[str, Any],
-                   name: str = "prediction") -> np.ndarray:
+                   name: str = "prediction", length_buckets: Sequence[int] = ()) -> np.ndarray:
     """The teacher's float32 logits of every example (one row each, example order),
-    read from `directory` or computed and stored there part by part."""
+    read from `directory` or computed and stored there part by part; computed in
+    length-sorted, bucket-padded batches with `length_buckets`."""
     files.makedirs(directory)
     meta_path = posixpath.join(directory, META_FILE)
     meta = {"version": _VERSION, "rows": len(examples), "max_seq_len": int(max_seq_len),
@@ -109,18 +142,22 @@ def teacher_logits(teacher, examples: Sequence[Any], task_type: TaskType, tokeni
         for old in files.glob(posixpath.join(directory, "logits-*.npy")):
             files.remove(old)
         files.write_json_atomic(meta_path, meta)
-    forward = _forward(teacher, strategy)
+    run = _forward(teacher, strategy)
     parts, computed, start_time = [], 0, time.time()
     for p, start in enumerate(range(0, len(examples), PART_ROWS)):
         chunk = examples[start:start + PART_ROWS]
         path = posixpath.join(directory, f"logits-{p:05d}.npy")
         array = _from_npy(path) if files.isfile(path) else None
         if array is None or len(array) != len(chunk):
+            ds, order = inference_batches(task_type, chunk, tokenizer, max_seq_len, batch_size,
+                                          length_buckets)
             outs = []
-            for batch in task_type.dataset(chunk, tokenizer, max_seq_len, batch_size):
+            for batch in ds:
                 x = batch[0] if isinstance(batch, tuple) else batch
-                outs.append(forward(x).numpy())
+                outs.append(buckets.pad_positions(run(x).numpy(), max_seq_len))
             array = np.concatenate(outs, 0).astype(np.float32)
+            if order is not None:
+                array = buckets.unsort(array, order)
             files.write_bytes_atomic(path, _to_npy(array))
             computed += len(chunk)
         parts.append(array)
@@ -134,7 +171,8 @@ def teacher_logits(teacher, examples: Sequence[Any], task_type: TaskType, tokeni
 def with_teacher_logits(dataset: tf.data.Dataset, logits: np.ndarray, order: np.ndarray,
                         batch_size: int) -> tf.data.Dataset:
     """`dataset` (batches of `batch_size` rows taken in `order`, drop_remainder) with each
-    batch's cached logits added to its inputs as `teacher_logits`."""
+    batch's cached logits added to its inputs as `teacher_logits`. Per-position logits
+    ([rows, max_seq_len, C]) are cut to the batch's length (length buckets)."""
     batches = len(order) // batch_size
     spec = tf.TensorSpec([batch_size, *logits.shape[1:]], tf.float32)
 
@@ -142,11 +180,23 @@ def with_teacher_logits(dataset: tf.data.Dataset, logits: np.ndarray, order: np.
         for b in range(batches):
             yield logits[order[b * batch_size:(b + 1) * batch_size]]
 
-    cached = tf.data.Dataset.from_generator(rows, output_signature=spec)
+    # A known length: of a dataset of unknown length Keras 3 fit counts one step past
+    # the end (optimizer.iterations, the epoch's mean loss).
+    cached = tf.data.Dataset.from_generator(rows, output_signature=spec).apply(
+        tf.data.experimental.assert_cardinality(batches))
 
     def merge(batch, z):
-        if isinstance(batch, tuple):
-            return ({**batch[0], LOGITS_KEY: z}, *batch[1:])
-        return {**batch, LOGITS_KEY: z}
+        inputs = batch[0] if isinstance(batch, tuple) else batch
+        if logits.ndim >= 3:  # per position: as long as the batch's (bucketed) inputs
+            z = z[:, :tf.shape(inputs["input_word_ids"])[1]]
+        return add_inputs(batch, {LOGITS_KEY: z})
 
     return tf.data.Dataset.zip((dataset, cached)).map(merge).prefetch(tf.data.AUTOTUNE)
+
+
+def add_inputs(batch, extra: dict[str, tf.Tensor]):
+    """A dataset element (inputs dict, or (inputs, labels, ...)) with `extra` in its inputs."""
+    if isinstance(batch, tuple):
+        return ({**batch[0], **extra}, *batch[1:])
+    return {**batch, **extra}
+

@@ -539,7 +539,7 @@ class _Runner:
                 print(f"[{phase.name}] epoch {epoch + 1}/{math.ceil(total / phase.steps_per_epoch)}"
                       f" steps {step}..{step + steps} of {total}", flush=True)
             # steps_per_epoch gives the progress bar its length; the order is the
-            # dataset's own (epoch_order), so Keras must not be asked to shuffle.
+            # dataset's own (task_input.epoch_rows), so Keras must not be asked to shuffle.
             # Data errors raised inside tf.data reach the user as one line.
             # In a terminal Keras's bar; in a log file a whole line now and then.
             fit_verbose, shown = fit_progress(phase.name, step, total, self.verbose)

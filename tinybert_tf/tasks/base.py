@@ -8,7 +8,9 @@ between kinds, so no other module compares head names:
   head           the registered head of `tinybert_tf.models.heads` it trains
                  (`head_styles`: others it can train instead, `--classifier_head`),
   labels         `label_names`, stored in every model directory and export,
-  data           `dataset(...)`: examples -> tf.data of (inputs, labels),
+  data           `dataset(...)`: examples -> tf.data of (inputs, labels), and for
+                 kinds with `supports_length_buckets` `row_lengths(...)` and
+                 batches padded to length buckets (tinybert_tf.data.buckets),
   losses         `soft_*` (the prediction-layer term, Eq. 10) and `hard_*`
                  (ground truth: fine-tuning, --hard_label_weight),
   metrics        `evaluate(...)` -> dev metrics, `primary_metric`,
@@ -28,6 +30,7 @@ import numpy as np
 import tensorflow as tf
 
 from tinybert_tf import plugins
+from tinybert_tf.data import buckets
 from tinybert_tf.tokenizer import pack_texts
 
 TASK_TYPES: dict[str, type["TaskType"]] = {}
@@ -77,6 +80,10 @@ class TaskType:
     # The prediction-layer phase trains on the original training set even when
     # the intermediate phase used augmented data (the paper does so for STS-B).
     predict_on_original_data: ClassVar[bool] = False
+    # `row_lengths` is implemented and `dataset` / `predict` take `length_buckets`:
+    # batches padded to a bucket, not max_seq_len. Off for kinds that do not (span
+    # QA's windows, task types written before buckets existed).
+    supports_length_buckets: ClassVar[bool] = False
     # --classifier_head style -> the head trained in its place ("pooler", BERT's
     # head on the pooled output, is `head`); e.g. {"pre_classifier": ...}, DistilBERT's.
     head_styles: ClassVar[dict[str, str]] = {}
@@ -163,9 +170,17 @@ class TaskType:
 
     # --- data -------------------------------------------------------------------
     def dataset(self, examples: Sequence[Any], tokenizer, max_seq_len: int, batch_size: int,
-                *, drop_remainder: bool = False, input_context=None) -> tf.data.Dataset:
-        """Examples -> tf.data of (inputs, labels): inputs int32 [B, max_seq_len] dicts."""
+                *, drop_remainder: bool = False, input_context=None,
+                length_buckets: Sequence[int] = ()) -> tf.data.Dataset:
+        """Examples -> tf.data of (inputs, labels): inputs int32 [B, max_seq_len] dicts,
+        or [B, bucket] with `length_buckets` (boundaries, `buckets.bucket_boundaries`;
+        only where `supports_length_buckets`)."""
         raise NotImplementedError
+
+    def row_lengths(self, examples: Sequence[Any], tokenizer, max_seq_len: int) -> np.ndarray:
+        """int [rows]: real tokens (input_mask sum) of each row `dataset` yields, in
+        order; what length buckets group by. Only where `supports_length_buckets`."""
+        raise NotImplementedError(f"{type(self).__name__} does not batch by length.")
 
     def dataset_rows(self, examples: Sequence[Any], tokenizer, max_seq_len: int) -> int:
         """Rows `dataset` yields for `examples` (what an epoch's steps are sized on):
@@ -196,8 +211,10 @@ class TaskType:
 
     # --- evaluation -------------------------------------------------------------
     def predict(self, model, examples: Sequence[Any], tokenizer, max_seq_len: int,
-                batch_size: int) -> Any:
-        """The model's predictions for `examples`, in the form `score` takes."""
+                batch_size: int, **kwargs) -> Any:
+        """The model's predictions for `examples`, in the form `score` takes. Kinds with
+        `supports_length_buckets` take `length_buckets=` (run rows sorted by length in
+        bucket-padded batches, predictions back in example order)."""
         raise NotImplementedError
 
     def score(self, predictions: Any, examples: Sequence[Any]) -> dict[str, float]:
@@ -205,10 +222,14 @@ class TaskType:
         raise NotImplementedError
 
     def evaluate(self, model, examples: Sequence[Any], tokenizer, max_seq_len: int,
-                 batch_size: int, out_dir: Optional[str] = None) -> dict[str, float]:
+                 batch_size: int, out_dir: Optional[str] = None,
+                 length_buckets: Sequence[int] = ()) -> dict[str, float]:
         """Dev metrics of `model` on labelled `examples`; with `out_dir`, also its
-        prediction files there (`write_predictions`). Overrides accept `out_dir`."""
-        predictions = self.predict(model, examples, tokenizer, max_seq_len, batch_size)
+        prediction files there (`write_predictions`). Overrides accept `out_dir`;
+        `length_buckets` reaches `predict` where `supports_length_buckets`."""
+        extra = {"length_buckets": tuple(length_buckets)} if (
+            length_buckets and self.supports_length_buckets) else {}
+        predictions = self.predict(model, examples, tokenizer, max_seq_len, batch_size, **extra)
         if out_dir:
             self.write_predictions(out_dir, predictions, examples)
         return self.score(predictions, examples)
@@ -302,10 +323,41 @@ def forward_fn(model):
     return fn
 
 
-def predict_logits(model, dataset: tf.data.Dataset) -> np.ndarray:
-    """Logits [N, ...] over a dataset of (inputs, labels) batches."""
+def predict_logits(model, dataset: tf.data.Dataset, max_seq_len: Optional[int] = None
+                   ) -> np.ndarray:
+    """Logits [N, ...] over a dataset of (inputs, labels) batches. Per-position logits
+    of bucket-padded batches ([b, bucket, C]) are padded back to `max_seq_len` with
+    zeros when it is given."""
     forward = forward_fn(model)
-    chunks = [forward(inputs).numpy() for inputs, _ in dataset]
+    chunks = [buckets.pad_positions(forward(inputs).numpy(), max_seq_len)
+              for inputs, _ in dataset]
     if not chunks:
         return np.zeros((0, model.num_labels or 1), np.float32)
     return np.concatenate(chunks, axis=0)
+
+
+def inference_batches(task: TaskType, examples: Sequence[Any], tokenizer, max_seq_len: int,
+                      batch_size: int, length_buckets: Sequence[int] = ()
+                      ) -> tuple[tf.data.Dataset, Optional[np.ndarray]]:
+    """(dataset, order) for a forward pass over every row of `examples`.
+
+    With `length_buckets` (and a task type that supports them) the rows run
+    sorted by length in bucket-padded batches and `order` is that order (put the
+    outputs back with `buckets.unsort`); otherwise example order and None.
+    """
+    if not length_buckets or not task.supports_length_buckets:
+        return task.dataset(examples, tokenizer, max_seq_len, batch_size), None
+    order = buckets.length_order(task.row_lengths(examples, tokenizer, max_seq_len))
+    ds = task.dataset([examples[i] for i in order], tokenizer, max_seq_len, batch_size,
+                      length_buckets=length_buckets)
+    return ds, order
+
+
+def predict_rows(model, task: TaskType, examples: Sequence[Any], tokenizer, max_seq_len: int,
+                 batch_size: int, length_buckets: Sequence[int] = ()) -> np.ndarray:
+    """Float32 logits of every row of `examples` in row order ([N, C], or [N,
+    max_seq_len, C] per position), bucketed when `length_buckets` is given."""
+    ds, order = inference_batches(task, examples, tokenizer, max_seq_len, batch_size,
+                                  length_buckets)
+    logits = predict_logits(model, ds, max_seq_len)
+    return logits if order is None else buckets.unsort(logits, order)

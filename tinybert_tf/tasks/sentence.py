@@ -12,22 +12,29 @@ import numpy as np
 import tensorflow as tf
 
 from tinybert_tf.data import metrics as M
-from tinybert_tf.data.sentences import make_dataset
+from tinybert_tf.data.sentences import make_dataset, packed_lengths
 from tinybert_tf.distill import losses
-from tinybert_tf.tasks.base import TaskType, predict_logits, register_task_type
+from tinybert_tf.tasks.base import TaskType, predict_rows, register_task_type
 
 
 class _SentenceTask(TaskType):
     is_regression = False
+    supports_length_buckets = True
 
     def dataset(self, examples, tokenizer, max_seq_len, batch_size, *, drop_remainder=False,
-                input_context=None):
+                input_context=None, length_buckets=()):
         return make_dataset(examples, tokenizer, max_seq_len, batch_size,
                             drop_remainder=drop_remainder, input_context=input_context,
-                            is_regression=self.is_regression)
+                            is_regression=self.is_regression, length_buckets=length_buckets)
 
-    def logits(self, model, examples, tokenizer, max_seq_len, batch_size) -> np.ndarray:
-        return predict_logits(model, self.dataset(examples, tokenizer, max_seq_len, batch_size))
+    def row_lengths(self, examples, tokenizer, max_seq_len) -> np.ndarray:
+        return packed_lengths(examples, tokenizer, max_seq_len)
+
+    def logits(self, model, examples, tokenizer, max_seq_len, batch_size,
+               length_buckets=()) -> np.ndarray:
+        """Float32 logits [N, outputs] in example order (bucketed: rows sorted by length)."""
+        return predict_rows(model, self, examples, tokenizer, max_seq_len, batch_size,
+                            length_buckets)
 
     @staticmethod
     def gold(examples: Sequence[Any]) -> np.ndarray:
@@ -101,9 +108,11 @@ class Classification(_SentenceTask):
         return [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
 
     # evaluation
-    def predict(self, model, examples, tokenizer, max_seq_len, batch_size) -> np.ndarray:
+    def predict(self, model, examples, tokenizer, max_seq_len, batch_size,
+                length_buckets=()) -> np.ndarray:
         """Class ids [N]."""
-        return self.logits(model, examples, tokenizer, max_seq_len, batch_size).argmax(-1)
+        return self.logits(model, examples, tokenizer, max_seq_len, batch_size,
+                           length_buckets).argmax(-1)
 
     def score(self, predictions, examples) -> dict[str, float]:
         return self.score_labels(predictions, self.gold(examples))
@@ -188,9 +197,11 @@ class Regression(_SentenceTask):
         return losses.label_mse(logits, inputs["labels"], reduction="sum")
 
     # evaluation
-    def predict(self, model, examples, tokenizer, max_seq_len, batch_size) -> np.ndarray:
+    def predict(self, model, examples, tokenizer, max_seq_len, batch_size,
+                length_buckets=()) -> np.ndarray:
         """Scores [N]."""
-        return self.logits(model, examples, tokenizer, max_seq_len, batch_size)[:, 0]
+        return self.logits(model, examples, tokenizer, max_seq_len, batch_size,
+                           length_buckets)[:, 0]
 
     def score(self, predictions, examples) -> dict[str, float]:
         return self.score_labels(predictions, self.gold(examples))

@@ -37,7 +37,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from tinybert_tf.data import entities
+from tinybert_tf.data import buckets, entities
 from tinybert_tf.data.conll import align_words, split_words, word_predictions
 from tinybert_tf.distill import losses
 from tinybert_tf.files import write_bytes_atomic
@@ -69,6 +69,11 @@ class MaskedTokenAccuracy(keras.metrics.Metric):
 
     def result(self):
         return tf.math.divide_no_nan(self.correct, self.total)
+
+
+def _pad_to(ids: np.ndarray, length: int) -> np.ndarray:
+    """Per-piece ids [b, bucket] -> [b, length] (zeros past the bucket: padding)."""
+    return np.pad(ids, [(0, 0), (0, length - ids.shape[1])])
 
 
 def words_of(example: Any) -> list[str]:
@@ -130,16 +135,26 @@ class TokenClassification(TaskType):
         tags = [None if ex.label is None else list(ex.label) for ex in examples]
         return align_words(tokenizer, [words_of(ex) for ex in examples], tags, max_seq_len)
 
+    supports_length_buckets = True
+
     def dataset(self, examples, tokenizer, max_seq_len, batch_size, *, drop_remainder=False,
-                input_context=None):
+                input_context=None, length_buckets=()):
         """(inputs int32 [B, L] each, labels int32 [B, L]: tag ids on first pieces, -1
-        elsewhere); `batch_size` is global (per-replica batches with an input context)."""
+        elsewhere); `batch_size` is global (per-replica batches with an input context).
+        With `length_buckets` L is the batch's bucket, not max_seq_len."""
         aligned = self.align(examples, tokenizer, max_seq_len)
         ds = tf.data.Dataset.from_tensor_slices((aligned.inputs, aligned.labels))
         if input_context is not None:
             ds = ds.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
             batch_size = input_context.get_per_replica_batch_size(batch_size)
-        return ds.batch(batch_size, drop_remainder=drop_remainder).prefetch(tf.data.AUTOTUNE)
+        ds = ds.batch(batch_size, drop_remainder=drop_remainder)
+        if length_buckets:
+            ds = ds.map(lambda x, y: buckets.trim((x, y), length_buckets, max_seq_len))
+        return ds.prefetch(tf.data.AUTOTUNE)
+
+    def row_lengths(self, examples, tokenizer, max_seq_len) -> np.ndarray:
+        aligned = self.align(examples, tokenizer, max_seq_len)
+        return aligned.inputs["input_mask"].sum(axis=1).astype(np.int64)
 
     # --- losses -------------------------------------------------------------------
     @staticmethod
@@ -168,14 +183,23 @@ class TokenClassification(TaskType):
         return [MaskedTokenAccuracy(name="accuracy")]
 
     # --- evaluation -----------------------------------------------------------------
-    def predict(self, model, examples, tokenizer, max_seq_len, batch_size) -> list[np.ndarray]:
-        """Per sentence, int tag ids [num words]."""
+    def predict(self, model, examples, tokenizer, max_seq_len, batch_size,
+                length_buckets=()) -> list[np.ndarray]:
+        """Per sentence, int tag ids [num words]. With `length_buckets`, sentences run
+        sorted by length in bucket-padded batches."""
         aligned = align_words(tokenizer, [words_of(ex) for ex in examples], None, max_seq_len)
         forward = forward_fn(model)
-        ds = tf.data.Dataset.from_tensor_slices(aligned.inputs).batch(batch_size)
-        ids = [forward(batch).numpy().argmax(-1) for batch in ds]
+        inputs, order = aligned.inputs, None
+        if length_buckets:
+            order = buckets.length_order(inputs["input_mask"].sum(axis=1))
+            inputs = {k: v[order] for k, v in inputs.items()}
+        ds = tf.data.Dataset.from_tensor_slices(inputs).batch(batch_size).map(
+            lambda x: buckets.trim(x, length_buckets, max_seq_len))
+        ids = [_pad_to(forward(batch).numpy().argmax(-1), max_seq_len) for batch in ds]
         piece_ids = (np.concatenate(ids) if ids else
                      np.zeros((0, max_seq_len), np.int64))  # [N, L]
+        if order is not None:
+            piece_ids = buckets.unsort(piece_ids, order)
         return word_predictions(piece_ids, aligned.word_index, aligned.num_words,
                                 fill=self.outside_id)
 
