@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import collections
 import json
+import math
 import os
 import re
 import string
@@ -17,7 +18,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tinybert_tf.data import squad
+from tinybert_tf.data import squad, squad_answers
 from tinybert_tf.data.squad_source import SquadSource
 from tinybert_tf.pipeline.preflight import PreflightError
 from tinybert_tf.tasks import span_graph
@@ -144,12 +145,64 @@ def test_graph_windows_and_answers_equal_the_python_ones(path, version):
                                       np.stack([f.token_is_max_context for f in feats]))
         logits = (rng.normal(size=(len(feats), L, 2)) * 3).astype(np.float32)
         for threshold in (0.0, 1.5):
-            want = squad.postprocess(examples, feats, logits[..., 0], logits[..., 1], 5, 4,
-                                     version, threshold).predictions
+            want = squad_answers.postprocess(examples, feats, logits[..., 0], logits[..., 1],
+                                             5, 4, version, threshold).predictions
             got = span_graph.select_answers(win, tf.constant(logits), contexts, 5, 4,
                                             version == "2.0", tf.constant(threshold))
             assert [a.decode() for a in got["answer"].numpy()] == \
                 [want[e.qas_id] for e in examples]
+
+
+def _scored(cases):
+    """Questions and predictions from (id, gold answer or None, best span, null diff)."""
+    examples = [squad.SquadExample(q, "", "?", "context", [(g, 0)] if g else [], not g)
+                for q, g, _, _ in cases]
+    preds = squad_answers.SquadPredictions({}, {q: best for q, _, best, _ in cases},
+                                           {q: d for q, _, _, d in cases}, {})
+    return examples, preds
+
+
+THRESHOLD_CASES = {
+    # The official search peaks after q1: its threshold is q1's own difference (-3.0).
+    "peak_inside": ([("q1", "Paris", "Paris", -3.0), ("q2", None, "Lyon", -1.0),
+                     ("q3", "1887", "1900", 0.5), ("q4", None, "Nice", 2.0)], -2.0),
+    # Tied differences at the peak: halfway to the next larger one.
+    "tied_peak": ([("q1", "Paris", "Paris", 0.5), ("q2", "1887", "1887", 0.5),
+                   ("q3", None, "Nice", 0.9), ("q4", None, "", math.inf)], 0.7),
+    # The peak is the largest finite difference (q3 has no valid span): 1.0 above it.
+    "peak_last": ([("q1", "Paris", "Paris", 0.3), ("q2", "1887", "1887", 1.2),
+                   ("q3", None, "", math.inf)], 2.2),
+    # Answering nothing is best (official: 0.0, which is q2's score): 1.0 below the lowest.
+    "nothing": ([("q1", "Paris", "Lyon", -0.5), ("q2", None, "Nice", 0.0),
+                 ("q3", None, "Rome", 1.5)], -1.5),
+}
+
+
+@pytest.mark.parametrize("case", sorted(THRESHOLD_CASES))
+def test_the_v2_null_threshold_sits_between_two_score_differences(case):
+    cases, want = THRESHOLD_CASES[case]
+    examples, preds = _scored(cases)
+    task = SpanQA("2.0")
+    answers, metrics = task.answers(preds, examples)
+    diffs = sorted(d for d in preds.null_score_diff.values() if math.isfinite(d))
+    # The official search's threshold is one of the questions' differences ...
+    assert metrics["best_f1_thresh"] in diffs + [0.0]
+    # ... ours is strictly between two of them (or beyond all), at the midpoint.
+    threshold = metrics["null_threshold"]
+    assert threshold == pytest.approx(want, abs=1e-12) and threshold not in diffs
+    below = [d for d in diffs if d < threshold]
+    above = [d for d in diffs if d > threshold]
+    if below and above:
+        assert threshold == pytest.approx((below[-1] + above[0]) / 2, abs=1e-12)
+    # The same dev answers as the official search's best F1 ...
+    assert metrics["f1"] == pytest.approx(metrics["best_f1"])
+    assert task.model_metadata(metrics)["squad"]["null_threshold"] == threshold
+    # ... and no 1e-6 rounding of any question's difference changes one of them.
+    for eps in (-1e-6, 1e-6):
+        shifted = {q: d + eps for q, d in preds.null_score_diff.items()}
+        again = {q: "" if shifted[q] > threshold else text
+                 for q, text in preds.best_non_null.items()}
+        assert again == answers, eps
 
 
 def test_source_reads_splits_and_refuses_a_missing_file():
