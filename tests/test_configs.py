@@ -23,11 +23,13 @@ TD_EPOCHS = {"cola": 50, "mnli": 10, "qqp": 10, "qnli": 10, "sst2": 20, "mrpc": 
 SINGLE_SENTENCE = {"cola", "sst2"}
 
 
-def parse(name: str, monkeypatch):
-    """The flag values `bin/distill --flagfile=configs/NAME` would run with."""
-    monkeypatch.chdir(REPO)  # flagfiles include each other by repo-relative path
+def parse(name: str, monkeypatch, tmp_path=None):
+    """The flag values `bin/distill --flagfile=configs/NAME` would run with, parsed from
+    outside the repository: nested flagfiles resolve against the including file."""
+    monkeypatch.chdir(tmp_path or "/")
     values = tb_flags.distill_flags()  # a fresh FlagValues: the process-wide FLAGS stay as is
-    values(["bin/distill", f"--flagfile=configs/{name}"])
+    values(tb_flags.expand_flagfiles(
+        ["bin/distill", f"--flagfile={os.path.join(REPO, 'configs', name)}"]))
     return values
 
 

@@ -67,7 +67,7 @@ def parse_argv(argv: Sequence[str]) -> PipelineConfig:
     """argv (argv[0] = program name, --flagfile allowed) -> the typed configs."""
     fv = tb_flags.distill_flags()
     try:
-        rest = fv(list(argv))
+        rest = fv(tb_flags.expand_flagfiles(argv))
     except flags.UnrecognizedFlagError as e:
         name = getattr(e, "flagname", "") or ""
         hint = tb_flags.REMOVED_FLAGS.get(name.removeprefix("no"))
