@@ -34,5 +34,6 @@ setup(
                  "ai-edge-litert>=1.2", "seqeval>=1.2", "ruff>=0.6"],
         "tflite": ["ai-edge-litert>=1.2"],
     },
-    scripts=["bin/distill", "bin/augment", "bin/export", "bin/benchmark", "bin/pretokenize"],
+    scripts=["bin/distill", "bin/augment", "bin/export", "bin/benchmark", "bin/pretokenize",
+             "bin/reproduce"],
 )

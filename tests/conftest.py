@@ -171,7 +171,7 @@ def pair_run(tmp_path_factory, tiny_vocab):
                                 label_names=["contradiction", "entailment", "neutral"])
         return tiny_flags(tmp, tiny_vocab, **{
             **FAST, "task": "text_classification", "text_column": "premise",
-            "text_pair_column": "hypothesis", "use_augmented": False, "intermediate": False,
+            "text_pair_column": "hypothesis", "use_augmented": False, "task_phases": ["prediction"],
             "task_teacher": teacher, "export_formats": ["saved_model"],
             "train_file": write_pairs_jsonl(tmp / "train.jsonl", 24, 2),
             "validation_file": write_pairs_jsonl(tmp / "dev.jsonl", 8, 3)})
@@ -185,7 +185,7 @@ def regression_run(tmp_path_factory, tiny_vocab):
         teacher = write_teacher(str(tmp / "task_teacher"), tiny_vocab, head="regressor")
         return tiny_flags(tmp, tiny_vocab, **{
             **FAST, "task": "text_regression", "text_column": "sentence",
-            "label_column": "score", "use_augmented": False, "intermediate": False,
+            "label_column": "score", "use_augmented": False, "task_phases": ["prediction"],
             "task_teacher": teacher, "export_formats": ["saved_model"],
             "train_file": write_scores_tsv(tmp / "train.tsv", 24, 4),
             "validation_file": write_scores_tsv(tmp / "dev.tsv", 8, 5)})

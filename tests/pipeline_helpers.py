@@ -33,8 +33,10 @@ def sentence(rng: random.Random, positive: bool) -> str:
     return " ".join(words)
 
 
-def write_task(directory: str, train: int = 24, dev: int = 8, seed: int = 0) -> str:
-    """An SST-2-layout task whose label is readable from one word."""
+def write_task(directory: str, train: int = 24, dev: int = 8, seed: int = 0,
+               test: int = 0) -> str:
+    """An SST-2-layout task whose label is readable from one word (and `test` unlabelled
+    rows in GLUE's test.tsv layout: index, sentence)."""
     rng = random.Random(seed)
     os.makedirs(directory, exist_ok=True)
     for name, n in (("train.tsv", train), ("dev.tsv", dev)):
@@ -43,6 +45,11 @@ def write_task(directory: str, train: int = 24, dev: int = 8, seed: int = 0) -> 
             for i in range(n):
                 label = i % 2
                 f.write(f"{sentence(rng, bool(label))}\t{label}\n")
+    if test:
+        with open(os.path.join(directory, "test.tsv"), "w", encoding="utf-8") as f:
+            f.write("index\tsentence\n")
+            for i in range(test):
+                f.write(f"{i}\t{sentence(rng, bool(i % 2))}\n")
     return directory
 
 

@@ -253,6 +253,6 @@ def test_bin_augment(single_dir, tmp_path, kv, capsys):
     assert '"mode": "vectors-only"' in stdout and os.path.isfile(out)
     rc, stdout, stderr = _bin_augment(argv[:1] + [f"--data_dir={tmp_path / 'missing'}"]
                                       + argv[2:], capsys)
-    assert rc == 1
+    assert rc == 2
     errors = [line for line in stderr.splitlines() if line.startswith("bin/augment: error:")]
     assert len(errors) == 1 and "task directory not found" in errors[0]

@@ -116,6 +116,24 @@ def test_save_needs_a_vocab(config, tmp_path):
     assert not os.path.exists(tmp_path / "m")
 
 
+# --------------------------------------------------------------------------- Keras's format
+@pytest.mark.parametrize("head,n,names", [(None, None, None), ("classifier", 2, ["neg", "pos"]),
+                                          ("mlm", None, None)])
+def test_keras_save_and_load_model_keep_weights_vocab_and_labels(config, vocab, tmp_path, head,
+                                                                  n, names):
+    """model.save("x.keras") / keras.models.load_model, as for any Keras model."""
+    import keras
+
+    model = make_model(config, vocab, head, n, names)
+    path = str(tmp_path / "model.keras")
+    model.save(path)
+    back = keras.models.load_model(path)
+    assert isinstance(back, BertModel) and back.head_type == head
+    assert back.vocab == vocab and back.label_names == names and back.num_labels == n
+    assert back.bert_config == model.bert_config
+    assert_same_outputs(model, back, batch(config.vocab_size))
+
+
 # --------------------------------------------------------------------------- Hugging Face
 @pytest.mark.parametrize("head,n", [(None, None), ("classifier", 2), ("regressor", None),
                                     ("mlm", None)])
@@ -196,6 +214,86 @@ def test_head_selection(hf_dir, config):
     assert tuple(new(x)["logits"].shape) == (2, 4)
 
 
+def _transformers5_tokenizer(directory, vocab, lowercase=True, strip_accents=None):
+    """tokenizer.json and tokenizer_config.json as transformers >= 5's BertTokenizer
+    saves them (its `tokenizers` backend: WordPiece model.vocab, BertNormalizer,
+    BertPreTokenizer, TemplateProcessing), and no vocab.txt."""
+    from tokenizers import Tokenizer, decoders, normalizers, pre_tokenizers, processors
+    from tokenizers.models import WordPiece
+
+    ids = {t: i for i, t in enumerate(vocab)}
+    tok = Tokenizer(WordPiece(ids, unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True,
+                                                strip_accents=strip_accents,
+                                                lowercase=lowercase)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece(prefix="##")
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS]:0 $A:0 [SEP]:0", pair="[CLS]:0 $A:0 [SEP]:0 $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", ids["[CLS]"]), ("[SEP]", ids["[SEP]"])])
+    tok.save(os.path.join(directory, "tokenizer.json"))
+    json.dump({"backend": "tokenizers", "tokenizer_class": "BertTokenizer",
+               "do_lower_case": lowercase, "strip_accents": strip_accents,
+               "model_max_length": 512}, open(os.path.join(directory, "tokenizer_config.json"),
+                                             "w"))
+    for name in ("vocab.txt", "special_tokens_map.json"):
+        if os.path.exists(os.path.join(directory, name)):
+            os.remove(os.path.join(directory, name))
+
+
+def test_a_transformers5_directory_without_vocab_txt_loads(hf_dir, config, vocab):
+    model, d = hf_dir
+    _transformers5_tokenizer(d, vocab)
+    back = load_model(d)
+    assert back.vocab == vocab and back.bert_config.lower_case
+    assert back.label_names == ["neg", "pos"]
+    assert_same_outputs(model, back, batch(config.vocab_size))
+    info = checkpoint.inspect_model(d)  # what preflight reads for --teacher
+    assert info.vocab == vocab and info.config.lower_case
+    tok = load_tokenizer(d, max_seq_len=8)
+    assert tok(["Café"])["input_word_ids"].numpy()[0, 1:3].tolist() == [
+        vocab.index("caf"), vocab.index("##e")]  # lower-cased, accent stripped
+
+
+def test_a_transformers5_cased_tokenizer_and_bad_normalizers(hf_dir, vocab):
+    _, d = hf_dir
+    _transformers5_tokenizer(d, vocab, lowercase=False)
+    assert load_model(d).bert_config.lower_case is False
+    _transformers5_tokenizer(d, vocab, lowercase=True, strip_accents=False)
+    with pytest.raises(CheckpointError, match=r"tokenizer\.json: the normalizer lower-cases "
+                                              "without stripping accents"):
+        load_model(d)
+    os.remove(os.path.join(d, "tokenizer.json"))
+    with pytest.raises(CheckpointError, match="no tokenizer; expected vocab.txt or "
+                                              r"tokenizer\.json"):
+        load_model(d)
+
+
+def test_pretokenize_takes_the_vocab_of_a_transformers5_directory(hf_dir, vocab, tmp_path):
+    from tinybert_tf.data import pretokenize
+
+    _, d = hf_dir
+    _transformers5_tokenizer(d, vocab)
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("the cat sat on the mat .\nthe dog ran .\n")
+    meta = pretokenize.pretokenize(str(corpus), d, str(tmp_path / "shards" / "c"), num_shards=1,
+                                   max_seq_len=16, num_workers=1, progress=False)
+    assert meta["vocab_size"] == len(vocab) and meta["num_sequences"] == 1
+
+
+def test_the_embedded_teacher_loads_from_its_tokenizer_json_alone(minilm_dir, tmp_path):
+    """The real all-MiniLM-L6-v2 tokenizer.json (30,522 tokens, added tokens, BERT's
+    normalizer) gives exactly its vocab.txt."""
+    d = tmp_path / "minilm_v5"
+    d.mkdir()
+    for name in ("config.json", "model.safetensors", "tokenizer.json"):
+        os.symlink(os.path.join(minilm_dir, name), d / name)
+    info = checkpoint.inspect_model(str(d))
+    with open(os.path.join(minilm_dir, "vocab.txt"), encoding="utf-8") as f:
+        assert info.vocab == f.read().splitlines()
+    assert info.config.lower_case
+
+
 # --------------------------------------------------------------------------- keras-hub
 def test_keras_hub_round_trip(config, vocab, tmp_path):
     """A classifier exports as a BertTextClassifier preset (backbone + task)."""
@@ -216,6 +314,47 @@ def test_keras_hub_round_trip(config, vocab, tmp_path):
     assert_same_outputs(model, back, x)
     tok = load_tokenizer(out, max_seq_len=8)
     assert tok.vocab == vocab
+
+
+ACCENTED = ["Café crème, un-affable plots?", "The movie was GREAT!", "a boring film",
+            "xyzzy qwv", "", "the cat sat on the mat " * 10]
+
+
+def test_keras_hub_export_is_what_keras_hubs_own_loader_runs(config, vocab, tmp_path):
+    """export_all's keras_hub row comes from keras_hub.models.TextClassifier.from_preset
+    on the dev text (keras-hub's tokenizer and packing): equal to Keras on ours, accents
+    included ("Café" -> caf ##e, not [UNK])."""
+    import keras_hub
+
+    from tinybert_tf.export import export_all
+    model = make_model(config, vocab, "classifier", 2, ["neg", "pos"])
+    parity = export_all(model, str(tmp_path / "export"), max_seq_len=16, formats=["keras_hub"],
+                        dev_texts=ACCENTED, latency_runs=1)
+    assert parity["formats"]["keras_hub"]["max_abs_diff"] < 1e-5
+    preset = str(tmp_path / "export" / "keras_hub")
+    classifier = keras_hub.models.TextClassifier.from_preset(preset)
+    ours = load_tokenizer(model, 16)(["Café crème"])["input_word_ids"].numpy()[0]
+    theirs = classifier.preprocessor(["Café crème"])["token_ids"].numpy()[0]
+    assert theirs.tolist() == ours.tolist() and vocab.index("[UNK]") not in ours.tolist()
+    assert json.load(open(os.path.join(preset, "tinybert_tf.json")))["label_names"] == [
+        "neg", "pos"]
+
+
+def test_keras_hub_gelu_mismatch_is_refused_before_writing_unless_asked_for(config, vocab,
+                                                                            tmp_path):
+    from tinybert_tf.export import ExportError, export_all
+    model = make_model(config.replace(hidden_act="gelu"), vocab, "classifier", 2,
+                       ["neg", "pos"])
+    out = tmp_path / "export"
+    with pytest.raises(ExportError, match="--export_formats=keras_hub: the model uses exact "
+                                          "GELU.*--keras_hub_approximate_gelu"):
+        export_all(model, str(out), max_seq_len=16, formats=["saved_model", "keras_hub"],
+                   dev_texts=ACCENTED)
+    assert not out.exists()  # nothing written, no TF Serving version published
+    parity = export_all(model, str(out), max_seq_len=16, formats=["keras_hub"],
+                        dev_texts=ACCENTED, latency_runs=1,
+                        options={"keras_hub_approximate_gelu": True})
+    assert 0 < parity["formats"]["keras_hub"]["max_abs_diff"] < 0.05
 
 
 def test_keras_hub_backbone_preset_without_tokenizer(config, tmp_path):

@@ -1,6 +1,6 @@
 """The shipped flagfiles parse with bin/distill's flags and carry the paper's settings.
 
-TinyBERT (Jiao et al., 2020) Sec. 4.1-4.2: general distillation at sequence
+TinyBERT (Jiao et al., 2020) Sec. 4.2: general distillation at sequence
 length 128 for 3 epochs; task distillation with batch 32, intermediate-layer
 lr 5e-5 for 20 epochs (10 on MNLI/QQP/QNLI, 50 on CoLA), prediction layer 3
 epochs at lr 3e-5, sequence length 64 for single sentences and 128 for pairs.
@@ -21,6 +21,8 @@ CONFIGS = sorted(os.path.basename(p) for p in glob.glob(os.path.join(REPO, "conf
 TD_EPOCHS = {"cola": 50, "mnli": 10, "qqp": 10, "qnli": 10, "sst2": 20, "mrpc": 20,
              "stsb": 20, "rte": 20, "wnli": 20}
 SINGLE_SENTENCE = {"cola", "sst2"}
+# Included by other flagfiles (or bin/reproduce), not run alone: no --output_dir.
+INCLUDED = {"td_common.cfg", "wiki_pairs_sizes.cfg"}
 
 
 def parse(name: str, monkeypatch, tmp_path=None):
@@ -40,8 +42,17 @@ def test_every_task_has_a_config():
 @pytest.mark.parametrize("name", CONFIGS)
 def test_config_parses(name, monkeypatch):
     values = parse(name, monkeypatch)
-    if name != "td_common.cfg":  # included by the task configs, not run alone
+    if name not in INCLUDED:
         assert values.output_dir, name
+
+
+def test_the_reproduce_sizes_leave_what_bin_reproduce_sets_to_it(monkeypatch):
+    """bin/reproduce refuses --task, --stages and --output_dir in its flagfile."""
+    sizes = parse("wiki_pairs_sizes.cfg", monkeypatch)
+    for name in ("task", "stages", "output_dir"):
+        assert not sizes[name].present, name
+    run = parse("wiki_pairs.cfg", monkeypatch)
+    assert run.task == "wiki_pairs" and run.max_seq_len == sizes.max_seq_len == 96
 
 
 @pytest.mark.parametrize("task", sorted(TD_EPOCHS))

@@ -117,6 +117,15 @@ def test_non_iob2_tag_is_an_error_naming_word_and_line(tmp_path):
     assert conll.load_conll(path, scheme=None)[1].tags == ["S-LOC"]
 
 
+def test_a_pos_column_taken_for_tags_names_the_tag_column_flag(tmp_path):
+    path = write(tmp_path, "conll2003.txt", "-DOCSTART- -X- -X- O\n\nEU NNP B-NP B-ORG\n"
+                                             "rejects VBZ B-VP O\n\n")
+    assert conll.load_conll(path)[0].tags == ["B-ORG", "O"]  # the last column by default
+    with raises_at(path, 3, "'NNP' (word 'EU') is not IOB2", "part-of-speech or chunk columns",
+                   "--tag_column"):
+        conll.load_conll(path, tag_column=1)
+
+
 def test_invalid_iob2_sequences_are_counted_and_warned_once(tmp_path, caplog):
     path = write(tmp_path, "iob1.conll", "The O\nEuropean I-ORG\nUnion I-ORG\n\n"
                  "Peter B-PER\nSmith I-LOC\nsaid O\n\nin O\nBonn I-LOC\n")

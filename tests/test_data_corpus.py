@@ -490,11 +490,11 @@ def test_bin_pretokenize_reports_a_bad_corpus_in_one_line(tiny_vocab_file, tmp_p
                            f"--output={out / 'c'}", "--num_shards=2", "--num_workers=2",
                            "--max_seq_len=24"], capture_output=True, text=True, timeout=300,
                           env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
-    assert proc.returncode == 1, proc.stderr
+    assert proc.returncode == 2, proc.stderr
     ours = [line for line in proc.stderr.splitlines() if line.startswith("bin/pretokenize:")]
     assert len(ours) == 1 and "Traceback" not in proc.stderr, proc.stderr
-    assert re.match(rf"bin/pretokenize: {re.escape(str(bad))}: bzip2 data truncated or corrupt "
-                    r"after \d+ lines", ours[0]), ours[0]
+    assert re.match(rf"bin/pretokenize: error: {re.escape(str(bad))}: bzip2 data truncated or "
+                    r"corrupt after \d+ lines", ours[0]), ours[0]
     assert not out.exists() or os.listdir(out) == []
 
 

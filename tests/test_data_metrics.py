@@ -39,7 +39,12 @@ def test_correlations_match_scipy_with_ties():
     p[:20] = 2.0  # ties in predictions too
     assert M.pearson(p, y) == pytest.approx(scipy.stats.pearsonr(p, y)[0])
     assert M.spearman(p, y) == pytest.approx(scipy.stats.spearmanr(p, y)[0])
-    assert M.pearson(np.ones(5), np.arange(5)) == 0.0
+    # Undefined (SciPy: NaN), never a score such as 0.0: a constant series, one example.
+    assert np.isnan(M.pearson(np.ones(5), np.arange(5)))
+    assert np.isnan(scipy.stats.pearsonr(np.ones(5), np.arange(5))[0])
+    assert np.isnan(M.pearson([2.5], [3.0])) and np.isnan(M.spearman([2.5], [3.0]))
+    assert not M.is_defined(M.spearman(np.arange(4), np.ones(4)))
+    assert M.is_defined(M.pearson(p, y))
 
 
 def test_each_glue_task_scores_with_its_own_metrics():

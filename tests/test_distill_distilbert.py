@@ -2,7 +2,11 @@
 import numpy as np
 import pytest
 
-from tinybert_tf.distill.distilbert import init_student_from_teacher, teacher_layers_for
+from tinybert_tf.distill.distilbert import (
+    describe_init,
+    init_student_from_teacher,
+    teacher_layers_for,
+)
 from tinybert_tf.models.encoder import BertModel
 
 
@@ -50,3 +54,18 @@ def test_layer_choice():
         teacher_layers_for("every_other", 4, 6)
     with pytest.raises(ValueError):
         teacher_layers_for([0, 12], 2, 12)
+
+
+def test_the_copy_is_described_by_transformer_layers_not_by_weight_groups(tiny_config):
+    """A 1-layer student from a 4-layer teacher: "1 transformer layer", not "6 layers"
+    (token, position, segment embeddings, LayerNorm, the layer, the pooler)."""
+    teacher = BertModel(tiny_config.replace(num_layers=4))
+    student = BertModel(tiny_config.replace(num_layers=1))
+    copied = init_student_from_teacher(student, teacher, layers=[3])
+    assert describe_init(copied, [3]) == (
+        "the embeddings, 1 transformer layer (teacher -> student: 4 -> 1) and the pooler")
+    student = BertModel(tiny_config.replace(num_layers=2), head="mlm")
+    teacher = BertModel(tiny_config.replace(num_layers=4), head="mlm")
+    copied = init_student_from_teacher(student, teacher)
+    assert "2 transformer layers (teacher -> student: 1 -> 1, 3 -> 2)" in describe_init(
+        copied, teacher_layers_for("every_other", 2, 4))

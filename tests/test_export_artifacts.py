@@ -576,3 +576,60 @@ def op_names(flat: bytes) -> set[str]:
     model = flatbuffer_utils.read_model_from_bytearray(bytearray(flat))
     return {flatbuffer_utils.opcode_to_name(model, op.opcodeIndex)
             for sg in model.subgraphs for op in sg.operators}
+
+
+# What an app can hand the text-in model, fed as the TFLite interpreter takes it (resized
+# to the input's shape), each answered or refused with an error, none crashing: the
+# tensorflow-text kernels check their input's rank when the graph is prepared.
+TFLITE_TEXT_INPUTS = {
+    "one string, not a batch": ("scalar", "refused"),
+    "a rank-2 batch": ("rank2", "refused"),
+    "an empty batch": ("empty", "answers"),
+    "two texts": ("two", "answers"),
+    "invalid UTF-8": ("bad_utf8", "answers"),
+    "a 1 MB text": ("big", "answers"),
+    "an empty string": ("empty_string", "answers"),
+}
+_TFLITE_SCRIPT = r'''
+import json, sys
+import numpy as np
+import tensorflow_text as tf_text
+from ai_edge_litert.interpreter import InterpreterWithCustomOps
+values = {"scalar": np.array("some text", object), "rank2": np.array([["a"], ["b"]], object),
+          "empty": np.array([], object), "two": np.array(["a good film", "awful"], object),
+          "bad_utf8": np.array([b"\xff\xfe good \xc3"], object),
+          "big": np.array(["good " * 200_000], object), "empty_string": np.array([""], object)}
+for name in sys.argv[2:]:
+    print("CASE", name, flush=True)
+    it = InterpreterWithCustomOps(
+        custom_op_registerers=list(tf_text.tflite_registrar.SELECT_TFTEXT_OPS),
+        model_path=sys.argv[1])
+    index = it.get_input_details()[0]["index"]
+    value = values[name]
+    try:
+        if value.shape != (1,):
+            it.resize_tensor_input(index, list(value.shape))
+        it.allocate_tensors()
+        it.set_tensor(index, value)
+        it.invoke()
+        shape = list(it.get_tensor(it.get_output_details()[0]["index"]).shape)
+        print("RESULT", json.dumps([name, "answers", shape]), flush=True)
+    except (RuntimeError, ValueError) as e:
+        print("RESULT", json.dumps([name, "refused", str(e)[:200]]), flush=True)
+'''
+
+
+def test_no_input_crashes_the_text_tflite_model(exported):
+    path = os.path.join(exported["dir"], "model_text_float32.tflite")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
+    proc = subprocess.run([sys.executable, "-c", _TFLITE_SCRIPT, path,
+                           *[case for case, _ in TFLITE_TEXT_INPUTS.values()]],
+                          capture_output=True, text=True, timeout=300, env=env)
+    started = [line for line in proc.stdout.splitlines() if line.startswith("CASE")]
+    assert proc.returncode == 0, f"died in {started[-1:]}: {proc.stderr[-2000:]}"
+    results = {r[0]: r[1:] for r in (json.loads(line[len("RESULT "):]) for line in
+                                    proc.stdout.splitlines() if line.startswith("RESULT"))}
+    for name, (case, outcome) in TFLITE_TEXT_INPUTS.items():
+        assert results[case][0] == outcome, (name, results[case])
+    assert results["empty"][1][0] == 0 and results["two"][1][0] == 2
+    assert "rank 1" in results["scalar"][1]

@@ -189,6 +189,59 @@ def test_export_all_publishes_a_version_whose_warmup_replays(tmp_path, exported)
     assert (entry.name, entry.base_path) == ("polarity", "/models/polarity")
 
 
+# In a process that never imports tensorflow-text: load each SavedModel's graph with the
+# loader TF Serving's C++ one mirrors (it imports every function of the graph), then
+# call serving_default on token ids.
+NO_TF_TEXT = r"""
+import json, sys
+import tensorflow as tf
+ids, out = json.loads(sys.argv[1]), {}
+for path in sys.argv[2:]:
+    try:
+        with tf.compat.v1.Session(graph=tf.Graph()) as sess:
+            tf.compat.v1.saved_model.loader.load(sess, ["serve"], path)
+    except Exception as e:
+        out[path] = {"error": str(e).splitlines()[0]}
+        continue
+    fn = tf.saved_model.load(path).signatures["serving_default"]
+    res = fn(**{k: tf.constant(v, tf.int32) for k, v in ids.items()})
+    out[path] = {"probabilities": res["probabilities"].numpy().tolist()}
+assert "tensorflow_text" not in sys.modules
+print("RESULT" + json.dumps(out))
+"""
+
+
+def test_the_ids_servable_loads_where_tensorflow_text_is_missing(tmp_path, exported):
+    """A server without tensorflow-text's ops cannot load the text SavedModel at all,
+    not even to call serve_ids; the saved_model_ids format can be loaded and served."""
+    from tinybert_tf.export.saved_model import custom_ops
+    model, text_saved_model = exported
+    out = tmp_path / "export"
+    parity = export_all(model, str(out), max_seq_len=L, dev_texts=TEXTS * 3,
+                        formats=["saved_model_ids"], latency_runs=1, task_name="polarity")
+    row = parity["formats"]["saved_model_ids"]
+    assert (row["path"], row["version"], row["models_config"]) == (
+        "serving_ids/1", 1, "serving_ids/models.config")
+    assert row["max_abs_diff"] < 1e-5
+    path = str(out / "serving_ids" / "1")
+    assert custom_ops(path) == []
+    signatures = [r.model_spec.signature_name for r in read_warmup_requests(path)]
+    assert signatures == ["serve_ids", "serve_ids", "serving_default", "serving_default"]
+    assert len(replay_in_fresh_process(path)) == 4
+    inputs = {k: v.numpy() for k, v in load_tokenizer(model, L)(TEXTS).items()}
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
+    proc = subprocess.run([sys.executable, "-c", NO_TF_TEXT,
+                           json.dumps({k: v.tolist() for k, v in inputs.items()}), path,
+                           text_saved_model], capture_output=True, text=True, timeout=300,
+                          env=env, cwd=str(tmp_path))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT")][-1]
+    got = json.loads(line[len("RESULT"):])
+    np.testing.assert_allclose(got[path]["probabilities"],
+                               keras_outputs(model, inputs)["probabilities"], atol=1e-5)
+    assert "Op type not registered 'FastBertNormalize'" in got[text_saved_model]["error"]
+
+
 def test_second_publish_is_version_2_and_leaves_version_1_byte_identical(tmp_path, exported):
     _, saved_model = exported
     root = str(tmp_path / "m")
@@ -397,3 +450,136 @@ def test_client_script_prints_what_the_served_model_answers(published, exported,
         assert "NOT_FOUND" in capsys.readouterr().err
     finally:
         server.stop(None)
+
+
+# --- requests that must not crash the server ------------------------------------------
+
+# name: (signature, inputs as the client sends them, "answers" or "refused")
+BAD_REQUESTS = {
+    "one string, not a batch": ("serving_default", {"text": "some text", "text_b": "other"},
+                                "refused"),
+    "a rank-2 batch": ("serving_default", {"text": [["a good"], ["film"]],
+                                           "text_b": [["x"], ["y"]]}, "refused"),
+    "text and text_b of other sizes": ("serving_default", {"text": ["a", "b"],
+                                                           "text_b": ["c"]}, "refused"),
+    "an empty batch": ("serving_default", {"text": [], "text_b": []}, "answers"),
+    "invalid UTF-8": ("serving_default", {"text": [b"\xff\xfe good \xc3"],
+                                          "text_b": [b"\x80"]}, "answers"),
+    "a 1 MB text": ("serving_default", {"text": ["good " * 200_000], "text_b": ["a"]},
+                    "answers"),
+    "512 texts": ("serving_default", {"text": ["a good film"] * 512,
+                                      "text_b": ["the plot"] * 512}, "answers"),
+    "an empty string": ("serving_default", {"text": [""], "text_b": [""]}, "answers"),
+    "scalar ids": ("serve_ids", {k: 0 for k in INPUT_NAMES}, "refused"),
+    "ids of other shapes": ("serve_ids", {"input_word_ids": [[2, 5, 3]],
+                                          "input_mask": [[1, 1]],
+                                          "input_type_ids": [[0, 0, 0]]}, "refused"),
+    "a sequence beyond the position table": ("serve_ids", {k: [[1] * 100] for k in INPUT_NAMES},
+                                             "refused"),
+    "a negative word id": ("serve_ids", {"input_word_ids": [[2, -1, 3]],
+                                         "input_mask": [[1, 1, 1]],
+                                         "input_type_ids": [[0, 0, 0]]}, "refused"),
+    "a type id beyond the table": ("serve_ids", {"input_word_ids": [[2, 5, 3]],
+                                                 "input_mask": [[1, 1, 1]],
+                                                 "input_type_ids": [[0, 7, 0]]}, "refused"),
+    "an empty ids batch": ("serve_ids", {k: np.zeros((0, 8), np.int32) for k in INPUT_NAMES},
+                           "answers"),
+}
+
+# Runs every request the way TF Serving does: a tf.compat.v1 Session loads the SavedModel
+# (tag "serve"), each request is a tensorflow-serving-api PredictRequest built with
+# make_tensor_proto, fed through Session::MakeCallable (no client-side shape check, as
+# the server's C++ Session::Run); then the same through the eager signatures. A case prints its name
+# before it runs: a crash names the case it died in.
+_REQUEST_SCRIPT = r'''
+import json, sys
+import numpy as np
+import tensorflow as tf
+import tensorflow_text  # noqa: F401
+from tensorflow.core.protobuf import config_pb2
+from tensorflow_serving.apis import predict_pb2
+path, cases = sys.argv[1], json.load(open(sys.argv[2]))
+graph = tf.Graph()
+with graph.as_default():
+    sess = tf.compat.v1.Session(graph=graph)
+    meta = tf.compat.v1.saved_model.loader.load(sess, ["serve"], path)
+loaded = tf.saved_model.load(path)
+
+
+def as_bytes(value):
+    if isinstance(value, list):
+        return [as_bytes(v) for v in value]
+    return value.encode("latin-1")
+
+
+for name, (signature, inputs) in cases.items():
+    request = predict_pb2.PredictRequest()
+    request.model_spec.signature_name = signature
+    for key, value in inputs.items():
+        if signature == "serving_default":  # JSON carried the bytes as latin-1 text
+            value = as_bytes(value)
+        elif isinstance(value, dict):
+            value = np.zeros(value["zeros"], np.int32)
+        dtype = tf.string if signature == "serving_default" else tf.int32
+        request.inputs[key].CopyFrom(tf.make_tensor_proto(value, dtype))
+    sig = meta.signature_def[signature]
+    keys = sorted(request.inputs)
+    for path_name in ("session", "eager"):
+        print("CASE", path_name, name, flush=True)
+        try:
+            arrays = {k: tf.make_ndarray(request.inputs[k]) for k in keys}
+            if path_name == "session":
+                # Session::MakeCallable, as the server's C++ runs it: no client-side check.
+                options = config_pb2.CallableOptions()
+                options.feed.extend(sig.inputs[k].name for k in keys)
+                options.fetch.extend(sig.outputs[o].name for o in sorted(sig.outputs))
+                run = sess._make_callable_from_options(options)
+                shapes = [list(np.shape(o)) for o in run(*[arrays[k] for k in keys])]
+            else:
+                out = loaded.signatures[signature](**{k: tf.constant(v)
+                                                      for k, v in arrays.items()})
+                shapes = [list(out[o].shape) for o in sorted(out)]
+            print("RESULT", json.dumps([path_name, name, "answers", shapes]), flush=True)
+        except tf.errors.InvalidArgumentError as e:
+            print("RESULT", json.dumps([path_name, name, "refused", e.message[:300]]),
+                  flush=True)
+'''
+
+
+def test_no_request_crashes_the_served_model_through_the_session_path(tmp_path, vocab,
+                                                                      tiny_config):
+    model = tiny_classifier(vocab, tiny_config, seed=2, label_names=LABELS)
+    path = export_saved_model(model, str(tmp_path / "pair"), L, is_pair=True)
+
+    def jsonable(value):
+        if isinstance(value, np.ndarray):  # an empty batch keeps its shape
+            return {"zeros": list(value.shape)} if value.size == 0 else value.tolist()
+        if isinstance(value, bytes):
+            return value.decode("latin-1")
+        if isinstance(value, list):
+            return [jsonable(v) for v in value]
+        return value
+    cases = {name: (sig, {k: jsonable(v) for k, v in inputs.items()})
+             for name, (sig, inputs, _) in BAD_REQUESTS.items()}
+    (tmp_path / "cases.json").write_text(json.dumps(cases))
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
+    proc = subprocess.run([sys.executable, "-c", _REQUEST_SCRIPT, path,
+                           str(tmp_path / "cases.json")],
+                          capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
+    started = [line for line in proc.stdout.splitlines() if line.startswith("CASE")]
+    assert proc.returncode == 0, f"the server process died in {started[-1:]}: " \
+                                 f"{proc.stderr[-2000:]}"
+    results = [json.loads(line[len("RESULT "):]) for line in proc.stdout.splitlines()
+               if line.startswith("RESULT")]
+    assert len(results) == 2 * len(BAD_REQUESTS)
+    for path_name, name, outcome, detail in results:
+        assert outcome == BAD_REQUESTS[name][2], (path_name, name, detail)
+        if outcome == "answers":
+            n = len(BAD_REQUESTS[name][1]["input_word_ids" if "ids" in name else "text"])
+            assert all(shape[0] == n for shape in detail), (name, detail)
+    refused = {name: detail for p, name, outcome, detail in results if p == "session"
+               and outcome == "refused"}
+    assert "[] is not compatible with expected shape [?]" in refused["one string, not a batch"]
+    assert "must hold the same number of texts" in refused["text and text_b of other sizes"]
+    assert "must be at most 64" in refused["a sequence beyond the position table"]
+    assert "input input_word_ids must hold values in [0," in refused["a negative word id"]

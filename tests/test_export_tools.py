@@ -40,7 +40,7 @@ def test_bin_export_writes_export_dir_for_polarity(tmp_path, tiny_vocab):
     src = model_dir(tmp_path, tiny_vocab, "classifier")
     out = tmp_path / "out"
     proc = run_tool("export", f"--model_dir={src}", f"--output_dir={out}", "--max_seq_len=16",
-                    "--export_formats=float32", "--export_latency_runs=2")
+                    "--export_formats=float32", "--export_latency_runs=2", "--task=polarity")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert sorted(os.listdir(out / "export")) == ["model_float32.tflite", "parity.json"]
     parity = json.loads((out / "export" / "parity.json").read_text())
@@ -73,7 +73,7 @@ def test_bin_export_errors(tmp_path, tiny_vocab, head, args, message):
     src = model_dir(tmp_path, tiny_vocab, head)
     out = tmp_path / "out"
     tool.FLAGS(["bin/export", f"--model_dir={src}", f"--output_dir={out}",
-                "--max_seq_len=16", *args])
+                "--max_seq_len=16", "--task=polarity", *args])
     try:
         with pytest.raises(ExportError, match=re.escape(message)) as err:
             tool.run()
@@ -139,7 +139,8 @@ def test_bin_export_writes_hugging_face_and_keras_hub_directories(tmp_path, tiny
                                vocab=vocab), str(tmp_path / "model"))
     out = tmp_path / "out"
     proc = run_tool("export", f"--model_dir={src}", f"--output_dir={out}", "--max_seq_len=16",
-                    "--export_formats=hf,keras_hub", "--export_latency_runs=2")
+                    "--export_formats=hf,keras_hub", "--export_latency_runs=2",
+                    "--task=polarity")
     assert proc.returncode == 0, proc.stderr[-3000:]
     parity = json.loads((out / "export" / "parity.json").read_text())
     want, _ = keras_reference(src, resolve_task(TaskConfig(task="polarity")), 16)
@@ -150,3 +151,85 @@ def test_bin_export_writes_hugging_face_and_keras_hub_directories(tmp_path, tiny
     hf_config = json.loads((out / "export" / "hf" / "config.json").read_text())
     assert hf_config["architectures"] == ["BertForSequenceClassification"]
     assert hf_config["id2label"] == {"0": "neg", "1": "pos"}
+
+
+# --- label identity -----------------------------------------------------------------------
+
+def _export_in_process(tool, *args):
+    tool.FLAGS(["bin/export", *args])
+    try:
+        return tool.run()
+    finally:
+        tool.FLAGS.unparse_flags()
+
+
+def test_exports_name_the_models_labels_in_its_own_order(tmp_path, tiny_vocab, capsys):
+    """A model whose outputs are [pos, neg] (the task's are [neg, pos]): every export
+    names them in the model's order, and the dev metric reads them by name."""
+    import numpy as np
+
+    from tinybert_tf.export.tflite_metadata import read_metadata
+    from tinybert_tf.models.checkpoint import load_model, load_tokenizer
+    from tinybert_tf.tasks import TaskConfig, resolve_task
+    vocab = list(dict.fromkeys(tiny_vocab))
+    keras.utils.set_random_seed(7)
+    config = BertConfig(vocab_size=len(vocab), hidden_size=16, num_layers=1, num_heads=2,
+                        intermediate_size=32, max_position_embeddings=64)
+    model = BertModel(config, head="classifier", label_names=["pos", "neg"], vocab=vocab)
+    src = save_model(model, str(tmp_path / "model"))
+    tool = load_bin_export()
+    parity = _export_in_process(tool, f"--model_dir={src}", f"--output_dir={tmp_path / 'o'}",
+                                "--task=polarity", "--max_seq_len=16",
+                                "--export_formats=float32", "--export_latency_runs=1")
+    assert parity["labels"] == ["pos", "neg"]
+    meta = read_metadata(str(tmp_path / "o" / "export" / "model_float32.tflite"))
+    assert [n for n in meta.files.values() if "pos" in n][0].split() == ["pos", "neg"]
+    # The metric, independently: the model's argmax read by its names against the gold names.
+    task = resolve_task(TaskConfig(task="polarity"))
+    dev = task.examples("dev")
+    x = load_tokenizer(src, 16)([ex.text_a for ex in dev], max_seq_len=16)
+    predicted = np.argmax(load_model(src)(x, training=False)["logits"].numpy(), -1)
+    gold = [task.type.label_names[ex.label] for ex in dev]
+    want = np.mean([["pos", "neg"][p] == g for p, g in zip(predicted, gold)])
+    assert parity["formats"]["float32"]["metric"] == pytest.approx(want)
+    assert parity["formats"]["keras"]["metric"] == pytest.approx(want)
+    # Other names than the task's: refused before anything is written.
+    other = save_model(BertModel(config, head="classifier", label_names=["spam", "ham"],
+                                 vocab=vocab), str(tmp_path / "other"))
+    from tinybert_tf.export import ExportError
+    with pytest.raises(ExportError, match=r"has the labels \['spam', 'ham'\] but task "
+                       r"polarity has \['neg', 'pos'\]"):
+        _export_in_process(tool, f"--model_dir={other}", f"--output_dir={tmp_path / 'p'}",
+                           "--task=polarity", "--export_formats=float32")
+    assert not (tmp_path / "p").exists()
+
+
+def test_bin_export_reads_the_task_and_length_the_model_records(tmp_path, tiny_vocab, capsys):
+    from tinybert_tf.export import ExportError
+    from tinybert_tf.tasks import TaskConfig
+    vocab = list(dict.fromkeys(tiny_vocab))
+    config = BertConfig(vocab_size=len(vocab), hidden_size=16, num_layers=1, num_heads=2,
+                        intermediate_size=32, max_position_embeddings=64)
+    model = BertModel(config, head="classifier", label_names=["neg", "pos"], vocab=vocab)
+    bare = save_model(model, str(tmp_path / "bare"))
+    tool = load_bin_export()
+    # No --task and no record: refused, not scored on the demo's polarity set.
+    with pytest.raises(ExportError, match=r"--task is required: .*bare does not record the "
+                       r"task it was trained on"):
+        _export_in_process(tool, f"--model_dir={bare}", f"--output_dir={tmp_path / 'o'}")
+    recorded = save_model(model, str(tmp_path / "recorded"), metadata={
+        "task": TaskConfig(task="polarity").to_record(), "max_seq_len": 24})
+    parity = _export_in_process(tool, f"--model_dir={recorded}", f"--output_dir={tmp_path / 'a'}",
+                                "--export_formats=float32", "--export_latency_runs=1")
+    assert parity["task"] == "polarity" and parity["max_seq_len"] == 24
+    capsys.readouterr()
+    parity = _export_in_process(tool, f"--model_dir={recorded}", f"--output_dir={tmp_path / 'b'}",
+                                "--export_formats=float32", "--export_latency_runs=1",
+                                "--max_seq_len=32")
+    assert parity["max_seq_len"] == 32
+    err = capsys.readouterr().err
+    assert "warning: --max_seq_len=32 but" in err and "was trained at 24" in err
+    # An explicit --serving_version=0 is refused, not published as version 1.
+    with pytest.raises(ExportError, match=r"--serving_version=0: must be a positive integer"):
+        _export_in_process(tool, f"--model_dir={recorded}", f"--output_dir={tmp_path / 'c'}",
+                           "--serving_version=0")

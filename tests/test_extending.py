@@ -23,10 +23,10 @@ def registries():
     from tinybert_tf.data import sources
     from tinybert_tf.distill import terms
     from tinybert_tf.export import formats
-    from tinybert_tf.pipeline import strategy
+    from tinybert_tf.pipeline import phases, recipes, strategy
     from tinybert_tf.tasks import base, catalog
     tables = [terms.TERMS, base.TASK_TYPES, catalog.TASK_FACTORIES, sources.SOURCES,
-              formats.FORMATS, strategy.BUILDERS]
+              formats.FORMATS, strategy.BUILDERS, phases.PHASE_KINDS, recipes.RECIPES]
     saved = [dict(t) for t in tables]
     yield
     for table, before in zip(tables, saved):
@@ -36,18 +36,21 @@ def registries():
 
 def test_every_example_of_the_extending_guide_runs(registries):
     blocks = _blocks()
-    assert len(blocks) == 6, "setup + one example per extension point"
+    assert len(blocks) == 8, "setup + one example per extension point"
     namespace: dict = {"__name__": "extending_doc"}
     for block in blocks:
         exec(compile(block, DOC, "exec"), namespace)  # the blocks assert their own results
     from tinybert_tf.data.sources import SOURCES
     from tinybert_tf.distill.terms import TERMS
     from tinybert_tf.export.formats import FORMATS
+    from tinybert_tf.pipeline.phases import PHASE_KINDS
+    from tinybert_tf.pipeline.recipes import RECIPES
     from tinybert_tf.pipeline.strategy import BUILDERS
     from tinybert_tf.tasks import TASK_FACTORIES, TASK_TYPES
+    assert "soft_and_hard" in PHASE_KINDS
     assert "clscos" in TERMS and "multi_label" in TASK_TYPES and "fasttext" in SOURCES
     assert "fasttext_sentiment" in TASK_FACTORIES and "npz" in FORMATS
-    assert "cpu_pair" in BUILDERS
+    assert "cpu_pair" in BUILDERS and "attention_only" in RECIPES
 
 
 def test_a_plugin_term_is_accepted_by_bin_distill_flags(registries, tmp_path, monkeypatch):
@@ -60,3 +63,75 @@ def test_a_plugin_term_is_accepted_by_bin_distill_flags(registries, tmp_path, mo
     assert config.loss.loss_terms == ("attn", "clscos")
     from tinybert_tf.distill.terms import make_terms
     assert [t.name for t in make_terms(config.loss.loss_terms)] == ["attn", "clscos"]
+
+
+# --- plugins may not replace built-ins silently, and their errors are theirs ----------------
+
+PLUGINS = {
+    "term_attn": ("from tinybert_tf.distill import LossTerm, register_term\n"
+                  "@register_term{how}\nclass Mine(LossTerm):\n    name = 'attn'\n",
+                  r"loss term 'attn' is already registered \(tinybert_tf\.distill\.terms\."
+                  r"AttentionTerm\); registering Mine by term_attn \(.*term_attn\.py\)"),
+    "task_sst2": ("from tinybert_tf.tasks import register_task\n"
+                  "@register_task('SST-2'{how_kw})\ndef mine(config):\n    return None\n",
+                  r"task name 'SST-2' is a built-in task \(sst-2\); registering mine by "
+                  r"task_sst2 would replace it"),
+    "format_float32": ("from tinybert_tf.export.formats import FORMATS, ExportFormat, "
+                       "register_format\n"
+                       "register_format(ExportFormat('float32', 'x.bin', None, None, 'mine')"
+                       "{how_kw})\n",
+                       r"export format 'float32' is already registered"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PLUGINS))
+def test_a_plugin_cannot_silently_replace_a_built_in(registries, tmp_path, monkeypatch, name):
+    from tinybert_tf.pipeline.main import parse_argv
+    from tinybert_tf.plugins import PluginError
+    code, pattern = PLUGINS[name]
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / f"{name}.py").write_text(code.format(how="", how_kw=""))
+    argv = ["bin/distill", f"--output_dir={tmp_path / 'out'}", f"--plugins={name}"]
+    with pytest.raises(PluginError, match=rf"^--plugins={name}: {pattern}.*replace=True"):
+        parse_argv(argv)
+    # Saying so replaces it.
+    (tmp_path / f"{name}_ok.py").write_text(code.format(how="(replace=True)",
+                                                        how_kw=", replace=True"))
+    parse_argv(argv[:2] + [f"--plugins={name}_ok"])
+
+
+def test_a_plugins_import_error_names_the_plugin_its_file_and_line(tmp_path, monkeypatch):
+    from tinybert_tf.pipeline.main import parse_argv
+    from tinybert_tf.plugins import PluginError
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "broken_syntax.py").write_text("x = 1\ndef f(:\n    pass\n")
+    (tmp_path / "broken_import.py").write_text("import os\nvalue = {}['missing']\n")
+    out = f"--output_dir={tmp_path / 'out'}"
+    with pytest.raises(PluginError, match=r"^--plugins=broken_syntax: cannot import it: .*"
+                       r"broken_syntax\.py, line 2: SyntaxError"):
+        parse_argv(["bin/distill", out, "--plugins=broken_syntax"])
+    with pytest.raises(PluginError, match=r"^--plugins=broken_import: cannot import it: .*"
+                       r"broken_import\.py, line 2: KeyError: 'missing'; fix the plugin"):
+        parse_argv(["bin/distill", out, "--plugins=broken_import"])
+
+
+def test_a_plugin_terms_build_error_is_the_plugins_not_an_internal_error(
+        registries, tmp_path, monkeypatch, tiny_vocab, capsys):
+    from tinybert_tf.pipeline.main import main
+
+    from pipeline_helpers import argv, tiny_flags, write_teacher
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "boom_term.py").write_text(
+        "from tinybert_tf.distill import LossTerm, register_term\n\n\n"
+        "@register_term\nclass Boom(LossTerm):\n    name = 'boom'\n\n"
+        "    def build(self, student, teacher):\n"
+        "        raise TypeError('needs a teacher with a pooler')\n")
+    teacher = write_teacher(str(tmp_path / "task_teacher"), tiny_vocab, head="classifier")
+    ns = tiny_flags(tmp_path, tiny_vocab, task_teacher=teacher, general_model="none",
+                    use_augmented=False, stages=["task"], plugins=["boom_term"],
+                    loss_terms=["attn", "boom"])
+    assert main(["bin/distill", *argv(ns)]) == 2
+    err = capsys.readouterr().err
+    assert "internal error" not in err and len(err.strip().splitlines()) == 1, err
+    assert re.search(r"^distill: error: --plugins=boom_term \(.*boom_term\.py, line 9, in "
+                     r"build\): TypeError: needs a teacher with a pooler; fix the plugin", err)

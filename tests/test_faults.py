@@ -179,11 +179,11 @@ def test_the_heartbeat_advances_and_a_lock_taken_over_meanwhile_stops_the_run(tm
     assert read_holder(path).token == "thief"  # not ours: left alone
 
 
-def test_only_the_chief_takes_the_output_lock(base, tmp_path, monkeypatch):
+def test_only_the_chief_takes_the_output_lock(base, tmp_path, monkeypatch, tiny_vocab):
     from tinybert_tf.pipeline import main as main_module
     out = tmp_path / "worker"
     _write_holder(str(out / ".lock"))  # the chief's lock, held by a live process
-    (out / "task").mkdir()
+    write_teacher(str(out / "task" / "model"), tiny_vocab, head="classifier")
     (out / "task" / "stage_done.json").write_text('{"stage": "task"}')
     ns = _with(base, output_dir=str(out), stages=["evaluate"])
     monkeypatch.setattr(main_module.Context, "chief", property(lambda self: False))
@@ -222,14 +222,14 @@ def test_two_shards_given_one_output_are_refused_with_the_way_to_join_them(base,
         rc, err = _bin_augment([*args, "--shard=1/2"], capsys)
     finally:
         lock.release()
-    assert rc == 1 and "in use by another run" in err and "shard 0/2" in err
+    assert rc == 2 and "in use by another run" in err and "shard 0/2" in err
     assert re.search(join, err)
     # Shard 0 finished there: shard 1 would destroy it.
     rc, err = _bin_augment([*args, "--shard=0/2"], capsys)
     assert rc == 0, err
     before = out.read_bytes()
     rc, err = _bin_augment([*args, "--shard=1/2"], capsys)
-    assert rc == 1 and "holds the output of shard 0/2" in err and re.search(join, err)
+    assert rc == 2 and "holds the output of shard 0/2" in err and re.search(join, err)
     assert out.read_bytes() == before
     # Each shard to its own file, joined with cat: the unsharded file.
     rc, _ = _bin_augment([*args[:2], f"--output={out}.shard1", *args[3:], "--shard=1/2"],
@@ -492,10 +492,12 @@ def test_bin_export_refuses_a_model_that_does_not_fit_the_task_or_is_unfinished(
                           head="classifier")  # 2 labels
     out = tmp_path / "out"
     mnli = os.path.join(REPO, "tests", "fixtures", "glue", "MNLI")
+    sst2 = os.path.join(REPO, "tests", "fixtures", "glue", "SST-2")
 
     def export(*args):
         tool.FLAGS(["bin/export", f"--model_dir={model}", f"--output_dir={out}",
-                    "--max_seq_len=16", "--export_formats=float32", *args])
+                    "--max_seq_len=16", "--export_formats=float32",
+                    *(args or ["--task=sst-2", f"--data_dir={sst2}"])])
         try:
             return tool.run()
         finally:
@@ -521,8 +523,77 @@ def test_bin_benchmark_quick_refuses_explicit_models(capsys):
     tool = _load_tool("benchmark")
     tool.FLAGS(["bin/benchmark", "--quick", "--benchmark_models=bert_base_uncased,tiny"])
     try:
-        assert tool.main(["bin/benchmark"]) == 1
+        assert tool.main(["bin/benchmark"]) == 2
     finally:
         tool.FLAGS.unparse_flags()
     err = capsys.readouterr().err
     assert re.search(r"^bin/benchmark: error: --quick .* would ignore --benchmark_models", err)
+
+
+@pytest.mark.parametrize("args,pattern", [
+    (["--benchmark_batch_sizes=1,0"], r"--benchmark_batch_sizes=1,0: every batch size must be "
+                                      r">= 1"),
+    (["--benchmark_batch_sizes=-2"], r"--benchmark_batch_sizes=-2: every batch size must be"),
+    (["--quick", "--benchmark_runs=50"], r"--quick .* would ignore --benchmark_runs; drop"),
+    (["--benchmark_output={file}"], r"--benchmark_output=.*a_file: is a file; give a folder"),
+    (["--benchmark_formats=keras,onnx"], r"--benchmark_formats=keras,onnx: unknown runtime"),
+])
+def test_bin_benchmark_refuses_bad_flags_before_timing_anything(tmp_path, capsys, args,
+                                                                pattern):
+    (tmp_path / "a_file").write_text("mine")
+    tool = _load_tool("benchmark")
+    tool.FLAGS(["bin/benchmark", *[a.format(file=tmp_path / "a_file") for a in args]])
+    try:
+        assert tool.main(["bin/benchmark"]) == 2
+    finally:
+        tool.FLAGS.unparse_flags()
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and re.search(r"^bin/benchmark: error: " + pattern,
+                                                            err), err
+    assert (tmp_path / "a_file").read_text() == "mine"
+
+
+def test_bin_augment_writes_a_task_in_its_own_format_only(tmp_path, capsys):
+    own = os.path.join(REPO, "tests", "fixtures", "own_data")
+    args = ["--task=text_classification", f"--train_file={own}/reviews_train.csv",
+            f"--validation_file={own}/reviews_dev.csv", "--augment_fallback",
+            f"--word_vectors={tmp_path / 'v.txt'}"]
+    rc, err = _bin_augment([*args, f"--output={tmp_path / 'aug' / 'train_aug.tsv'}"], capsys)
+    assert rc == 2 and len(err.strip().splitlines()) == 1
+    assert re.search(r"^bin/augment: error: --output=.*train_aug\.tsv: the task's data is "
+                     r"written back in its own format \(CSV, as train_aug\.csv\).*name it "
+                     r"train_aug\.csv", err), err
+    assert not (tmp_path / "aug").exists()
+
+
+_TOOLS_SCRIPT = r"""
+import contextlib, io, runpy, sys
+for tool in ("distill", "export", "augment", "benchmark", "pretokenize"):
+    for flag in ("--help", "--helpfull", "--nosuch=1"):
+        sys.argv = [f"bin/{tool}", flag]
+        out, err = io.StringIO(), io.StringIO()
+        code = 0
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                runpy.run_path(f"{sys.argv[0]}", run_name="__main__")
+            except SystemExit as e:
+                code = e.code
+        print("RC", tool, flag, code, out.getvalue().count("--"),
+              "flags:" in out.getvalue(), repr(err.getvalue().strip()[-80:]))
+"""
+
+
+def test_every_tool_answers_help_and_uses_exit_code_2_for_a_bad_flag():
+    """Each bin/ script run as __main__ (one process: TensorFlow is imported once)."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
+    proc = subprocess.run([sys.executable, "-c", _TOOLS_SCRIPT], capture_output=True,
+                          text=True, timeout=600, env=env, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = [line.split(" ", 6)[1:] for line in proc.stdout.splitlines()
+            if line.startswith("RC ")]
+    assert len(rows) == 15, proc.stdout
+    for tool, flag, code, dashes, has_flags, err in rows:
+        if flag == "--nosuch=1":
+            assert code == "2" and "Unknown command line flag 'nosuch'" in err, (tool, err)
+        else:
+            assert code == "0" and has_flags == "True" and int(dashes) > 10, (tool, flag, err)

@@ -15,7 +15,7 @@ import pytest
 from tinybert_tf.pipeline.lock import FileLock
 from tinybert_tf.pipeline.main import main
 
-from pipeline_helpers import argv, run_distill, tiny_flags, write_flagfile, write_teacher
+from pipeline_helpers import argv, run, run_distill, tiny_flags, write_flagfile, write_teacher
 
 STSB_HEADER = ["index", "genre", "filename", "year", "old_index", "source1", "source2",
                "sentence1", "sentence2", "score"]
@@ -34,8 +34,26 @@ def base(tmp_path_factory, tiny_vocab):
             "\t".join(["0", "g", "f", "y", "0", "s", "s", "a cat", "a dog", "3.2"]),
             "\t".join(["1", "g", "f", "y", "1", "s", "s", "the film", "a movie", score])]
         (stsb / name).write_text("\n".join(rows) + "\n")
+    reviews = tmp / "reviews"
+    reviews.mkdir()
+    for name, n in (("train.csv", 240), ("dev.csv", 8)):
+        (reviews / name).write_text("text,title,label\n" + "".join(
+            f"a good film number {i},title {i},{'pos' if i % 2 else 'neg'}\n"
+            for i in range(n)))
     return tmp, tiny_flags(tmp, tiny_vocab, task_teacher=teacher, general_model="none",
                            dry_run=True, stages=["task"], use_augmented=False)
+
+
+# Own-data flags for the base fixture's reviews CSV files.
+_OWN = dict(task="text_classification", data_dir="", train_file="{tmp}/reviews/train.csv",
+            validation_file="{tmp}/reviews/dev.csv", stages=["task"])
+
+
+def _teacher_with_extra_token(tmp, vocab):
+    path = write_teacher(str(tmp / "extra_token_teacher"), vocab, head="classifier")
+    with open(os.path.join(path, "vocab.txt"), "a", encoding="utf-8") as f:
+        f.write("zebra\n")
+    return path
 
 
 def _setup_unfinished_general(tmp, out, vocab):
@@ -68,12 +86,12 @@ CASES = {
                                 r"^--general_epochs=-1\.0: must be >= 0\.$", "num_train_steps"),
     "zero general epochs": (dict(general_epochs=0, stages=["general"]), None,
                             r"--general_epochs=0: the general stage would train nothing", None),
-    "nothing to distil": (dict(pred_epochs=0, intermediate=False), None,
-                          r"--pred_epochs=0 with --nointermediate: task distillation would "
-                          r"train nothing and export the undistilled student", None),
+    "nothing to distil": (dict(pred_epochs=0, task_phases=["prediction"]), None,
+                          r"--pred_epochs=0: the prediction phase of --task_phases=prediction "
+                          r"would train nothing and leave the task head untrained", None),
     "zero intermediate epochs": (dict(intermediate_epochs=0), None,
-                                 r"--intermediate_epochs=0 with --intermediate: .*--nointermediate",
-                                 None),
+                                 r"--intermediate_epochs=0: the intermediate phase .* drop "
+                                 r"intermediate from --task_phases", None),
     "missing data dir": (dict(data_dir="/nonexistent", stages=["all"], task_teacher="",
                               dry_run=False), None,
                          r"/nonexistent: task directory not found; --data_dir", None),
@@ -136,6 +154,31 @@ CASES = {
                                  r"has not finished", None),
     "empty corpus": (dict(dry_run=False, corpus="{tmp}/empty_corpus.txt", stages=["general"]),
                      None, r"empty_corpus\.txt: the corpus holds no text", "batch"),
+    "too short a sequence": (dict(max_seq_len=2), None,
+                             r"^--max_seq_len=2: must be 0 \(the task's default\) or >= 3 ",
+                             None),
+    "a vocab of another size": (dict(), lambda tmp, out, vocab: {
+        "task_teacher": _teacher_with_extra_token(tmp, vocab)},
+        r"extra_token_teacher: the vocab has \d+ tokens but the config says vocab_size=",
+        None),
+    "fine-tuning a teacher the run ignores": (
+        dict(stages=["finetune_teacher", "task"]), None,
+        r"--stages=finetune_teacher,task with --task_teacher=.*: the finetune_teacher stage "
+        r"fine-tunes --teacher, but the later stages read --task_teacher", None),
+    "label column is the text column": (
+        dict(_OWN, label_column="text"), None,
+        r"^--label_column=text is also --text_column: the label column must hold the labels",
+        None),
+    "label column of texts": (
+        dict(_OWN, label_column="title"), None,
+        r"reviews/train\.csv: the labels in column 'title' take 240 different values in 240 "
+        r"rows, \['title 0', 'title 1', 'title 2', \.\.\. \(240 in all\)\]: that is text",
+        "title 200"),
+    "train file is a folder": (dict(_OWN, train_file="{tmp}/reviews"), None,
+                               r"^--train_file=.*reviews: is a folder; give the file itself",
+                               "extension"),
+    "negative seed": (dict(seed=-1), None, r"^--seed=-1: must be in \[0, 2\*\*32 - 1\]",
+                      "Seed must be"),
     "sts-b score out of range": (dict(task="sts-b", data_dir="{tmp}/stsb",
                                       stages=["finetune_teacher"], task_teacher=""), None,
                                  r"stsb/train\.tsv:3: score '7\.0' in column 10 is outside "
@@ -211,3 +254,38 @@ def test_bin_distill_itself_exits_2_with_one_error_line(base, tmp_path, extra, p
     errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("distill: error: ")]
     assert proc.returncode == 2 and len(errors) == 1 and re.search(pattern, errors[0])
     assert "Traceback" not in proc.stderr
+
+
+def test_a_run_that_failed_before_its_first_step_blocks_no_corrected_command(base, tmp_path,
+                                                                           capsys):
+    tmp, ns = base
+    out = tmp_path / "out"
+    bad = type(ns)(**{**vars(ns), "output_dir": str(out), "dry_run": False,
+                      "corpus": str(tmp / "empty_corpus.txt"), "stages": ["general"]})
+    assert main(["bin/distill", *argv(bad)]) == 2
+    assert "the corpus holds no text" in capsys.readouterr().err
+    assert (out / "run_config.json").exists()  # the checks had passed
+    fixed = type(bad)(**{**vars(bad), "corpus": ns.corpus, "dry_run": True})
+    assert main(["bin/distill", *argv(fixed)]) == 0, capsys.readouterr().err
+
+
+def test_a_task_batch_is_compared_with_the_augmented_count_not_the_original(base, tmp_path):
+    """24 training rows with --num_aug=2 give up to 72 augmented rows: a batch of 48 fits."""
+    tmp, ns = base
+    plan = run(type(ns)(**{**vars(ns), "output_dir": str(tmp_path / "o"), "use_augmented": True,
+                           "stages": ["augment", "task"], "task_batch_size": 48,
+                           "augment_fallback": True}))
+    inter = [p for p in plan["phases"] if p["phase"] == "intermediate"][0]
+    assert inter["examples"] == 72 and inter["steps_per_epoch"] == 1
+    assert "at most 72 rows (the 24 original rows with up to 2 variants each" in inter["note"]
+
+
+def test_a_bad_tf_config_task_names_the_cluster_and_the_fix():
+    from tinybert_tf.pipeline.strategy import StrategyError, check_tf_config
+    cluster = {"worker": ["host:1", "host:2"]}
+    with pytest.raises(StrategyError, match=r"task index 5 of job 'worker', but the cluster lists "
+                       r"2 worker task\(s\) \(indexes 0\.\.1\)"):
+        check_tf_config({"cluster": cluster, "task": {"type": "worker", "index": 5}})
+    with pytest.raises(StrategyError, match=r"task type 'chief' is not a job of the cluster"):
+        check_tf_config({"cluster": cluster, "task": {"type": "chief", "index": 0}})
+    check_tf_config({"cluster": cluster, "task": {"type": "worker", "index": 1}})

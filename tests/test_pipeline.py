@@ -68,6 +68,19 @@ def test_rerun_skips_finished_stages(sst2_run, tmp_path, capsys):
         np.testing.assert_array_equal(weights[k], after[k])
 
 
+def test_a_run_ends_by_naming_where_its_artefacts_are(sst2_run, tmp_path, capsys):
+    ns = sst2_run.copy(tmp_path / "again")
+    run(ns)
+    printed = capsys.readouterr().out
+    assert f"== done; the run's artefacts in {ns.output_dir}:" in printed
+    tail = printed.split("== done;")[1]
+    for path in ("general/model", "finetune_teacher/model", "augment/train_aug.tsv",
+                 "task/model", "report.json", "export/serving/1",
+                 "export/model_float32.tflite", "export/parity.json", "logs"):
+        assert os.path.join(ns.output_dir, path) in tail, path
+    assert "TF Serving model, version 1" in tail
+
+
 def test_other_config_in_same_output_dir_is_refused(sst2_run, tmp_path):
     changed = sst2_run.copy(tmp_path / "other", seed=sst2_run.ns.seed + 1)
     with pytest.raises(OutputDirError, match="--seed"):
@@ -186,14 +199,18 @@ def _event_tags(directory: str) -> set:
 
 
 def test_tensorboard_has_every_loss_term_learning_rate_and_dev_metric(finished):
+    """keras.callbacks.TensorBoard's layout: training scalars in train/, dev metrics in
+    validation/ (so TensorBoard shows them as two runs of one chart)."""
     tmp, ns, _ = finished
     logs = os.path.join(ns.output_dir, "logs")
     assert {"embd_loss", "attn_loss", "hidn_loss", "loss", "learning_rate"} <= _event_tags(
-        os.path.join(logs, "general", "general"))
+        os.path.join(logs, "general", "train"))
     assert {"embd_loss", "attn_loss", "hidn_loss", "learning_rate"} <= _event_tags(
-        os.path.join(logs, "task", "intermediate"))
-    assert {"pred_loss", "learning_rate", "dev_accuracy"} <= _event_tags(
-        os.path.join(logs, "task", "prediction"))
+        os.path.join(logs, "task", "intermediate", "train"))
+    assert {"pred_loss", "learning_rate"} <= _event_tags(
+        os.path.join(logs, "task", "prediction", "train"))
+    assert "accuracy" in _event_tags(os.path.join(logs, "task", "prediction", "validation"))
+    assert sorted(os.listdir(os.path.join(logs, "general"))) == ["train"]
 
 
 def test_prediction_phase_keeps_the_best_dev_checkpoint(finished):

@@ -14,9 +14,9 @@ import tensorflow as tf
 from tinybert_tf import files
 from tinybert_tf.augment import augment_task
 from tinybert_tf.data import glue
-from tinybert_tf.export.common import ExportError
-from tinybert_tf.export.formats import check_output_dir
-from tinybert_tf.models.checkpoint import load_model, save_model
+from tinybert_tf.export.saved_model import export_saved_model
+from tinybert_tf.export.serving import list_versions, publish_version, replay_warmup
+from tinybert_tf.models.checkpoint import load_model, load_tokenizer, save_model
 from tinybert_tf.models.hf_io import export_hf
 
 from augment_helpers import tiny_mlm, tiny_vectors
@@ -73,11 +73,42 @@ def test_unreachable_remote_corpus_is_one_error_naming_it(tmp_path, tiny_vocab):
     assert "Traceback" not in str(e.value)
 
 
-def test_serving_versions_refuse_a_remote_export_folder():
-    with pytest.raises(ExportError, match="needs a local output folder"):
-        check_output_dir(["saved_model", "float32"], "gs://bucket/out/export")
-    check_output_dir(["float32", "hf"], "gs://bucket/out/export")  # files only: fine
-    check_output_dir(["saved_model"], "/tmp/out/export")
+def test_serving_versions_are_published_to_a_remote_folder_only_once_whole(
+        tiny_vocab, tmp_path, monkeypatch):
+    """On an object store a version cannot appear by one folder rename: it is uploaded to
+    a hidden folder, then moved into N/ with saved_model.pb (the SavedModel marker TF
+    Serving loads) last; a failed move leaves no version."""
+    model = load_model(write_teacher(str(tmp_path / "t"), tiny_vocab, head="classifier",
+                                     label_names=["neg", "pos"]))
+    root = f"{_ram('serving')}/tinybert"
+    moved, real = [], files.rename
+    fail_after = {"n": None}
+
+    def rename(src, dst, overwrite=True):
+        if dst.startswith(f"{root}/"):
+            assert ".publish-" in src  # only whole uploads move in, from the hidden folder
+            version = dst[len(root) + 1:].split("/")[0]
+            assert not files.exists(f"{root}/{version}/saved_model.pb"), dst  # last of all
+            if fail_after["n"] is not None and len(moved) == fail_after["n"]:
+                raise files.FileAccessError(f"{dst}: cannot rename (network lost)")
+            moved.append(dst)
+        real(src, dst, overwrite)
+    monkeypatch.setattr(files, "rename", rename)
+
+    def publish():
+        return publish_version(lambda d: export_saved_model(model, d, 16), root,
+                               warmup_texts=["a good film", "an awful plot"],
+                               tokenizer=load_tokenizer(model, 16))
+    assert publish() == (1, f"{root}/1")
+    assert moved[-1] == f"{root}/1/saved_model.pb" and len(moved) > 3
+    assert sorted(n.rstrip("/") for n in tf.io.gfile.listdir(root)) == ["1"]  # no staging
+    replayed = replay_warmup(f"{root}/1")  # TF Serving's load and warm-up, from ram://
+    assert len(replayed) == 4 and replayed[0].outputs["probabilities"].shape == (1, 2)
+    fail_after["n"] = len(moved) + 2
+    with pytest.raises(files.FileAccessError, match="network lost"):
+        publish()
+    assert list_versions(root) == {1: "1"}
+    assert sorted(n.rstrip("/") for n in tf.io.gfile.listdir(root)) == ["1"]
 
 
 def test_model_folders_save_load_and_export_on_ram(tiny_vocab, tmp_path):

@@ -96,6 +96,19 @@ def test_generic_teacher_labels_need_an_explicit_order(tmp_path, tiny_vocab):
         run(wrong)
 
 
+def test_a_teacher_label_order_never_overrides_the_names_a_teacher_gives(hf_mnli_teacher,
+                                                                         tmp_path, tiny_vocab):
+    ns = _mnli_flags(tmp_path, tiny_vocab, hf_mnli_teacher, dry_run=True,
+                     teacher_label_order=OUR_ORDER)  # contradicts the config's id2label
+    with pytest.raises(PreflightError, match=r"--teacher_label_order=contradiction,entailment,"
+                       r"neutral contradicts the names .*mnli_teacher gives its outputs "
+                       r"\(entailment, neutral, contradiction, in its config\); drop "
+                       r"--teacher_label_order"):
+        run(ns)
+    same = run(type(ns)(**{**vars(ns), "teacher_label_order": HF_ORDER}))  # repeats them: fine
+    assert same["teacher_label_mapping"] == {"contradiction": 2, "entailment": 0, "neutral": 1}
+
+
 def test_augmentation_inputs_must_be_explicit(tmp_path, tiny_vocab):
     ns = tiny_flags(tmp_path, tiny_vocab, stages=["augment"], augment_fallback=False,
                     dry_run=True)
@@ -229,7 +242,8 @@ def test_teacher_fine_tuning_clips_and_prediction_phase_mixes_hard_labels(tmp_pa
     teacher = load_model(ns.teacher, **ctx.task.type.head_kwargs())
     tuned = stages._distiller(ctx, teacher, None, stages.finetune_phase(ctx, 8))
     assert tuned.clip_norm == 1.0 and tuned.loss_terms == ("hard",)
-    spec = stages.prediction_phase(ctx, 8)
+    (spec,) = stages.task_phase_specs(ctx, {True: 8, False: 8})[1:]
+    assert spec.name == "prediction"
     assert [(t.name, t.weight) for t in spec.terms] == [("pred", 1.0), ("hard", 0.5)]
     student = BertModel(_config(tiny_vocab), vocab=tiny_vocab, **ctx.task.type.head_kwargs())
     d = stages._distiller(ctx, student, teacher, spec)
@@ -279,6 +293,20 @@ def test_dry_run_reports_every_problem_and_exits_2(tmp_path, tiny_vocab, capsys)
     with pytest.raises(PreflightError) as info:
         run_argv(["bin/distill", *argv(ns)])
     assert len(info.value.errors) >= 3
+
+
+def test_dry_run_finds_a_keras_hub_export_that_cannot_work(tmp_path, tiny_vocab):
+    """The tiny student uses exact GELU, which keras-hub's BERT cannot compute: found
+    before training, with the flag that accepts the approximation."""
+    ns = tiny_flags(tmp_path, tiny_vocab, dry_run=True,
+                    export_formats=["saved_model", "keras_hub"])
+    with pytest.raises(PreflightError) as info:
+        run_argv(["bin/distill", *argv(ns)])
+    assert [e for e in info.value.errors if e.startswith(
+        "--export_formats=keras_hub: the model uses exact GELU")], info.value.errors
+    assert any("--keras_hub_approximate_gelu" in e for e in info.value.errors)
+    ok = type(ns)(**{**vars(ns), "keras_hub_approximate_gelu": True})
+    assert run_argv(["bin/distill", *argv(ok)])["stages"]
 
 
 def test_a_failed_check_leaves_the_folder_free_for_the_fix(tmp_path, tiny_vocab):

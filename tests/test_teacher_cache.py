@@ -134,7 +134,7 @@ def test_training_with_the_cache_ends_with_the_weights_of_recomputing(tmp_path, 
     teacher = write_teacher(str(tmp_path / "task_teacher"), tiny_vocab, head="classifier",
                             dropout=0.0)
     ns = tiny_flags(tmp_path, tiny_vocab, stages=["task"], general_model="none",
-                    task_teacher=teacher, use_augmented=False, intermediate=False,
+                    task_teacher=teacher, use_augmented=False, task_phases=["prediction"],
                     pred_epochs=2, checkpoint_every=100)
     _spread_logits(teacher, ns.data_dir)
     weights = {}

@@ -141,6 +141,16 @@ def test_classifier_metadata_is_what_bert_nl_classifier_reads(flat, tiny_vocab):
                          "labels.txt": b"neg\nneu\npos\n"}
 
 
+def test_signature_outputs_are_named_as_in_the_saved_model(flat):
+    """get_signature_runner() answers {"probabilities": ...}, not {"output_0": ...}."""
+    interpreter = Interpreter(model_content=flat)
+    assert interpreter.get_signature_list()["serving_default"]["outputs"] == ["probabilities"]
+    runner = interpreter.get_signature_runner("serving_default")
+    ids = np.zeros((1, SEQ_LEN), np.int32)
+    assert set(runner(input_word_ids=ids, input_mask=ids, input_type_ids=ids)) == {
+        "probabilities"}
+
+
 def test_metadata_leaves_the_model_computing_the_same(bare_flat, flat, classifier):
     inputs = packed(classifier, TEXTS)
     np.testing.assert_array_equal(litert_predict(flat, inputs), litert_predict(bare_flat, inputs))
@@ -298,6 +308,40 @@ def test_bert_nl_classifier_matches_keras(task_library, flat, classifier, tmp_pa
     for text, scores, row in zip(TEXTS, got, want, strict=True):
         assert sorted(scores) == sorted(LABELS), text
         np.testing.assert_allclose([scores[c] for c in LABELS], row, atol=1e-4, err_msg=text)
+
+
+def ids_probe(vocab, seq_len=SEQ_LEN) -> bytes:
+    """A BertNLClassifier model whose "probabilities" are its input ids: classify()
+    then reports the ids the Task Library's own tokenizer fed it."""
+    spec = [tf.TensorSpec([1, seq_len], tf.int32, name=n) for n in INPUT_NAMES]
+
+    @tf.function(input_signature=spec)
+    def probe(input_word_ids, input_mask, input_type_ids):
+        return {"probabilities": tf.cast(input_word_ids, tf.float32)}
+
+    flat = tflite.name_io(convert_function(probe.get_concrete_function()), ["probabilities"])
+    return tm.add_metadata(flat, kind="bert_nl_classifier", vocab=vocab, lower_case=True,
+                           labels=[f"p{i:02d}" for i in range(seq_len)])
+
+
+def test_the_task_library_lower_cases_but_keeps_accents(task_library, tiny_vocab, tmp_path):
+    """docs/deploy.md: BertNLClassifier's tokenizer does not strip accents, so an accented
+    word of an uncased vocab becomes [UNK]; stripped in the app first, it matches ours."""
+    import unicodedata
+
+    vocab = list(dict.fromkeys(tiny_vocab))
+    path = write(tmp_path, "probe.tflite", ids_probe(vocab))
+    texts = ["Café film", "CAFE film"]
+    stripped = ["".join(c for c in unicodedata.normalize("NFD", t)
+                        if not unicodedata.combining(c)) for t in texts]
+    got = [[round(scores[f"p{i:02d}"]) for i in range(SEQ_LEN)]
+           for scores in tasklib.classify(path, texts + stripped)]
+    ours = Tokenizer(vocab, lower_case=True, max_seq_len=SEQ_LEN)(texts)["input_word_ids"]
+    ours = ours.numpy().tolist()
+    unk, caf, e = (vocab.index(t) for t in ("[UNK]", "caf", "##e"))
+    assert ours[0][1:3] == [caf, e] and got[0][1] == unk  # accented: [UNK] there, not ours
+    assert got[1] == ours[1]  # upper case is lower-cased as ours
+    assert got[2:] == ours  # accents stripped in the app: the same ids as ours
 
 
 def test_bert_question_answerer_answers_the_span_the_logits_point_at(task_library, qa_flat,

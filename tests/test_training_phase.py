@@ -1,7 +1,9 @@
 """A training phase in-process: SIGTERM stops it at a step boundary with a checkpoint
 and exit code 75, a truncated latest checkpoint falls back to the previous kept one,
 and either way the resumed phase ends with the weights of an uninterrupted one; the
-train step is traced once per phase, across epochs and resumes, also under XLA."""
+train step is traced once per phase, across epochs and resumes, also under XLA; a
+diverging phase stops at the step it diverged, keeping its last finite checkpoint;
+an undefined dev metric never selects a checkpoint."""
 from __future__ import annotations
 
 import os
@@ -13,9 +15,15 @@ import pytest
 import tensorflow as tf
 
 from tinybert_tf.config import BertConfig
-from tinybert_tf.distill import Distiller, make_terms
+from tinybert_tf.distill import Distiller, LossTerm, make_terms
 from tinybert_tf.models import BertModel
-from tinybert_tf.pipeline.training import PREEMPTED_EXIT_CODE, Phase, Preempted, run_phase
+from tinybert_tf.pipeline.training import (
+    PREEMPTED_EXIT_CODE,
+    Diverged,
+    Phase,
+    Preempted,
+    run_phase,
+)
 
 STEPS_PER_EPOCH, EPOCHS, BATCH, SEQ = 3, 2, 4, 12
 
@@ -37,16 +45,18 @@ def _dataset(epoch: int) -> tf.data.Dataset:
 
 
 def _phase(directory: str, *, max_steps: int = 0, jit: bool = False, evaluate=None,
-           eval_every: int = 0) -> Phase:
+           eval_every: int = 0, lr: float = 1e-2, terms=None, **kwargs) -> Phase:
     """The same freshly initialised phase every call (seeded models, constant rate)."""
     keras.utils.set_random_seed(0)
     teacher = BertModel(_config(40, 16))
     student = BertModel(_config(40, 8))
-    distiller = Distiller(student=student, teacher=teacher, terms=make_terms("embd,attn,hidn"))
-    distiller.compile(optimizer=keras.optimizers.Adam(1e-2), jit_compile=jit)
+    distiller = Distiller(student=student, teacher=teacher,
+                          terms=terms or make_terms("embd,attn,hidn"))
+    distiller.compile(optimizer=keras.optimizers.SGD(lr) if lr > 1 else
+                      keras.optimizers.Adam(lr), jit_compile=jit)
     return Phase("phase", directory, distiller, distiller.checkpoint_items(), _dataset,
                  STEPS_PER_EPOCH, EPOCHS, max_steps=max_steps, evaluate=evaluate,
-                 eval_every=eval_every)
+                 eval_every=eval_every, **kwargs)
 
 
 def _run(phase: Phase, **kwargs):
@@ -116,3 +126,85 @@ def test_train_step_compiles_once_under_xla(tmp_path):
     phase = _phase(str(tmp_path / "stage" / "phase"), jit=True)
     _run(phase)
     assert phase.model.train_traces == 1
+
+
+# --- divergence and undefined metrics ---------------------------------------------------
+
+def _finite(path: str) -> bool:
+    reader = tf.train.load_checkpoint(path)
+    return all(np.all(np.isfinite(reader.get_tensor(k))) for k, dtype in
+               reader.get_variable_to_dtype_map().items() if dtype.is_floating)
+
+
+def test_a_diverging_learning_rate_stops_at_its_step_naming_the_flag(tmp_path):
+    directory = str(tmp_path / "stage" / "phase")
+    phase = _phase(directory, lr=1e9, hint="lower --pred_lr (now 1e+09)")
+    with pytest.raises(Diverged) as info:
+        _run(phase, checkpoint_every=1)
+    message = str(info.value)
+    step = int(message.split("diverged at step ")[1].split()[0])
+    assert message.startswith(f"[phase] training diverged at step {step} of 6: ")
+    assert "too high a learning rate: lower --pred_lr (now 1e+09)" in message
+    assert "nothing was published" in message and "\n" not in message
+    kept = tf.train.latest_checkpoint(os.path.join(directory, "ckpt"))
+    assert kept is not None and f"{kept}, is kept" in message
+    assert int(kept.rsplit("-", 1)[1]) < step and _finite(kept)  # no save after the divergence
+    assert not os.path.exists(os.path.join(directory, "phase_done.json"))
+
+
+class _NaNTerm(LossTerm):
+    """A (plugin's) term that returns NaN from its second step on."""
+
+    name = "broken"
+
+    def count(self, inputs):
+        return tf.cast(tf.shape(inputs["input_word_ids"])[0], tf.float32)
+
+    def sum(self, inputs, student_outputs, teacher_outputs, projections):
+        return tf.math.log(-tf.reduce_sum(student_outputs["embeddings"][:, :1]) ** 2 - 1.0)
+
+
+def test_a_term_returning_nan_is_named_as_the_cause(tmp_path):
+    phase = _phase(str(tmp_path / "stage" / "phase"),
+                   terms=[*make_terms("embd"), _NaNTerm()], hint="lower --x_lr")
+    with pytest.raises(Diverged, match=r"at step 1 of 6: the loss is not finite \(broken_loss="
+                       r"nan, loss=nan\).*before any update, so the learning rate is not the "
+                       r"cause: the loss term\(s\) broken gave non-finite values on finite "
+                       r"weights; check that term's code"):
+        _run(phase)
+
+
+def test_an_undefined_dev_metric_never_selects_a_checkpoint(tmp_path):
+    values = iter([float("nan"), 0.25, float("nan"), 0.5])
+    best = []
+    phase = _phase(str(tmp_path / "a" / "phase"), evaluate=lambda: {"pearson": next(values)},
+                   eval_every=1, select_metric="pearson", on_best=best.append, max_steps=4)
+    result = _run(phase)
+    assert [b["pearson"] for b in best] == [0.25, 0.5] and result["best"]["step"] == 4
+    # No defined value at all: the last weights are kept, with a warning, once.
+    best.clear()
+    phase = _phase(str(tmp_path / "b" / "phase"), evaluate=lambda: {"pearson": float("nan")},
+                   select_metric="pearson", on_best=best.append, max_steps=1)
+    assert _run(phase)["best"] is None
+    assert len(best) == 1 and np.isnan(best[0]["pearson"])
+
+
+def test_the_report_says_undefined_and_retains_nothing_of_undefined_metrics():
+    from tinybert_tf.pipeline.report import build_report, summary_table
+    facts = {"params": 10, "flops": 10, "latency_ms": 1.0}
+    data = build_report("sts-b", {**facts, "dev": {"pearson": float("nan")}},
+                        {**facts, "dev": {"pearson": float("nan")}}, "pearson", 24)
+    assert data["teacher"]["dev"]["pearson"] is None and data["ratios"]["retained"] is None
+    assert "student dev pearson undefined" in data["notes"][1]
+    table = summary_table(data)
+    assert "undefined  undefined" in table and "retained" not in table
+
+
+def test_output_to_a_log_file_has_step_lines_not_a_redrawn_bar(tmp_path, capsys):
+    """stdout is not a terminal here (pytest captures it): no carriage returns or
+    backspaces, and the phase ends with a whole line naming its last step."""
+    run_phase(_phase(str(tmp_path / "stage" / "phase"), max_steps=2),
+              tf.distribute.get_strategy(), verbose=1)
+    out = capsys.readouterr().out
+    assert "\r" not in out and "\b" not in out
+    assert "[phase] step 2/2" in out

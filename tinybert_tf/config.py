@@ -208,6 +208,12 @@ PRESETS: dict[str, BertConfig] = {
                                    intermediate_size=3072),
     "distilbert_6l": BertConfig(hidden_size=768, num_layers=6, num_heads=12,
                                 intermediate_size=3072, type_vocab_size=0, use_pooler=False),
+    # The paper's 4-layer baselines (Table 1): BERT4-PKD and DistilBERT4 keep BERT-base's
+    # width; BERT-Small (Turc et al.) is 4 x 512 with 8 heads.
+    "bert_4l_768d": BertConfig(num_layers=4),
+    "distilbert_4l": BertConfig(num_layers=4, type_vocab_size=0, use_pooler=False),
+    "bert_small_4l_512d": BertConfig(hidden_size=512, num_layers=4, num_heads=8,
+                                     intermediate_size=2048),
     # The embedded teacher's shape (all-MiniLM-L6-v2).
     "minilm_l6_384d": BertConfig(num_layers=6, **_MINILM_WIDTH),
     # Small students for 2-core CPUs.

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import json
 import os
 from typing import Any, Iterator, Optional
@@ -45,6 +46,12 @@ def absolute(path: str) -> str:
 
 def _hint(path: str, error: tf.errors.OpError) -> str:
     scheme = str(path).split("://", 1)[0] if is_remote(path) else ""
+    text = _reason(error)
+    if "No space left" in text or "Disk quota" in text or \
+            isinstance(error, tf.errors.ResourceExhaustedError):
+        return "the disk (or quota) is full: free space or choose another folder"
+    if "Read-only file system" in text:
+        return "the folder is on a read-only file system: choose another folder"
     if isinstance(error, tf.errors.UnimplementedError):
         return (f"this TensorFlow has no file system for {scheme}:// (hdfs:// and s3:// need "
                 "`pip install tensorflow-io` and `import tensorflow_io`); use a local path, "
@@ -185,6 +192,61 @@ def read_bytes(path: str) -> bytes:
 def read_text(path: str) -> str:
     """UTF-8 text; bad bytes raise UnicodeDecodeError (callers name the line)."""
     return read_bytes(path).decode("utf-8")
+
+
+# --- content fingerprints ------------------------------------------------------------
+
+# Files up to this size are hashed whole; larger ones by size, mtime and their first and
+# last EDGE_BYTES, so a 10 GB corpus costs two 1 MiB reads per run, not a full pass.
+FULL_HASH_LIMIT = 64 * 2**20
+EDGE_BYTES = 2**20
+
+
+def content_fingerprint(path: str) -> str:
+    """A short hash of the content of a file, or of every file under a folder (their
+    names relative to it, hidden names such as temporaries skipped); "missing" when
+    nothing is there.
+
+    Files up to FULL_HASH_LIMIT are hashed whole (a copy or a `touch` does not change
+    the fingerprint; one flipped label does). Larger files hash their size, mtime and
+    first and last EDGE_BYTES: an edit in the middle of a large file that keeps its
+    size and mtime goes unseen, anything else changes it.
+    """
+    digest = hashlib.sha256()
+    if isfile(path):
+        _hash_file(path, digest)
+    elif isdir(path):
+        with translate_errors(path, "list"):
+            walked = list(tf.io.gfile.walk(path))
+        for folder, dirs, names in sorted(walked):
+            if any(part.startswith(".") for part in _relative_parts(folder, path)):
+                continue
+            for name in sorted(n for n in names if not n.startswith(".")):
+                full = os.path.join(folder, name)
+                digest.update(os.path.relpath(full, path).encode() + b"\0")
+                _hash_file(full, digest)
+    else:
+        return "missing"
+    return digest.hexdigest()[:20]
+
+
+def _relative_parts(folder: str, root: str) -> list[str]:
+    rel = os.path.relpath(folder, root)
+    return [] if rel == "." else rel.split(os.sep)
+
+
+def _hash_file(path: str, digest) -> None:
+    st = stat(path)
+    with open(path, "rb") as f, translate_errors(path, "read"):
+        if st.size <= FULL_HASH_LIMIT:
+            for block in iter(lambda: f.read(8 * 2**20), b""):
+                digest.update(block)
+        else:
+            digest.update(f"size={st.size} mtime_ns={st.mtime_ns}\0".encode())
+            digest.update(f.read(EDGE_BYTES))
+            f.seek(st.size - EDGE_BYTES)
+            digest.update(f.read(EDGE_BYTES))
+    digest.update(b"\0")
 
 
 # --- whole-or-nothing writes ---------------------------------------------------------

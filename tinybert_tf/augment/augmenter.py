@@ -56,6 +56,7 @@ from tinybert_tf.data import sources
 from tinybert_tf.data.examples import DataError
 from tinybert_tf.files import read_json, write_json_atomic
 from tinybert_tf.models.checkpoint import load_model
+from tinybert_tf.progress import progress_bar
 from tinybert_tf.tokenizer import read_vocab
 
 logger = logging.getLogger(__name__)
@@ -557,6 +558,4 @@ def _examples(rows: Iterator, first: int, last: int) -> Iterator[tuple[int, list
 def _progress_bar(enabled: bool, total: int, initial: int, mode: str):
     if not enabled:
         return None
-    from tqdm.auto import tqdm
-    return tqdm(total=total, initial=initial, unit="ex", desc=f"augment [{mode}]",
-                dynamic_ncols=True)
+    return progress_bar(total=total, initial=initial, unit="ex", desc=f"augment [{mode}]")

@@ -274,8 +274,11 @@ def _finish(sentences: list[Sentence], path: str, scheme: Optional[str], skipped
                 if not is_iob2_tag(tag):
                     raise DataError(
                         f"{path}:{s.word_line(i)}: tag {tag!r} (word {s.words[i]!r}) is not IOB2 "
-                        f"(O, B-TYPE or I-TYPE); convert IOBES/BILOU tags to IOB2 first, or read "
-                        f"the file with scheme=None for tags without entities (e.g. POS).")
+                        f"(O, B-TYPE or I-TYPE). If the file has part-of-speech or chunk columns "
+                        f"(word POS chunk NER, as CoNLL-2003), the entity tags are the column "
+                        f"--tag_column names (0-based; default -1, the last): point it at the "
+                        f"NER column. Else convert IOBES/BILOU tags to IOB2 (in Python, plain "
+                        f"tags such as POS read with scheme=None).")
             bad = invalid_iob2(s.tags)
             if bad and first is None:
                 first = (s.word_line(bad[0]), s.tags[bad[0]],

@@ -41,7 +41,7 @@ import logging
 import os
 import re
 import zlib
-from typing import Any, Iterator, Optional, Sequence, Union
+from typing import Any, Collection, Iterator, Optional, Sequence, Union
 from xml.etree.ElementTree import ParseError
 
 import tensorflow as tf
@@ -283,14 +283,16 @@ _END_MATTER = {"see also", "references", "external links", "further reading", "n
                "bibliography", "sources", "footnotes", "citations", "notes and references"}
 
 
-def wiki_text_to_sentences(text: str, min_words: int = 4) -> list[str]:
-    """Markup-stripped article text (gensim's filter_wiki output) -> sentences.
+def wiki_text_to_paragraphs(text: str, min_words: int = 4) -> list[list[str]]:
+    """Markup-stripped article text (gensim's filter_wiki output) -> paragraphs, each
+    a list of sentences (a paragraph is one line of the text: wikitext separates
+    paragraphs, list items and captions by line breaks).
 
     Drops headings, bold/italic quote marks, list bullets, lines of fewer than
     `min_words` words (captions, table debris), and everything from the first
     end-matter heading (See also, References, External links, ...) on.
     """
-    sentences = []
+    paragraphs = []
     for line in text.split("\n"):
         line = line.strip()
         if not line:
@@ -304,8 +306,16 @@ def wiki_text_to_sentences(text: str, min_words: int = 4) -> list[str]:
         line = _WS.sub(" ", line)
         if len(line.split()) < min_words:
             continue
-        sentences.extend(s for s in split_sentences(line) if s)
-    return sentences
+        sentences = [s for s in split_sentences(line) if s]
+        if sentences:
+            paragraphs.append(sentences)
+    return paragraphs
+
+
+def wiki_text_to_sentences(text: str, min_words: int = 4) -> list[str]:
+    """The sentences of `wiki_text_to_paragraphs`, in order (the document the general
+    corpus packs)."""
+    return [s for para in wiki_text_to_paragraphs(text, min_words) for s in para]
 
 
 # ---------------------------------------------------------------------------
@@ -326,19 +336,29 @@ def _iter_text_file(path: str) -> Iterator[list[str]]:
         yield doc
 
 
-def _iter_wiki_pages(path: str) -> Iterator[str]:
-    """Raw wikitext of the articles of a dump (namespace 0, no redirects), in order."""
+def _iter_wiki_pages(path: str) -> Iterator[tuple[str, str]]:
+    """(title, raw wikitext) of the articles of a dump (namespace 0, no redirects), in order."""
     from gensim.corpora.wikicorpus import extract_pages
     with _reading(path, "page") as cursor, _open_binary(cursor) as f:
-        for _, text, _ in extract_pages(f, filter_namespaces=("0",)):
+        for title, text, _ in extract_pages(f, filter_namespaces=("0",)):
             cursor.count += 1
             head = (text or "").lstrip()[:9].upper()
             if head and head != "#REDIRECT":  # other namespaces come with empty text
-                yield text
+                yield title, text
 
 
-def _iter_tfds(name: str, tfds_data_dir: Optional[str], num_shards: int, index: int
-               ) -> Iterator[list[str]]:
+def iter_wiki_articles(path: Optional[str] = None) -> Iterator[tuple[str, list[list[str]]]]:
+    """(title, paragraphs of sentences) of every article of a Wikipedia dump with text
+    left after markup stripping, in dump order; None: the sample in gensim."""
+    from gensim.corpora.wikicorpus import filter_wiki
+    for title, text in _iter_wiki_pages(path or default_corpus_path()):
+        paragraphs = wiki_text_to_paragraphs(filter_wiki(text))
+        if paragraphs:
+            yield title, paragraphs
+
+
+def _iter_tfds(name: str, tfds_data_dir: Optional[str], num_shards: int, index: int,
+               exclude_titles: Collection[str] = frozenset()) -> Iterator[list[str]]:
     import tensorflow_datasets as tfds
     split = "train"
     if "[" in name or ":" in name.split("/")[-1]:
@@ -357,6 +377,8 @@ def _iter_tfds(name: str, tfds_data_dir: Optional[str], num_shards: int, index: 
     for ex in tfds.as_numpy(ds):
         if "text" not in ex:
             raise DataError(f"tfds:{name} has no 'text' feature (has {sorted(ex)}).")
+        if exclude_titles and _tfds_title(ex) in exclude_titles:
+            continue
         doc = []
         for para in ex["text"].decode("utf-8").split("\n"):
             para = _WS.sub(" ", para).strip()
@@ -366,9 +388,29 @@ def _iter_tfds(name: str, tfds_data_dir: Optional[str], num_shards: int, index: 
             yield doc
 
 
+def has_titles(source: Optional[str], fmt: str = "auto") -> bool:
+    """Whether the corpus names its documents (Wikipedia dumps, TFDS wikipedia), so
+    articles can be held out by title."""
+    source = source or default_corpus_path()
+    return (detect_format(source) if fmt == "auto" else fmt) in ("wiki", "tfds")
+
+
+def _check_titles(source: str, fmt: str, exclude_titles: Collection[str]) -> None:
+    if exclude_titles and not has_titles(source, fmt):
+        raise DataError(f"{source}: a {fmt} corpus has no article titles, so articles cannot "
+                        "be held out by title; use a Wikipedia dump (.xml.bz2) or a tfds: "
+                        "source.")
+
+
+def _tfds_title(example: dict) -> str:
+    title = example.get("title", b"")
+    return title.decode("utf-8") if isinstance(title, bytes) else str(title)
+
+
 def iter_documents(source: Optional[str] = None, fmt: str = "auto",
                    tfds_data_dir: Optional[str] = None, num_shards: int = 1, index: int = 0,
-                   shard_policy: str = "auto") -> Iterator[list[str]]:
+                   shard_policy: str = "auto",
+                   exclude_titles: Collection[str] = frozenset()) -> Iterator[list[str]]:
     """Stream documents (each a list of sentence strings) from a corpus.
 
     source: files/globs/comma list, a .xml(.bz2) dump, "tfds:NAME"; None or ""
@@ -376,11 +418,14 @@ def iter_documents(source: Optional[str] = None, fmt: str = "auto",
     is produced (`input_shard`): its own files when there are at least that
     many files, else every num_shards-th document (shards are disjoint). For
     dumps the skip happens before the costly markup stripping.
+    exclude_titles: articles left out, by page title (corpora with titles only:
+    `has_titles`; a task's held-out articles, see `tinybert_tf.data.holdout`).
     """
     source = source or default_corpus_path()
     fmt = detect_format(source) if fmt == "auto" else fmt
     if fmt not in FORMATS:
         raise DataError(f"corpus format '{fmt}' unknown; use one of {FORMATS}.")
+    _check_titles(source, fmt, exclude_titles)
     if not 0 <= index < num_shards:
         raise ValueError(f"shard index {index} not in [0, {num_shards}).")
     if fmt == "tfrecord":
@@ -388,7 +433,8 @@ def iter_documents(source: Optional[str] = None, fmt: str = "auto",
                         f"read them with general_dataset(fmt='tfrecord').")
     if fmt == "tfds":
         yield from _iter_tfds(str(source)[len("tfds:"):] if str(source).startswith("tfds:")
-                              else str(source), tfds_data_dir, num_shards, index)
+                              else str(source), tfds_data_dir, num_shards, index,
+                              frozenset(exclude_titles))
         return
     shard = input_shard(source, num_shards, index, shard_policy, fmt)
     keep_all = shard.mode != "data"
@@ -397,7 +443,9 @@ def iter_documents(source: Optional[str] = None, fmt: str = "auto",
     k = -1
     for path in shard.files:
         if fmt == "wiki":
-            for text in _iter_wiki_pages(path):
+            for title, text in _iter_wiki_pages(path):
+                if title in exclude_titles:
+                    continue
                 k += 1
                 if keep_all or k % num_shards == index:
                     sents = wiki_text_to_sentences(filter_wiki(text))
@@ -467,8 +515,14 @@ def _shard_of(input_context) -> tuple[int, int]:
 
 def _document_sequences(source: str, tokenizer, max_seq_len: int, pack: str, seed: int,
                         fmt: str, tfds_data_dir: Optional[str], num_shards: int, index: int,
-                        repeat: bool, shard_policy: str) -> tf.data.Dataset:
-    """Unbatched packed sequences tokenised and packed from documents (text, wiki, tfds)."""
+                        repeat: bool, shard_policy: str,
+                        document_ids: bool = False,
+                        exclude_titles: Collection[str] = frozenset()) -> tf.data.Dataset:
+    """Unbatched packed sequences tokenised and packed from documents (text, wiki, tfds),
+    without the articles titled in `exclude_titles`; with `document_ids`, each also
+    carries its document's fingerprint (`pretrain.DOCUMENT_KEY`, int64), for
+    next-sentence pairs."""
+    exclude_titles = frozenset(exclude_titles)
     # Fail now, in the caller's thread, on a missing file or unprepared TFDS source.
     if fmt != "tfds":
         input_shard(source, num_shards, index, shard_policy, fmt)
@@ -476,7 +530,8 @@ def _document_sequences(source: str, tokenizer, max_seq_len: int, pack: str, see
         next(iter(iter_documents(source, fmt, tfds_data_dir, num_shards, index)), None)
 
     def gen():
-        yield from iter_documents(source, fmt, tfds_data_dir, num_shards, index, shard_policy)
+        yield from iter_documents(source, fmt, tfds_data_dir, num_shards, index, shard_policy,
+                                  exclude_titles)
 
     docs = tf.data.Dataset.from_generator(gen, output_signature=tf.TensorSpec([None], tf.string))
     if repeat:
@@ -491,8 +546,11 @@ def _document_sequences(source: str, tokenizer, max_seq_len: int, pack: str, see
         doc_hash = tf.strings.to_hash_bucket_fast(
             tf.strings.reduce_join(sentences, separator="\n"), 2 ** 62)
         doc_seed = tf.stack([tf.cast(seed, tf.int64), doc_hash])
-        return pretrain.pack_document(ids, max_seq_len, cls_id, sep_id, pad_id,
+        rows = pretrain.pack_document(ids, max_seq_len, cls_id, sep_id, pad_id,
                                       pack == "pair", doc_seed)
+        if document_ids:
+            rows[pretrain.DOCUMENT_KEY] = tf.fill(tf.shape(rows["input_mask"])[:1], doc_hash)
+        return rows
 
     ds = docs.map(pack_one, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     return ds.unbatch()
@@ -515,19 +573,34 @@ def _serialized_records(source: str, tokenizer, max_seq_len: int, num_shards: in
 def packed_dataset(source: Optional[str], tokenizer, max_seq_len: int = 128,
                    pack: str = "pair", seed: int = 0, fmt: str = "auto",
                    tfds_data_dir: Optional[str] = None, num_shards: int = 1, index: int = 0,
-                   repeat: bool = False, shard_policy: str = "auto") -> tf.data.Dataset:
-    """Unbatched packed sequences (dict of int32 [max_seq_len]) of one shard of the corpus."""
+                   repeat: bool = False, shard_policy: str = "auto",
+                   document_ids: bool = False,
+                   exclude_titles: Collection[str] = frozenset()) -> tf.data.Dataset:
+    """Unbatched packed sequences (dict of int32 [max_seq_len]) of one shard of the corpus,
+    without the articles titled in `exclude_titles` (`iter_documents`); `document_ids`
+    adds each row's document fingerprint (not for TFRecord shards, which keep no
+    document boundaries)."""
     if pack not in ("pair", "single"):
         raise ValueError(f"pack must be 'pair' or 'single', not {pack!r}.")
     source = source or default_corpus_path()
     fmt = detect_format(source) if fmt == "auto" else fmt
+    if fmt == "tfrecord" and document_ids:
+        raise _no_documents(source)
+    _check_titles(source, fmt, exclude_titles)
     if fmt == "tfrecord":
         L, pad = int(max_seq_len), tokenizer.pad_id
         ds = _serialized_records(source, tokenizer, L, num_shards, index, repeat, shard_policy)
         return ds.batch(256).map(lambda r: tfrecords.parse_batch(r, L, pad),
                                  num_parallel_calls=tf.data.AUTOTUNE).unbatch()
     return _document_sequences(source, tokenizer, max_seq_len, pack, seed, fmt, tfds_data_dir,
-                               num_shards, index, repeat, shard_policy)
+                               num_shards, index, repeat, shard_policy, document_ids,
+                               exclude_titles)
+
+
+def _no_documents(source: str) -> DataError:
+    return DataError(f"{source}: next-sentence pairs (--recipe=mlm) need documents, and "
+                     "pre-tokenised TFRecord shards keep no document boundaries; give the "
+                     "text corpus (files, a Wikipedia dump or tfds:NAME) as --corpus.")
 
 
 def general_dataset(source: Optional[str], tokenizer, max_seq_len: int = 128,
@@ -535,13 +608,17 @@ def general_dataset(source: Optional[str], tokenizer, max_seq_len: int = 128,
                     masking: bool = False, mask_prob: float = 0.15, max_predictions: int = 20,
                     shuffle_buffer: int = 10000, repeat: bool = False, input_context=None,
                     tfds_data_dir: Optional[str] = None, drop_remainder: bool = False,
-                    shard_policy: str = "auto") -> tf.data.Dataset:
+                    shard_policy: str = "auto", next_sentence: bool = False,
+                    exclude_titles: Collection[str] = frozenset()) -> tf.data.Dataset:
     """The general-distillation input pipeline.
 
     Yields dicts of int32 [B, max_seq_len] input_word_ids / input_mask /
     input_type_ids; with masking also masked_lm_positions / masked_lm_ids
     (int32 [B, P]) and masked_lm_weights (float32 [B, P]), P = max_predictions,
-    masks drawn anew for every batch (dynamic masking, seeded).
+    masks drawn anew for every batch (dynamic masking, seeded). With
+    `next_sentence` (pair packing, document corpora) half the pairs get a B from
+    another document of the batch and `next_sentence_labels` [B] says which
+    (`pretrain.next_sentence_pairs`); masking comes after, on the final pairs.
     shuffle_buffer: packed sequences held for shuffling (0 = no shuffle).
 
     `batch_size` is global. With a tf.distribute.InputContext (one input
@@ -556,13 +633,17 @@ def general_dataset(source: Optional[str], tokenizer, max_seq_len: int = 128,
     context the dataset asks tf.distribute for DATA sharding: every worker
     reads the whole corpus and takes its slice of each global batch, exactly
     as one replica would train.
+    exclude_titles: articles left out by title (a task's held-out articles).
     """
     num, idx = _shard_of(input_context)
     if input_context is not None:
         batch_size = input_context.get_per_replica_batch_size(batch_size)
     source = source or default_corpus_path()
     fmt = detect_format(source) if fmt == "auto" else fmt
+    _check_titles(source, fmt, exclude_titles)
     shuffle_seed = seed * 1000003 + idx
+    if fmt == "tfrecord" and next_sentence:
+        raise _no_documents(source)
     if fmt == "tfrecord":
         # Shuffle and batch the serialized records, then parse a whole batch at once.
         L, pad = int(max_seq_len), tokenizer.pad_id
@@ -573,22 +654,31 @@ def general_dataset(source: Optional[str], tokenizer, max_seq_len: int = 128,
         ds = ds.map(lambda r: tfrecords.parse_batch(r, L, pad),
                     num_parallel_calls=tf.data.AUTOTUNE)
     else:
+        if next_sentence and pack != "pair":
+            raise ValueError("next-sentence pairs need pack='pair'.")
         ds = packed_dataset(source, tokenizer, max_seq_len, pack, seed, fmt, tfds_data_dir,
-                            num, idx, repeat, shard_policy)
+                            num, idx, repeat, shard_policy, document_ids=next_sentence,
+                            exclude_titles=exclude_titles)
         if shuffle_buffer and shuffle_buffer > 1:
             ds = ds.shuffle(shuffle_buffer, seed=shuffle_seed, reshuffle_each_iteration=True)
         ds = ds.batch(batch_size, drop_remainder=drop_remainder)
-    if masking:
+    if masking or next_sentence:
         special = [tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id, tokenizer.mask_id]
         random_ids = pretrain.random_token_ids(tokenizer.vocab)
 
         @tf.autograph.experimental.do_not_convert
-        def mask(i, batch):
+        def prepare(i, batch):
+            if next_sentence:
+                s = tf.stack([tf.cast(seed, tf.int64) + 104729, i * num + idx])
+                batch = pretrain.next_sentence_pairs(batch, s, tokenizer.cls_id,
+                                                     tokenizer.sep_id, tokenizer.pad_id)
+            if not masking:
+                return batch
             s = tf.stack([tf.cast(seed, tf.int64) + 7919, i * num + idx])
             return pretrain.mask_batch(batch, s, tokenizer.mask_id, special, random_ids,
                                        mask_prob, max_predictions)
 
-        ds = ds.enumerate().map(mask, num_parallel_calls=tf.data.AUTOTUNE)
+        ds = ds.enumerate().map(prepare, num_parallel_calls=tf.data.AUTOTUNE)
     if input_context is None:
         options = tf.data.Options()
         options.experimental_distribute.auto_shard_policy = \
@@ -599,12 +689,14 @@ def general_dataset(source: Optional[str], tokenizer, max_seq_len: int = 128,
 
 def count_sequences(source: Optional[str], tokenizer, max_seq_len: int = 128,
                     pack: str = "pair", fmt: str = "auto",
-                    tfds_data_dir: Optional[str] = None) -> int:
+                    tfds_data_dir: Optional[str] = None,
+                    exclude_titles: Collection[str] = frozenset()) -> int:
     """Packed sequences per epoch (for schedules). TFRecord shards with PREFIX.json:
     read from the metadata; otherwise one tokenise-and-pack pass (no masking).
     A corpus with no sequence at all is a DataError (nothing to train on)."""
     source = source or default_corpus_path()
     fmt = detect_format(source) if fmt == "auto" else fmt
+    _check_titles(source, fmt, exclude_titles)
     n = 0
     if fmt == "tfrecord":
         per_file = tfrecords.shard_set(source).sequences_per_file()
@@ -616,7 +708,8 @@ def count_sequences(source: Optional[str], tokenizer, max_seq_len: int = 128,
             with translate_data_errors():
                 n = int(records.reduce(tf.constant(0, tf.int64), lambda c, _: c + 1))
     else:
-        ds = packed_dataset(source, tokenizer, max_seq_len, pack, 0, fmt, tfds_data_dir)
+        ds = packed_dataset(source, tokenizer, max_seq_len, pack, 0, fmt, tfds_data_dir,
+                            exclude_titles=exclude_titles)
         with translate_data_errors():
             for b in ds.batch(1024).prefetch(2):
                 n += int(b["input_mask"].shape[0])

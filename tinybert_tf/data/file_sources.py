@@ -29,6 +29,7 @@ import json
 import os
 from typing import Any, Mapping, Optional, Sequence
 
+from tinybert_tf import files as tf_files
 from tinybert_tf.data import conll, tabular
 from tinybert_tf.data.examples import DataError, Example, Examples
 from tinybert_tf.data.sources import (
@@ -51,10 +52,13 @@ class WordsExample(Example):
 
 
 def _split_file(files: Mapping[str, str], split: str) -> str:
+    flag = SPLIT_FLAGS.get(split)
     if split not in files:
-        flag = SPLIT_FLAGS.get(split)
         hint = f"give {flag}=FILE" if flag else f"use one of {sorted(files)}"
         raise DataError(f"no {split} split: {hint}.")
+    if tf_files.isdir(files[split]):
+        raise DataError(f"{flag or split}={files[split]}: is a folder; give the file itself "
+                        "(.csv, .tsv, .jsonl, or a CoNLL file).")
     return files[split]
 
 
@@ -117,6 +121,12 @@ class TabularSource(DataSource):
         self.text_column = text_column
         self.text_pair_column = text_pair_column or None
         self.label_column = label_column
+        same = [f for f, c in (("--text_column", text_column),
+                               ("--text_pair_column", self.text_pair_column)) if c == label_column]
+        if same:
+            raise DataError(f"--label_column={label_column} is also {same[0]}: the label column "
+                            "must hold the labels (or targets), not the text; name the column "
+                            "that holds them.")
         self.data_format = data_format or None
         self.regression = bool(regression)
         self.format = tabular.detect_format(_split_file(self.files, "train"), self.data_format)

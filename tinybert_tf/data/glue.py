@@ -314,7 +314,7 @@ def binary_lines(path: str) -> Iterator[bytes]:
         yield rest
 
 
-def _iter_lines(path: str) -> Iterator[tuple[int, str]]:
+def iter_lines(path: str) -> Iterator[tuple[int, str]]:
     """(1-based line number, decoded line without its newline). Binary read so only
     '\\n' ends a line (a stray '\\r' inside text is kept) and bad UTF-8 names its line."""
     for no, raw in enumerate(binary_lines(path), start=1):
@@ -346,7 +346,7 @@ def _looks_like_header(fields: list[str], layout: FileLayout) -> bool:
 def _read(spec: TaskSpec, data_dir: str, split: str
           ) -> tuple[str, FileLayout, Optional[list], Iterator[tuple[int, list]]]:
     path, layout = _task_file(spec, data_dir, split)
-    lines = _iter_lines(path)
+    lines = iter_lines(path)
     header = None
     first = next(lines, None)
     if first is None:

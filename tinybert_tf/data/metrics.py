@@ -3,6 +3,13 @@
 Written in NumPy so that evaluation needs neither scikit-learn nor SciPy at
 run time (both are test-only dependencies; the tests compare against them).
 Every function takes 1-D arrays of equal length and returns a Python float.
+
+An undefined value is NaN, as SciPy gives it, never a number that looks like a
+score: Pearson and Spearman of fewer than two examples, or of a constant
+series (no variance), are undefined. `is_defined` tells them apart; the
+pipeline reports such a metric as undefined (null in JSON, with a note) and
+never selects a checkpoint by it. F1 and Matthews keep scikit-learn's 0.0
+conventions (`zero_division=0`), which define them.
 """
 from __future__ import annotations
 
@@ -61,13 +68,25 @@ def matthews_corrcoef(predictions, labels) -> float:
     return float(cov_ytyp / np.sqrt(cov_ytyt * cov_ypyp))
 
 
+UNDEFINED = float("nan")
+
+
+def is_defined(value) -> bool:
+    """False for an undefined metric (NaN, None, +-inf)."""
+    try:
+        return bool(np.isfinite(float(value)))
+    except (TypeError, ValueError):
+        return False
+
+
 def pearson(predictions, labels) -> float:
-    """Pearson's r between float predictions and labels [N]; 0.0 if either is constant."""
+    """Pearson's r between float predictions and labels [N]; undefined (NaN) for
+    fewer than two examples or when either series is constant."""
     p, y = _pair(predictions, labels)
     p, y = p.astype(np.float64), y.astype(np.float64)
     dp, dy = p - p.mean(), y - y.mean()
     denom = np.sqrt(np.sum(dp * dp) * np.sum(dy * dy))
-    return 0.0 if denom == 0 else float(np.sum(dp * dy) / denom)
+    return UNDEFINED if p.size < 2 or denom == 0 else float(np.sum(dp * dy) / denom)
 
 
 def _average_ranks(x: np.ndarray) -> np.ndarray:

@@ -20,8 +20,6 @@ import multiprocessing as mp
 import os
 from typing import Optional, Sequence, Union
 
-from tqdm import tqdm
-
 from tinybert_tf import files
 from tinybert_tf.data import corpus
 from tinybert_tf.data.examples import DataError
@@ -34,6 +32,9 @@ from tinybert_tf.data.tfrecords import (
     write_meta,
     write_shard,
 )
+from tinybert_tf.models.checkpoint import CheckpointError, inspect_model
+from tinybert_tf.progress import progress_bar
+from tinybert_tf.startup import start_tensorflow
 from tinybert_tf.tokenizer import Tokenizer, read_vocab
 
 _progress_queue = None
@@ -43,6 +44,8 @@ def _init_worker(queue) -> None:
     global _progress_queue
     _progress_queue = queue
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    if queue is not None:  # a spawned worker: its own TensorFlow start, as bin/ tools do
+        start_tensorflow()
 
 
 def _write_one_shard(job: dict) -> tuple[int, int, int]:
@@ -117,8 +120,15 @@ def pretokenize(corpus_source: Optional[str], vocab: Union[str, Sequence[str]], 
         raise DataError("--output is required: the shard prefix, e.g. --output=data/wiki.")
     if num_shards < 1:
         raise DataError(f"--num_shards={num_shards}: need at least 1.")
-    if isinstance(vocab, str) and files.isdir(vocab):
-        vocab = os.path.join(vocab, "vocab.txt")
+    if isinstance(vocab, str) and files.isdir(vocab):  # a model directory, of any kind
+        try:
+            info = inspect_model(vocab)
+        except CheckpointError as e:
+            raise DataError(f"--vocab={vocab}: {e}") from e
+        if info.vocab is None:
+            raise DataError(f"--vocab={vocab}: the model directory has no tokenizer "
+                            "vocabulary; give its vocab.txt.")
+        vocab = info.vocab
     tokens = read_vocab(vocab) if isinstance(vocab, str) else list(vocab)
     Tokenizer(tokens, lower_case=lower_case, max_seq_len=max_seq_len)  # validates the vocab
     corpus_source = corpus_source or corpus.default_corpus_path()
@@ -138,8 +148,8 @@ def pretokenize(corpus_source: Optional[str], vocab: Union[str, Sequence[str]], 
                  num_shards=num_shards, index=i, path=shard_path(output, i, num_shards))
             for i in range(num_shards)]
     paths = [j["path"] for j in jobs]
-    bar = tqdm(total=None, unit="seq", desc=f"pretokenize {num_shards} shards",
-               disable=not progress)
+    bar = progress_bar(total=None, unit="seq", desc=f"pretokenize {num_shards} shards",
+                       disable=not progress)
     try:
         results = sorted(_run_jobs(jobs, workers, bar))
     except BaseException:

@@ -10,8 +10,10 @@ Each group becomes one sequence:
                group is [CLS] A [SEP]; budget = max_seq_len - 3.
   single mode: [CLS] A [SEP] with all the group's sentences; budget = max_seq_len - 2.
 Segment ids: 0 for [CLS] A [SEP], 1 for B [SEP]. Zero padding to max_seq_len.
-Unlike BERT's create_pretraining_data there is no random next sentence (no
-NSP loss in distillation) and no short-sequence sampling.
+B is always A's real continuation (distillation has no next-sentence loss) and
+there is no short-sequence sampling. BERT's pre-training pairs (half of them
+with a B from another document) are made from packed rows by
+`next_sentence_pairs` (the mlm recipe).
 
 We place tokens with one scatter rather than tensorflow-text's
 `combine_segments` because a group's B may be empty (combine_segments would
@@ -175,4 +177,92 @@ def mask_batch(inputs: dict[str, tf.Tensor], seed: tf.Tensor, mask_id: int,
     out["masked_lm_positions"] = tf.cast(pos, tf.int32)
     out["masked_lm_ids"] = tf.cast(tf.where(chosen, original, 0), tf.int32)
     out["masked_lm_weights"] = tf.cast(chosen, tf.float32)
+    return out
+
+
+# Key of the per-row document fingerprint [B] int64 that `next_sentence_pairs` reads
+# (added by the corpus pipeline when sentence pairs are asked for, dropped here).
+DOCUMENT_KEY = "document_hash"
+
+
+def truncated_pair_lengths(len_a: tf.Tensor, len_b: tf.Tensor, budget: int
+                           ) -> tuple[tf.Tensor, tf.Tensor]:
+    """Lengths that BERT's `truncate_seq_pair` leaves: one token at a time is removed
+    from the longer segment (from B on a tie) until len_a + len_b <= budget. Closed
+    form: unchanged if they fit; else the shorter stays when it is at most half the
+    budget (the longer gets the rest); else ceil(budget/2) for A, floor for B."""
+    a, b = tf.cast(len_a, tf.int64), tf.cast(len_b, tf.int64)
+    m = tf.constant(int(budget), tf.int64)
+    fits = a + b <= m
+    shorter = tf.minimum(a, b)
+    shorter_stays = shorter <= m - shorter
+    a_longer = a > b
+    a1, b1 = tf.where(a_longer, m - b, a), tf.where(a_longer, b, m - a)
+    a2, b2 = (m + 1) // 2, m // 2
+    out_a = tf.where(fits, a, tf.where(shorter_stays, a1, a2))
+    out_b = tf.where(fits, b, tf.where(shorter_stays, b1, b2))
+    return out_a, out_b
+
+
+def next_sentence_pairs(batch: dict[str, tf.Tensor], seed: tf.Tensor, cls_id: int, sep_id: int,
+                        pad_id: int) -> dict[str, tf.Tensor]:
+    """BERT's next-sentence pairs from packed pair-mode rows (dict of int32 [B, L] plus
+    `document_hash` [B] int64): adds `next_sentence_labels` [B] (0 = B is the real
+    continuation, 1 = random) and drops `document_hash`.
+
+    As in BERT's create_pretraining_data: a row keeps its own B with probability
+    1/2 and otherwise gets a B from another document; a row with no B (a
+    one-segment group) always gets one. The other document is a uniformly chosen
+    row of this batch with a different `document_hash` (after shuffling, so a
+    random document of the shuffle window); its text from its start, a sentence
+    boundary (its A, then its B, without the [SEP] between), is the new B. A and
+    B are then cut to L - 3 tokens as BERT's truncate_seq_pair (from the back
+    only; BERT picks the front or the back at random). A row whose batch holds no
+    other document keeps its own pair (label 0). seed: int64 [2] stateless seed.
+    """
+    ids = batch["input_word_ids"]
+    real = tf.cast(batch["input_mask"] > 0, tf.int64)
+    types = tf.cast(batch["input_type_ids"], tf.int64) * real
+    doc = batch[DOCUMENT_KEY]
+    L = ids.shape[1]
+    if L is None:
+        raise ValueError("next_sentence_pairs needs a static sequence length.")
+    n = tf.shape(ids)[0]
+    total = tf.reduce_sum(real, axis=1)
+    in_b = tf.reduce_sum(types, axis=1)  # B tokens + its [SEP]
+    has_b = in_b > 0
+    len_a = total - 2 - in_b
+    len_b = tf.maximum(in_b - 1, 0)
+    s1, s2 = (tf.random.experimental.stateless_fold_in(seed, i) for i in range(2))
+    other = tf.not_equal(doc[:, None], doc[None, :])  # [B, B]
+    scores = tf.where(other, tf.random.stateless_uniform([n, n], s1), -1.0)
+    partner = tf.argmax(scores, axis=1, output_type=tf.int32)  # [B]
+    has_partner = tf.reduce_any(other, axis=1)
+    coin = tf.random.stateless_uniform([n], s2) < 0.5
+    is_random = (coin | ~has_b) & has_partner
+
+    src_a = tf.gather(len_a, partner)
+    src_len = src_a + tf.gather(len_b, partner)
+    new_a, new_b = truncated_pair_lengths(len_a, src_len, L - 3)
+    p = tf.range(L, dtype=tf.int64)[None, :]
+    a_end, b_start = new_a[:, None], new_a[:, None] + 2
+    b_end = b_start + new_b[:, None]  # exclusive; the final [SEP] sits here
+    k = p - b_start  # position inside the new B
+    src_pos = tf.where(k < src_a[:, None], 1 + k, 2 + k)
+    partner_ids = tf.gather(ids, partner)
+    b_tokens = tf.gather(partner_ids, tf.clip_by_value(src_pos, 0, L - 1), batch_dims=1)
+    in_new_a = (p >= 1) & (p <= a_end)
+    in_new_b = (p >= b_start) & (p < b_end)
+    is_sep = (p == a_end + 1) | (p == b_end)
+    cast = lambda v: tf.cast(v, ids.dtype)  # noqa: E731
+    new_ids = tf.where(p == 0, cast(cls_id), tf.where(in_new_a, ids, tf.where(
+        is_sep, cast(sep_id), tf.where(in_new_b, b_tokens, cast(pad_id)))))
+    new_types = tf.cast(in_new_b | (p == b_end), batch["input_type_ids"].dtype)
+    new_mask = tf.cast(p <= b_end, batch["input_mask"].dtype)
+    pick = is_random[:, None]
+    out = {k: v for k, v in batch.items() if k != DOCUMENT_KEY}
+    out["input_word_ids"] = tf.where(pick, new_ids, ids)
+    out["input_type_ids"] = tf.where(pick, new_types, batch["input_type_ids"])
+    out["input_mask"] = tf.where(pick, new_mask, batch["input_mask"])
+    out["next_sentence_labels"] = tf.cast(is_random, tf.int32)
     return out

@@ -19,7 +19,7 @@ import dataclasses
 import os
 from typing import Any, Callable, ClassVar, Iterator, Optional, Sequence
 
-from tinybert_tf import files
+from tinybert_tf import files, plugins
 from tinybert_tf.data import glue, polarity
 from tinybert_tf.data.examples import DataError, Examples
 
@@ -88,10 +88,12 @@ class DataSource:
 SOURCES: dict[str, type[DataSource]] = {}
 
 
-def register_source(cls: type[DataSource]) -> type[DataSource]:
-    """Class decorator: register a data source under its `kind`."""
-    SOURCES[cls.kind] = cls
-    return cls
+def register_source(cls: Optional[type[DataSource]] = None, *, replace: bool = False):
+    """Class decorator: register a data source under its `kind`
+    (`@register_source(replace=True)` replaces a registered kind)."""
+    def add(c: type[DataSource]) -> type[DataSource]:
+        return plugins.register(SOURCES, c.kind, c, what="data source", replace=replace)
+    return add(cls) if cls is not None else add
 
 
 def file_facts(path: str) -> dict[str, Any]:

@@ -113,8 +113,17 @@ def detect_format(path: str, data_format: Optional[str] = None) -> str:
     return _EXTENSIONS[ext]
 
 
+_FIELD_LIMIT = 2**31 - 1
+
+
+# More distinct labels than this, in more than half the rows: not a class column.
+_MAX_CLASSES = 100
+
+
 def _csv_records(text: str, path: str, delimiter: str) -> Iterator[tuple[int, list[str]]]:
     """(starting line, fields) of every non-blank CSV/TSV record."""
+    # A text may be long (a document): Python's csv refuses fields over 128 KiB by default.
+    csv.field_size_limit(max(csv.field_size_limit(), _FIELD_LIMIT))
     # newline="" keeps "\r\n" inside quoted fields, exactly as csv wants a file opened.
     reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, strict=True)
     while True:
@@ -400,6 +409,14 @@ def label_set(examples: Sequence[Example], explicit: Union[str, Sequence[str], N
         src = getattr(examples, "source", "") or "examples"
         raise DataError(f"{src}: no labels; a training file needs a label column "
                         f"(--label_column).")
+    labelled = sum(e.label is not None for e in examples)
+    if len(seen) > _MAX_CLASSES and len(seen) > labelled // 2:
+        src = getattr(examples, "source", "") or "examples"
+        raise DataError(f"{src}: the labels{_column_note(examples)} take {len(seen)} "
+                        f"different values in {labelled} rows, {_some(list(seen), 3)}: "
+                        "that is text or ids, not class labels; pass --label_column=NAME of "
+                        "the column that holds the classes (or --task=text_regression for "
+                        "numeric targets).")
     if all(_INT_NAME.match(n) for n in seen):
         return sorted(seen, key=lambda n: (int(n), n))
     return sorted(seen)
@@ -411,6 +428,12 @@ def _relabel(examples: Sequence[Example], labels: list, path: Optional[str]) -> 
                          skipped=getattr(examples, "skipped", 0),
                          lines=getattr(examples, "lines", ()),
                          label_column=getattr(examples, "label_column", None))
+
+
+def _some(names: Sequence[str], limit: int = 8) -> str:
+    """A list of names for a message, cut after `limit` (a column of texts has thousands)."""
+    shown = ", ".join(repr(str(n)[:40]) for n in names[:limit])
+    return f"[{shown}]" if len(names) <= limit else f"[{shown}, ... ({len(names)} in all)]"
 
 
 def encode_labels(examples: Sequence[Example], names: Sequence[str],
@@ -433,12 +456,12 @@ def encode_labels(examples: Sequence[Example], names: Sequence[str],
             raise DataError(f"{_where(examples, i, path)}: label {e.label!r}"
                             f"{_column_note(examples)}: {err}.") from None
         if name not in index:
-            listed = ",".join(list(index) + [name])
+            listed = ",".join(list(index) + [name]) if len(index) < 20 else "A,B,..."
             raise DataError(
                 f"{_where(examples, i, path)}: label {name!r}{_column_note(examples)} does not "
-                f"occur in the training file, whose labels are {list(index)}; if it is a real "
-                f"class, list every class with --labels={listed} (the order fixes the class "
-                f"ids), else fix the row.")
+                f"occur in the training file, whose labels are {_some(list(index))}; if it is "
+                f"a real class, list every class with --labels={listed} (the order fixes the "
+                f"class ids), else fix the row.")
         ids.append(index[name])
     return _relabel(examples, ids, path)
 

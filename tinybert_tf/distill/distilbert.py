@@ -97,3 +97,26 @@ def init_student_from_teacher(student: keras.Model, teacher: keras.Model,
     for var, value in pairs:
         var.assign(value)
     return copied
+
+
+def describe_init(copied: Sequence[str], teacher_layers: Sequence[int]) -> str:
+    """What `init_student_from_teacher` copied, in words: "the embeddings, 1 transformer
+    layer (teacher layer 6 -> student layer 1) and the pooler".
+
+    copied: its returned names; teacher_layers: the 0-based teacher layer of each
+    student layer (`teacher_layers_for`). Layers are counted 1-based, as in the docs.
+    """
+    parts = []
+    if any(name.endswith("embedding") or name == "embeddings_layer_norm" for name in copied):
+        parts.append("the embeddings")
+    student = sorted(int(name.rsplit("_", 1)[1]) for name in copied
+                     if name.startswith("transformer_layer_"))
+    if student:
+        pairs = ", ".join(f"{teacher_layers[i] + 1} -> {i + 1}" for i in student)
+        noun = "layer" if len(student) == 1 else "layers"
+        parts.append(f"{len(student)} transformer {noun} (teacher -> student: {pairs})")
+    parts += [what for name, what in (("pooled_dense", "the pooler"), ("mlm_head", "the MLM head"))
+              if name in copied]
+    if not parts:
+        return "nothing"
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]

@@ -4,7 +4,8 @@ Like `keras.distillation.Distiller` it holds a frozen `teacher` and a trained
 `student`, takes a list of loss objects, is `compile`d with an optimizer and
 trained with `fit`; the trained model is `distiller.student`. Unlike it, the
 terms (`tinybert_tf.distill.terms`) read every hidden state and attention map,
-it owns the learned projections W_e/W_h, and it owns `train_step` because each
+it owns the learned projections W_e/W_h (and trains the variables a term owns,
+such as the NSP classifier), and it owns `train_step` because each
 term is averaged over the GLOBAL batch: sum of elements / element count summed
 over all replicas and all accumulation micro-batches, so 1 replica, N replicas
 and k accumulation steps make the same update. It also clips the global norm
@@ -174,9 +175,15 @@ class Distiller(MultiWorkerBuildMixin, keras.Model):
         return list(self.projections.weights) if self.projections is not None else []
 
     @property
+    def term_variables(self) -> list:
+        """Variables the terms own (e.g. the NSP classifier): trained with the student,
+        never part of it."""
+        return [v for t in self.terms for v in getattr(t, "trainable_weights", ())]
+
+    @property
     def trainable_variables(self) -> list:
         return list(self.student.trainable_variables) + [
-            v for v in self.projection_variables if v.trainable]
+            v for v in self.projection_variables if v.trainable] + self.term_variables
 
     @property
     def trainable_weights(self) -> list:
@@ -189,6 +196,8 @@ class Distiller(MultiWorkerBuildMixin, keras.Model):
         items: dict[str, Any] = {model_key: trackable(self.student.variables)}
         if self.projections is not None:
             items["projections"] = trackable(self.projection_variables)
+        if self.term_variables:
+            items["terms"] = trackable(self.term_variables)
         if getattr(self, "optimizer", None) is not None:
             items["optimizer"] = self.optimizer
         return items

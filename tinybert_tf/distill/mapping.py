@@ -1,4 +1,5 @@
-"""Student -> teacher layer mapping g(m) (TinyBERT paper, Sec. 3.1 / Table 6).
+"""Student -> teacher layer mapping g(m) (TinyBERT paper, Sec. 3.1; the strategies of
+Sec. 4.6 / Table 4).
 
 Layers are numbered 0 = embeddings, 1..M = student transformer layers, 1..N =
 teacher transformer layers. `layer_map` returns the list [g(0), g(1), ..., g(M)]

@@ -35,12 +35,17 @@ from typing import Any, ClassVar, Optional, Protocol, Sequence, Union
 
 import tensorflow as tf
 
+from tinybert_tf import plugins
 from tinybert_tf.distill import losses
 from tinybert_tf.distill.mapping import layer_map
 
 
 class PredictionTask(Protocol):
     """What the `pred` and `hard` terms need from a task type (tinybert_tf.tasks)."""
+
+    head: str
+
+    def accepts(self, head: Optional[str]) -> bool: ...
 
     def soft_count(self, inputs: dict, num_outputs: int) -> tf.Tensor: ...
 
@@ -78,8 +83,15 @@ class LossTerm:
         self.drops_model_inputs: tuple[str, ...] = ()
         self.needs_model_inputs: tuple[str, ...] = ()
 
+    def plan(self, student_config, teacher_config) -> None:
+        """Resolve what depends on the two models' `BertConfig`s alone (layer maps,
+        lambdas, whether projections are needed), so a plan can show it before any
+        model is built; `build` calls it. `teacher_config` may be None."""
+
     def build(self, student, teacher) -> None:
-        """Check the models and precompute per-model facts (layer maps, heads)."""
+        """Check the models and precompute per-model facts (layer maps, heads); the
+        base calls `plan` with the models' configs."""
+        self.plan(student.bert_config, getattr(teacher, "bert_config", None))
 
     def count(self, inputs: dict) -> tf.Tensor:
         raise NotImplementedError(f"{type(self).__name__}.count")
@@ -108,12 +120,18 @@ PHASES: dict[str, tuple[str, ...]] = {
 }
 
 
-def register_term(cls: type[LossTerm]) -> type[LossTerm]:
-    """Class decorator: make `cls` available to `make_terms` / `--loss_terms` by its name."""
-    if not cls.name:
-        raise ValueError(f"{cls.__name__}: a registered LossTerm needs a `name`.")
-    TERMS[cls.name] = cls
-    return cls
+def register_term(cls: Optional[type[LossTerm]] = None, *, replace: bool = False):
+    """Class decorator: make `cls` available to `make_terms` / `--loss_terms` by its name.
+    A name already registered (or an alias such as `trm`) is refused unless
+    `@register_term(replace=True)`."""
+    def add(c: type[LossTerm]) -> type[LossTerm]:
+        if not c.name:
+            raise ValueError(f"{c.__name__}: a registered LossTerm needs a `name`.")
+        if c.name in ALIASES and not replace:
+            raise plugins.PluginError(f"loss term {c.name!r} is the alias of "
+                                      f"{','.join(ALIASES[c.name])}; choose another name.")
+        return plugins.register(TERMS, c.name, c, what="loss term", replace=replace)
+    return add(cls) if cls is not None else add
 
 
 def resolve_names(names: Union[str, Sequence[str]], flag: str = "--loss_terms",
@@ -187,12 +205,11 @@ class _LayerTerm(LossTerm):
         self.lambdas: list[float] = []
         self.teacher_width = 0
 
-    def build(self, student, teacher) -> None:
-        s_cfg, t_cfg = student.bert_config, teacher.bert_config
-        m = s_cfg.num_layers
-        self.mapping = layer_map(self.layer_mapping_spec, m, t_cfg.num_layers)
+    def plan(self, student_config, teacher_config) -> None:
+        m = student_config.num_layers
+        self.mapping = layer_map(self.layer_mapping_spec, m, teacher_config.num_layers)
         self.lambdas = layer_weights(self.layer_weights_spec, m)
-        self.teacher_width = t_cfg.hidden_size
+        self.teacher_width = teacher_config.hidden_size
 
     def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "layer_mapping": self.mapping[1:] or
@@ -221,8 +238,8 @@ class EmbeddingTerm(_LayerTerm):
     name = "embd"
     teacher_outputs = ("embeddings",)
 
-    def build(self, student, teacher) -> None:
-        super().build(student, teacher)
+    def plan(self, student_config, teacher_config) -> None:
+        super().plan(student_config, teacher_config)
         self.needs_projections = True
 
     def count(self, inputs):
@@ -242,10 +259,9 @@ class AttentionTerm(_LayerTerm):
     name = "attn"
     teacher_outputs = ("attention_scores",)
 
-    def build(self, student, teacher) -> None:
-        super().build(student, teacher)
-        self.heads = losses.attention_heads(student.bert_config.num_heads,
-                                            teacher.bert_config.num_heads)
+    def plan(self, student_config, teacher_config) -> None:
+        super().plan(student_config, teacher_config)
+        self.heads = losses.attention_heads(student_config.num_heads, teacher_config.num_heads)
 
     def count(self, inputs):
         return losses.attention_count(inputs["input_mask"], self.heads, self.mask_padding)
@@ -267,8 +283,8 @@ class HiddenTerm(_LayerTerm):
     name = "hidn"
     teacher_outputs = ("hidden_states",)
 
-    def build(self, student, teacher) -> None:
-        super().build(student, teacher)
+    def plan(self, student_config, teacher_config) -> None:
+        super().plan(student_config, teacher_config)
         self.needs_projections = True
 
     def count(self, inputs):
@@ -291,7 +307,7 @@ def _check_task_heads(term: str, student, teacher, task) -> None:
     for role, model in (("student", student), ("teacher", teacher)):
         if model is None:
             continue
-        if getattr(model, "head_type", None) != task.head:
+        if not task.accepts(getattr(model, "head_type", None)):
             raise ValueError(f"the {term!r} loss needs a {role} with the task's "
                              f"{task.head} head (got head={model.head_type!r}).")
     if teacher is not None and student.num_labels != teacher.num_labels:
@@ -315,12 +331,16 @@ class PredictionTerm(LossTerm):
         if self.temperature <= 0:
             raise ValueError(f"--temperature must be > 0, got {temperature}.")
         self.layer_weights_spec = None if not layer_weights else [float(w) for w in layer_weights]
-        self.lam = 1.0
+        # lambda_{M+1}: the last of the M + 2 layer weights, whatever M is (checked in plan).
+        self.lam = self.layer_weights_spec[-1] if self.layer_weights_spec else 1.0
         self.num_outputs = 1
 
+    def plan(self, student_config, teacher_config) -> None:
+        self.lam = layer_weights(self.layer_weights_spec, student_config.num_layers)[-1]
+
     def build(self, student, teacher) -> None:
+        super().build(student, teacher)
         _check_task_heads(self.name, student, teacher, self.task)
-        self.lam = layer_weights(self.layer_weights_spec, student.bert_config.num_layers)[-1]
         self.num_outputs = int(student.num_labels or 1)
 
     def count(self, inputs):
@@ -484,10 +504,9 @@ class CosineTerm(LossTerm):
         super().__init__(weight)
         self.num_student_layers = 0
 
-    def build(self, student, teacher) -> None:
-        self.needs_projections = (student.bert_config.hidden_size
-                                  != teacher.bert_config.hidden_size)
-        self.num_student_layers = student.bert_config.num_layers
+    def plan(self, student_config, teacher_config) -> None:
+        self.needs_projections = student_config.hidden_size != teacher_config.hidden_size
+        self.num_student_layers = student_config.num_layers
 
     def count(self, inputs):
         return tf.reduce_sum(tf.cast(inputs["input_mask"], tf.float32))

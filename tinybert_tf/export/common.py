@@ -27,7 +27,12 @@ def export_task(model: BertModel, task: Optional[TaskType] = None,
     """The task type an export of `model` serves; raises unless `model` has a
     task head and a vocab, and (when `task` is given) the task's head.
 
-    Without `task`, the model's own head and label names decide.
+    Labels come from the model: its outputs are in its own order, so every export
+    (labels.txt, the `label` output, TFLite metadata) names them in that order.
+    A `task` whose label names differ from the model's is refused; one with the
+    same names in another order is served in the model's order
+    (`TaskType.with_label_order`). Without `task`, the model's own head and label
+    names decide.
     """
     head = getattr(model, "head_type", None)
     try:
@@ -37,13 +42,32 @@ def export_task(model: BertModel, task: Optional[TaskType] = None,
             f"{source}: has head={head!r}; export needs a task model with a task head (a "
             "model directory written by the task stage, or load_model(dir, "
             "head='classifier', num_labels=N) after fine-tuning).") from None
-    if task is not None and task.head != head:
+    if task is not None and not task.accepts(head):
         raise ExportError(f"{source}: the task is a {task.kind} task but the model has a "
                           f"{head} head; export the model distilled for this task.")
     if not getattr(model, "vocab", None):
         raise ExportError(f"{source}: the model carries no WordPiece vocab; load it from a "
                           "model directory that has vocab.txt (load_model(dir)).")
-    return task or own
+    if task is None:
+        return own
+    task = task.with_head(head)  # the student's head style (--classifier_head)
+    names = list(getattr(model, "label_names", None) or [])
+    if task.named_outputs and names and list(task.label_names) != names:
+        if sorted(names) != sorted(task.label_names):
+            raise ExportError(
+                f"{source}: its outputs are the labels {names} but the task's are "
+                f"{list(task.label_names)}; export it for the task it was trained on.")
+        return task.with_label_order(names)
+    return task
+
+
+def label_permutation(served: TaskType, task: TaskType) -> Optional[list[int]]:
+    """Indices that put outputs in `served`'s label order into `task`'s order (for the
+    task's metrics), or None when the orders agree."""
+    a, b = list(served.label_names), list(task.label_names)
+    if not task.named_outputs or a == b or sorted(a) != sorted(b):
+        return None
+    return [a.index(n) for n in b]
 
 
 def keras_outputs(model: BertModel, task: TaskType, inputs: dict[str, np.ndarray],

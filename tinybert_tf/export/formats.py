@@ -10,6 +10,8 @@ flag all read `FORMATS`; a new format is one `register_format(...)` call.
   saved_model    TF Serving SavedModel, raw text in (saved_model.py), published as the
                  next version folder serving/<N>/ with warm-up requests and a
                  models.config (serving.py); never rewritten, never removed as stale
+  saved_model_ids  the same for token ids only, without tensorflow-text ops (servers
+                 that lack them), as serving_ids/<N>/
   float32 ...    TFLite flavours for Android (tflite.py FLAVOURS), with TFLite metadata;
                  text_float32 takes raw strings
   hf             a Hugging Face BERT directory (models/hf_io.py)
@@ -20,11 +22,13 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
 
+from tinybert_tf import plugins
+from tinybert_tf.config import BertConfig
 from tinybert_tf.export import serving
 from tinybert_tf.export import tflite as tfl
 from tinybert_tf.export import tflite_metadata as tm
@@ -33,7 +37,7 @@ from tinybert_tf.export.saved_model import IDS_SIGNATURE, TEXT_SIGNATURE, export
 from tinybert_tf.models.checkpoint import load_model, load_tokenizer
 from tinybert_tf.models.encoder import INPUT_NAMES
 from tinybert_tf.models.hf_io import export_hf
-from tinybert_tf.models.keras_hub_io import export_keras_hub
+from tinybert_tf.models.keras_hub_io import export_keras_hub, keras_hub_problems
 from tinybert_tf.tasks import TaskType
 
 
@@ -44,7 +48,8 @@ class ExportContext:
     dev_inputs: packed dev inputs, int32 [N, L] each; dev_a / dev_b: the same
     examples as text; representative: packed calibration inputs (int8) or None;
     serving_name / serving_version: the TF Serving model name (models.config)
-    and an explicit version to publish (None: the next free one).
+    and an explicit version to publish (None: the next free one); options:
+    per-format settings by name (`FORMAT_OPTIONS`), e.g. keras_hub_approximate_gelu.
     """
 
     model: Any
@@ -58,6 +63,7 @@ class ExportContext:
     num_threads: Optional[int] = None
     serving_name: str = "tinybert"
     serving_version: Optional[int] = None
+    options: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
@@ -77,7 +83,10 @@ class ExportFormat:
     timer(model, work_dir, seq_len, batch) -> fn(inputs) for bin/benchmark (None:
     not benchmarked); calibrated: needs representative task text; describe(path)
     -> extra parity.json fields of the written artefact; published: the
-    artefact holds served versions, so `export_all` never removes it as stale.
+    artefact holds served versions, so `export_all` never removes it as stale;
+    check(config, head, options) -> why a model of that BertConfig and head
+    cannot be written in this format (empty: it can), asked before anything is
+    written (`export_all`, `bin/export`, `bin/distill --dry_run`).
     """
 
     name: str
@@ -89,32 +98,31 @@ class ExportFormat:
     calibrated: bool = False
     describe: Optional[Callable[[str], dict[str, Any]]] = None
     published: bool = False
+    check: Optional[Callable[[BertConfig, Optional[str], Mapping[str, Any]], list[str]]] = None
 
 
 FORMATS: dict[str, ExportFormat] = {}
+# Settings of single formats, by name, with their defaults (ExportContext.options).
+FORMAT_OPTIONS: dict[str, Any] = {"keras_hub_approximate_gelu": False}
 
 
-def register_format(fmt: ExportFormat) -> ExportFormat:
-    FORMATS[fmt.name] = fmt
-    return fmt
+def format_problems(formats: Sequence[str], config: BertConfig, head: Optional[str],
+                    options: Optional[Mapping[str, Any]] = None) -> list[str]:
+    """Every reason the formats cannot export a model of `config` and `head`, each
+    naming its format (empty: all can)."""
+    opts = {**FORMAT_OPTIONS, **(options or {})}
+    return [f"--export_formats={name}: {problem}" for name in formats
+            if name in FORMATS and FORMATS[name].check is not None
+            for problem in FORMATS[name].check(config, head, opts)]
+
+
+def register_format(fmt: ExportFormat, replace: bool = False) -> ExportFormat:
+    """Add `fmt` to the table; a name already there is refused unless `replace=True`."""
+    return plugins.register(FORMATS, fmt.name, fmt, what="export format", replace=replace)
 
 
 def format_names() -> tuple[str, ...]:
     return tuple(FORMATS)
-
-
-def check_output_dir(formats: Sequence[str], output_dir: str,
-                     flag: str = "--export_formats") -> None:
-    """Refuse published formats (TF Serving versions) for a remote export folder: a
-    version appears by an atomic folder rename, which object stores lack."""
-    published = [f for f in formats if f in FORMATS and FORMATS[f].published]
-    if published and "://" in str(output_dir):
-        raise ExportError(
-            f"{flag}={','.join(formats)}: {', '.join(published)} publishes TF Serving "
-            f"versions, which needs a local output folder (not {output_dir}): a version "
-            "must appear whole, by an atomic rename that object stores do not offer. Export "
-            f"to a local folder and upload serving/<N>/ once written, or drop "
-            f"{', '.join(published)} from {flag}.")
 
 
 def check_formats(formats: Sequence[str], flag: str = "--export_formats") -> tuple[str, ...]:
@@ -139,20 +147,25 @@ def check_formats(formats: Sequence[str], flag: str = "--export_formats") -> tup
 WARMUP_TEXTS = 8  # dev examples in the warm-up requests (batch 8 = all of them)
 
 
-def _write_saved_model(ctx: ExportContext, path: str) -> str:
+def _publish(ctx: ExportContext, path: str, text: bool) -> str:
     """Publish the SavedModel as the next version under `path` (the serving root),
-    with warm-up requests from the first dev texts, and (re)write models.config."""
+    with warm-up requests from the first dev texts, and (re)write models.config.
+    text=False: the token-ids servable (`export_saved_model(..., text=False)`)."""
     texts = (ctx.dev_a[:WARMUP_TEXTS] if ctx.dev_b is None
              else list(zip(ctx.dev_a[:WARMUP_TEXTS], ctx.dev_b[:WARMUP_TEXTS])))
+    name = ctx.serving_name if text else f"{ctx.serving_name}_ids"
     _, version_dir = serving.publish_version(
         lambda d: export_saved_model(ctx.model, d, ctx.max_seq_len, ctx.is_pair,
-                                     task=ctx.task),
+                                     task=ctx.task, text=text),
         path, version=ctx.serving_version, warmup_texts=texts,
         tokenizer=load_tokenizer(ctx.model, ctx.max_seq_len),
         text_inputs=[spec.name for spec in ctx.task.text_input_specs(ctx.is_pair)])
-    serving.write_models_config(path, ctx.serving_name,
-                                base_path=f"/models/{ctx.serving_name}")
+    serving.write_models_config(path, name, base_path=f"/models/{name}")
     return version_dir
+
+
+def _write_saved_model(ctx: ExportContext, path: str) -> str:
+    return _publish(ctx, path, text=True)
 
 
 def _describe_saved_model(path: str) -> dict[str, Any]:
@@ -168,18 +181,23 @@ def serving_model_name(name: Optional[str]) -> str:
     return clean or "tinybert"
 
 
+def _ids_loaded(ctx: ExportContext, loaded: Any) -> Loaded:
+    """The SavedModel's ids signature run on the packed dev inputs."""
+    fn_ids, key = loaded.signatures[IDS_SIGNATURE], ctx.task.output_name
+
+    def run_ids(x):
+        out = fn_ids(**{k: tf.constant(x[k]) for k in INPUT_NAMES})[key].numpy()
+        return out.reshape(len(x["input_word_ids"]), -1) if out.ndim == 1 else out
+
+    one = {k: v[:1] for k, v in ctx.dev_inputs.items()}
+    return Loaded(lambda: run_ids(ctx.dev_inputs), lambda: run_ids(one))
+
+
 def _load_saved_model(ctx: ExportContext, path: str) -> Loaded:
     loaded = tf.saved_model.load(path)
     key = ctx.task.output_name
     if not ctx.task.parity_through_text:
-        fn_ids = loaded.signatures[IDS_SIGNATURE]
-
-        def run_ids(x):
-            out = fn_ids(**{k: tf.constant(x[k]) for k in INPUT_NAMES})[key].numpy()
-            return out.reshape(len(x["input_word_ids"]), -1) if out.ndim == 1 else out
-
-        one = {k: v[:1] for k, v in ctx.dev_inputs.items()}
-        return Loaded(lambda: run_ids(ctx.dev_inputs), lambda: run_ids(one))
+        return _ids_loaded(ctx, loaded)
     fn = loaded.signatures[TEXT_SIGNATURE]
 
     def run(a, b):
@@ -211,6 +229,12 @@ register_format(ExportFormat(
     "saved_model", "serving", _write_saved_model, _load_saved_model,
     "TF Serving SavedModel (raw-text and ids signatures) as version serving/<N>/ with "
     "warm-up requests and models.config", timer=_time_saved_model,
+    describe=_describe_saved_model, published=True))
+register_format(ExportFormat(
+    "saved_model_ids", "serving_ids", lambda ctx, path: _publish(ctx, path, text=False),
+    lambda ctx, path: _ids_loaded(ctx, tf.saved_model.load(path)),
+    "TF Serving SavedModel taking token ids only (no tensorflow-text op: any TF Serving "
+    "version) as version serving_ids/<N>/ with warm-up requests and models.config",
     describe=_describe_saved_model, published=True))
 
 
@@ -285,7 +309,43 @@ def _round_trip(ctx: ExportContext, path: str) -> Loaded:
 register_format(ExportFormat(
     "hf", "hf", lambda ctx, path: export_hf(ctx.model, path), _round_trip,
     "Hugging Face BERT directory (config.json, model.safetensors, vocab.txt)"))
+def _write_keras_hub(ctx: ExportContext, path: str) -> str:
+    return export_keras_hub(ctx.model, path, sequence_length=ctx.max_seq_len,
+                            allow_activation_mismatch=bool(
+                                ctx.options.get("keras_hub_approximate_gelu")))
+
+
+def _load_keras_hub(ctx: ExportContext, path: str) -> Loaded:
+    """The preset as a keras-hub user loads it, `keras_hub.models.TextClassifier.
+    from_preset(path)`, run on the dev TEXT through its own preprocessor (its
+    tokenizer and packing, not ours): the row shows what that user gets."""
+    import keras_hub
+
+    classifier = keras_hub.models.TextClassifier.from_preset(path)
+    tflite_output = ctx.task.tflite_output
+
+    @tf.function(reduce_retracing=True)
+    def run(texts):
+        logits = tf.cast(classifier(classifier.preprocessor(texts), training=False), tf.float32)
+        return tflite_output(logits)
+
+    def texts(start: int, stop: int):
+        a = tf.constant(ctx.dev_a[start:stop])
+        return a if ctx.dev_b is None else (a, tf.constant(ctx.dev_b[start:stop]))
+
+    def predict() -> np.ndarray:
+        n = len(ctx.dev_a)
+        return np.concatenate([run(texts(s, s + 64)).numpy() for s in range(0, n, 64)], 0)
+
+    return Loaded(predict, lambda: run(texts(0, 1)).numpy())
+
+
+def _check_keras_hub(config: BertConfig, head: Optional[str],
+                     options: Mapping[str, Any]) -> list[str]:
+    return keras_hub_problems(config, head, bool(options.get("keras_hub_approximate_gelu")))
+
+
 register_format(ExportFormat(
-    "keras_hub", "keras_hub",
-    lambda ctx, path: export_keras_hub(ctx.model, path, sequence_length=ctx.max_seq_len),
-    _round_trip, "keras-hub preset directory (BertTextClassifier / BertBackbone)"))
+    "keras_hub", "keras_hub", _write_keras_hub, _load_keras_hub,
+    "keras-hub preset directory (BertTextClassifier: keras_hub.models.TextClassifier."
+    "from_preset)", check=_check_keras_hub))

@@ -12,7 +12,7 @@ artefact (the SavedModel's served version, a TFLite file's metadata).
 from __future__ import annotations
 
 import os
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Mapping, Optional, Sequence, Union
 
 import numpy as np
 import tensorflow as tf
@@ -25,6 +25,7 @@ from tinybert_tf.export.common import (
     check_seq_len,
     export_task,
     keras_outputs,
+    label_permutation,
     path_size,
     split_texts,
 )
@@ -51,7 +52,8 @@ def export_all(model: BertModel, output_dir: str, *, max_seq_len: int,
                num_threads: Optional[int] = None,
                max_examples: Optional[int] = None,
                serving_name: Optional[str] = None,
-               serving_version: Optional[int] = None) -> dict[str, Any]:
+               serving_version: Optional[int] = None,
+               options: Optional[Mapping[str, Any]] = None) -> dict[str, Any]:
     """Export `model` in `formats` (rows of `formats.FORMATS`) under `output_dir`
     (the export folder, e.g. OUTPUT/export) and check parity on the dev set.
 
@@ -72,16 +74,30 @@ def export_all(model: BertModel, output_dir: str, *, max_seq_len: int,
         name, else "tinybert").
       serving_version: publish the SavedModel as this version (default: the next
         free one); an existing version is an ExportError, never rewritten.
-    Returns the parity dict also written to output_dir/parity.json.
+      options: per-format settings (`formats.FORMAT_OPTIONS`), e.g.
+        {"keras_hub_approximate_gelu": True}.
+    Returns the parity dict also written to output_dir/parity.json. A format that
+    cannot export this model (`ExportFormat.check`) is an ExportError before
+    anything is written.
     """
     formats = fmts.check_formats(formats, "formats")
-    fmts.check_output_dir(formats, output_dir)
+    unknown = sorted(set(options or {}) - set(fmts.FORMAT_OPTIONS))
+    if unknown:
+        raise ExportError(f"options: unknown export option(s) {unknown}; known: "
+                          f"{sorted(fmts.FORMAT_OPTIONS)}.")
+    options = {**fmts.FORMAT_OPTIONS, **(options or {})}
+    problems = fmts.format_problems(formats, model.bert_config, model.head_type, options)
+    if problems:
+        raise ExportError(" ".join(problems))
     if serving_version is not None:
         serving_version = check_version(serving_version, "serving_version")
     if isinstance(task, str):
         task_name = task_name or task
         task = task_type(task)
+    # The exports serve the model's label order; dev labels and metrics are the task's.
+    metric_task = task or export_task(model)
     task = export_task(model, task)
+    order = label_permutation(task, metric_task)
     max_seq_len = check_seq_len(model, max_seq_len, "max_seq_len")
     if max_examples:
         dev_texts = list(dev_texts)[:max_examples]
@@ -104,15 +120,20 @@ def export_all(model: BertModel, output_dir: str, *, max_seq_len: int,
     ctx = fmts.ExportContext(model, task, max_seq_len, bool(is_pair), dev_a, dev_b, dev_inputs,
                              rep_inputs, num_threads,
                              fmts.serving_model_name(serving_name or task_name),
-                             serving_version)
+                             serving_version, options)
 
+    reference = keras_outputs(model, task, dev_inputs)
+    if not np.all(np.isfinite(reference)):
+        raise ExportError("the model's outputs on the dev set are not finite (NaN or "
+                          "infinite): its weights are damaged or its training diverged; "
+                          "nothing was exported. Export a model that trained to finite "
+                          "weights.")
     output_dir = files.absolute(output_dir)
     files.makedirs(output_dir)
     parity_path = os.path.join(output_dir, PARITY_FILE)
     if files.exists(parity_path):  # the completion marker goes first, comes back last
         files.remove(parity_path)
 
-    reference = keras_outputs(model, task, dev_inputs)
     one = {k: tf.constant(v[:1]) for k, v in dev_inputs.items()}
     keras_fn = tf.function(lambda x: model(x, training=False)["logits"])
     rows: dict[str, dict[str, Any]] = {}
@@ -130,11 +151,13 @@ def export_all(model: BertModel, output_dir: str, *, max_seq_len: int,
                       "path": _relative(path, output_dir),
                       **(fmt.describe(path) if fmt.describe else {})}
         if dev_labels is not None:
-            rows[name]["metric"] = task_metric(task, outs, dev_labels)[1]
+            rows[name]["metric"] = task_metric(metric_task, _reorder(outs, order),
+                                               dev_labels)[1]
 
     metric_name = None
     if dev_labels is not None:
-        metric_name, rows["keras"]["metric"] = task_metric(task, reference, dev_labels)
+        metric_name, rows["keras"]["metric"] = task_metric(
+            metric_task, _reorder(reference, order), dev_labels)
     remove_stale(output_dir, formats)
     parity = {"task": task_name, "task_type": task.kind, "labels": list(task.label_names),
               "max_seq_len": max_seq_len,
@@ -144,6 +167,11 @@ def export_all(model: BertModel, output_dir: str, *, max_seq_len: int,
     write_json_atomic(parity_path, parity)
     print(format_table(parity), flush=True)
     return parity
+
+
+def _reorder(outputs: np.ndarray, order: Optional[list[int]]) -> np.ndarray:
+    """Outputs [..., C] in the model's label order -> the task's order."""
+    return outputs if order is None else np.asarray(outputs)[..., order]
 
 
 def remove_stale(output_dir: str, formats: Sequence[str]) -> None:

@@ -8,10 +8,19 @@ ignored. Hence:
 - A version is never rewritten or deleted here: the server may be loading or
   serving it. A re-export publishes the next number; rolling back is a version
   policy in models.config, not a file operation.
-- A version appears in one step: it is assembled in a hidden sibling
-  (".publish-*") and renamed to its number. That rename is atomic only on a
-  POSIX file system, so `publish_version` takes local paths; for gs:// publish
-  locally and upload the finished folder. The other functions use tf.io.gfile.
+- A version appears only once whole. Locally it is assembled in a hidden
+  sibling (".publish-*") and renamed to its number in one atomic step. On an
+  object store (gs://, s3://; ram:// in the tests), where no folder rename
+  exists, it is built in a local temporary folder, uploaded into a hidden
+  ".publish-*" folder of the serving root (the slow part, invisible to the
+  server), then moved file by file into its number folder with
+  saved_model.pb last: until that last object exists the folder holds no
+  SavedModel, so a server that lists it early cannot load a part of a model
+  (it gets NotFound and retries, per --max_num_load_retries /
+  --load_retry_interval_micros, 5 x 60 s by default); the moves are server-side
+  copies, seconds for BERT-base. A failed upload removes what it moved. Two
+  processes publishing to one remote root at once could pick the same number:
+  bin/distill and bin/export hold the output folder's lock while they publish.
 - Warm-up: when TF Serving loads a version it first replays
   assets.extra/tf_serving_warmup_requests (a TFRecord of PredictionLog protos, at
   most 1000) so the first client requests do not pay graph initialisation. A
@@ -29,10 +38,12 @@ Typical use (the export stage):
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import re
 import shutil
+import tempfile
 import uuid
 from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
@@ -45,6 +56,7 @@ from tensorflow.core.protobuf import meta_graph_pb2, saved_model_pb2
 from tensorflow_serving.apis import predict_pb2, prediction_log_pb2
 from tensorflow_serving.config import model_server_config_pb2
 
+from tinybert_tf import files
 from tinybert_tf.export.common import ExportError, Text, split_texts
 from tinybert_tf.models.encoder import INPUT_NAMES
 from tinybert_tf.tokenizer import Tokenizer
@@ -124,18 +136,16 @@ def publish_version(source: Union[str, os.PathLike, SavedModelWriter], serving_r
         segment (`TaskType.text_input_specs` names; default text, text_b).
     Returns (version, absolute path of the version folder). Existing versions are
     never touched; on any error nothing is published and no temporary is left.
+    serving_root may be remote (gs://, ram://): see the module docstring.
     """
-    for path in (serving_root, None if callable(source) else source):
-        if path is not None and "://" in os.fspath(path):
-            raise ExportError(f"{path}: publish_version needs local paths (the atomic "
-                              "rename that hides half-written versions from TF Serving is a "
-                              "POSIX file system operation); publish to a local folder and "
-                              "upload the finished version folder.")
-    root = os.path.abspath(os.fspath(serving_root))
-    if os.path.exists(root) and not os.path.isdir(root):
+    if not callable(source) and files.is_remote(os.fspath(source)):
+        raise ExportError(f"{source}: publish_version copies a local SavedModel folder; "
+                          "pass a local folder or a writer (lambda d: export_saved_model(...)).")
+    root = files.absolute(os.fspath(serving_root))
+    if files.exists(root) and not files.isdir(root):
         raise ExportError(f"{root}: exists and is not a folder; serving_root must be the "
                           "model's base folder that holds version folders (1/, 2/, ...).")
-    if os.path.isfile(os.path.join(root, "saved_model.pb")):
+    if files.isfile(os.path.join(root, "saved_model.pb")):
         raise ExportError(f"{root}: holds a saved_model.pb itself; serving_root is the base "
                           "folder ABOVE the version folders (root/1/saved_model.pb): pass a "
                           "new or empty folder.")
@@ -146,32 +156,78 @@ def publish_version(source: Union[str, os.PathLike, SavedModelWriter], serving_r
     existing = list_versions(root)
     if requested is not None and requested in existing:
         raise ExportError(_version_exists(root, requested, existing))
-    os.makedirs(root, exist_ok=True)
-
-    staged = os.path.join(root, f"{_STAGING_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    files.makedirs(root)
+    name = f"{_STAGING_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    remote = files.is_remote(root)
+    # Assembled where a rename is atomic: next to the versions, or (remote) locally.
+    scratch = tempfile.mkdtemp(prefix="tinybert-publish-") if remote else None
+    staged = os.path.join(scratch or root, name)
     try:
-        if callable(source):
-            source(staged)
-            if not os.path.isdir(staged):
-                raise ExportError(f"the SavedModel writer wrote nothing at {staged}; it must "
-                                  "write a SavedModel to the path it is given.")
-            try:
-                signatures = saved_model_signatures(staged)
-            except ExportError as e:
-                raise ExportError(f"the SavedModel writer did not write a SavedModel: {e}") from e
+        _assemble(source, staged, warmup_texts, tokenizer, text_inputs)
+        if remote:
+            number = _upload_version(staged, root, name, requested)
         else:
-            shutil.copytree(source, staged)
-            signatures = saved_model_signatures(staged)
-        if warmup_texts is not None:
-            requests = build_warmup_requests(staged, warmup_texts, tokenizer,
-                                             text_inputs=text_inputs,
-                                             signatures=signatures)
-            write_warmup_requests(staged, requests, overwrite=True)
-        number = _rename_to_version(staged, root, requested)
-    except BaseException:
-        shutil.rmtree(staged, ignore_errors=True)
-        raise
+            number = _rename_to_version(staged, root, requested)
+    finally:
+        shutil.rmtree(scratch or staged, ignore_errors=True)
     return number, os.path.join(root, str(number))
+
+
+def _assemble(source: Union[str, SavedModelWriter], staged: str,
+              warmup_texts: Optional[Sequence[Text]], tokenizer: Optional[Tokenizer],
+              text_inputs: Sequence[str]) -> None:
+    """Write (or copy) the SavedModel to the local folder `staged`, with its warm-up."""
+    if callable(source):
+        source(staged)
+        if not os.path.isdir(staged):
+            raise ExportError(f"the SavedModel writer wrote nothing at {staged}; it must "
+                              "write a SavedModel to the path it is given.")
+        try:
+            signatures = saved_model_signatures(staged)
+        except ExportError as e:
+            raise ExportError(f"the SavedModel writer did not write a SavedModel: {e}") from e
+    else:
+        shutil.copytree(source, staged)
+        signatures = saved_model_signatures(staged)
+    if warmup_texts is not None:
+        requests = build_warmup_requests(staged, warmup_texts, tokenizer,
+                                         text_inputs=text_inputs, signatures=signatures)
+        write_warmup_requests(staged, requests, overwrite=True)
+
+
+def _upload_version(staged: str, root: str, name: str, requested: Optional[int]) -> int:
+    """Publish the local folder `staged` under the remote `root` (module docstring):
+    upload into root/.publish-*, then move into root/<N>/ with saved_model.pb last."""
+    relative = sorted(os.path.relpath(os.path.join(folder, f), staged)
+                      for folder, _, names in os.walk(staged) for f in names)
+    relative.sort(key=lambda rel: rel == "saved_model.pb")  # the SavedModel marker last
+    hidden = f"{root}/{name}"
+    target = None
+    try:
+        for rel in relative:
+            files.makedirs(os.path.dirname(f"{hidden}/{rel}"))
+            files.copy(os.path.join(staged, rel), f"{hidden}/{rel}")
+        existing = list_versions(root)
+        if requested is not None and requested in existing:
+            raise ExportError(_version_exists(root, requested, existing))
+        number = requested or max([0, *existing]) + 1
+        if number > MAX_VERSION:
+            raise ExportError(f"{root}: the highest version is {max(existing)}; no next int64 "
+                              "version exists, publish with an explicit unused version.")
+        target = f"{root}/{number}"
+        for rel in relative:
+            files.makedirs(os.path.dirname(f"{target}/{rel}"))
+            files.rename(f"{hidden}/{rel}", f"{target}/{rel}", overwrite=False)
+        return number
+    except BaseException:
+        if target is not None and not files.isfile(f"{target}/saved_model.pb"):
+            with contextlib.suppress(Exception):
+                files.rmtree(target)  # never whole, so never loadable: not a version
+        raise
+    finally:
+        with contextlib.suppress(Exception):
+            if files.exists(hidden):
+                files.rmtree(hidden)
 
 
 def _rename_to_version(staged: str, root: str, requested: Optional[int]) -> int:

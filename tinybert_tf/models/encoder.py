@@ -16,6 +16,7 @@ Outputs, a dict:
 """
 from __future__ import annotations
 
+import os
 from typing import Any, Optional, Sequence
 
 import keras
@@ -33,8 +34,10 @@ from tinybert_tf.models.layers import (
 )
 
 INPUT_NAMES = ("input_word_ids", "input_mask", "input_type_ids")
+VOCAB_ASSET = "vocab.txt"  # the vocab's file in a .keras archive's assets
 
 
+@keras.saving.register_keras_serializable(package="tinybert_tf")
 class BertModel(keras.Model):
     """Post-LayerNorm BERT encoder with an optional `head`.
 
@@ -136,16 +139,36 @@ class BertModel(keras.Model):
             out["logits"] = self.head(self.head.select(out, inputs), training=training)
         return out
 
-    # Keras serialisation is not our storage format (see checkpoint.py), but a
-    # config keeps `keras.Model.summary()`/cloning informative.
+    # Keras's own format: `model.save("x.keras")` and `keras.models.load_model("x.keras")`
+    # (with tinybert_tf imported: the class is registered as "tinybert_tf>BertModel").
+    # The config holds the encoder's BertConfig, the head and its label names; the
+    # vocab travels as an asset (vocab.txt in the archive), as keras-hub's tokenizers
+    # keep theirs. Our model directory (checkpoint.py) stays the pipeline's format.
     def get_config(self) -> dict[str, Any]:
-        return {"config": self.bert_config.to_dict(), "head": self.head_type,
+        return {"name": self.name, "trainable": self.trainable,
+                "dtype": keras.saving.serialize_keras_object(self.dtype_policy),
+                "config": self.bert_config.to_dict(), "head": self.head_type,
                 "num_labels": self.num_labels, "label_names": self.label_names}
 
     @classmethod
     def from_config(cls, config):
+        config = dict(config)
+        dtype = config.pop("dtype", None)
         return cls(BertConfig.from_dict(config["config"]), head=config["head"],
-                   num_labels=config["num_labels"], label_names=config["label_names"])
+                   num_labels=config["num_labels"], label_names=config["label_names"],
+                   name=config.get("name", "bert"), trainable=config.get("trainable", True),
+                   dtype=keras.saving.deserialize_keras_object(dtype) if dtype else None)
+
+    def save_assets(self, dir_path: str) -> None:
+        if self.vocab is not None:
+            with open(os.path.join(dir_path, VOCAB_ASSET), "w", encoding="utf-8") as f:
+                f.write("".join(t + "\n" for t in self.vocab))
+
+    def load_assets(self, dir_path: str) -> None:
+        path = os.path.join(dir_path, VOCAB_ASSET)
+        if os.path.isfile(path):
+            with open(path, encoding="utf-8") as f:
+                self.vocab = f.read().split("\n")[:-1]
 
     def weight_dict(self) -> dict[str, keras.Variable]:
         """Variables by their path ("transformer_layer_0/.../kernel"), model prefix removed."""

@@ -7,6 +7,8 @@ head class is registered under the name stored in a model directory's
 
   classifier        pooled [B, H] -> [B, C] class logits
   regressor         pooled [B, H] -> [B, 1] score (the classifier with one output)
+  pre_classifier    [CLS] state [B, H] -> dense H, ReLU, dropout -> [B, C] (DistilBERT's head)
+  pre_regressor     the pre_classifier head with one output: a score [B, 1]
   mlm               sequence at masked positions [B, P, H] -> [B, P, V] (tied decoder)
   token_classifier  sequence [B, L, H] -> [B, L, C] tag logits
   span              sequence [B, L, H] -> [B, L, 2] start / end logits
@@ -21,15 +23,18 @@ from typing import Any, ClassVar, Optional, Sequence
 import keras
 from keras import ops
 
+from tinybert_tf import plugins
 from tinybert_tf.models.layers import activation_fn, initializer
 
 HEADS: dict[str, type["Head"]] = {}
 
 
-def register_head(cls: type["Head"]) -> type["Head"]:
-    """Class decorator: make a head available to `BertModel(head=kind)` by its `kind`."""
-    HEADS[cls.kind] = cls
-    return cls
+def register_head(cls: Optional[type["Head"]] = None, *, replace: bool = False):
+    """Class decorator: make a head available to `BertModel(head=kind)` by its `kind`
+    (`@register_head(replace=True)` replaces a registered kind)."""
+    def add(c: type["Head"]) -> type["Head"]:
+        return plugins.register(HEADS, c.kind, c, what="head", replace=replace)
+    return add(cls) if cls is not None else add
 
 
 def get_head(kind: str) -> type["Head"]:
@@ -116,13 +121,16 @@ class _DenseHead(Head):
                 "dropout": self.dropout_rate}
 
     def permute_outputs(self, order: Sequence[int]) -> None:
-        dense = getattr(self, self.dense_name)
-        order = list(order)
-        if sorted(order) != list(range(self.num_labels)):
-            raise ValueError(f"{order} is not a permutation of the {self.num_labels} outputs.")
-        kernel, bias = dense.kernel, dense.bias
-        kernel.assign(ops.take(kernel, order, axis=1))
-        bias.assign(ops.take(bias, order, axis=0))
+        _permute_dense(getattr(self, self.dense_name), order, self.num_labels)
+
+
+def _permute_dense(dense: keras.layers.Dense, order: Sequence[int], num_labels: int) -> None:
+    """Reorder a dense layer's outputs: new output j = old output order[j]."""
+    order = list(order)
+    if sorted(order) != list(range(num_labels)):
+        raise ValueError(f"{order} is not a permutation of the {num_labels} outputs.")
+    dense.kernel.assign(ops.take(dense.kernel, order, axis=1))
+    dense.bias.assign(ops.take(dense.bias, order, axis=0))
 
 
 @register_head
@@ -138,6 +146,69 @@ class RegressorHead(ClassifierHead):
     """The classifier head with one output: a score [B, 1] (STS-B)."""
 
     kind = "regressor"
+
+    @classmethod
+    def resolve_num_labels(cls, num_labels, label_names):
+        return 1
+
+
+@register_head
+class PreClassifierHead(Head):
+    """DistilBERT's sequence-classification head (Hugging Face
+    `DistilBertForSequenceClassification`), which reads the last hidden state of
+    [CLS], not the pooler: [B, H] -> dense H -> ReLU -> dropout -> dense C.
+
+    The dropout is DistilBERT's `seq_classif_dropout` (0.2 in its config), not the
+    encoder's hidden dropout. Weight paths: `pre_classifier_head/pre_classifier/*`
+    and `pre_classifier_head/classifier/*`.
+    """
+
+    kind = "pre_classifier"
+    layer_name = "pre_classifier_head"
+    dropout_rate = 0.2
+
+    def __init__(self, num_labels: int, hidden_size: int, initializer_range: float = 0.02,
+                 **kwargs):
+        super().__init__(**kwargs)
+        self.num_labels = num_labels
+        self.hidden_size = hidden_size
+        init = initializer(initializer_range)
+        self.pre_classifier = keras.layers.Dense(
+            hidden_size, activation="relu", kernel_initializer=init, dtype=self.dtype_policy,
+            name="pre_classifier")
+        self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy)
+        self.classifier = keras.layers.Dense(num_labels, kernel_initializer=init,
+                                             dtype=self.dtype_policy, name="classifier")
+
+    @classmethod
+    def create(cls, config, num_labels, token_embedding, dtype):
+        return cls(num_labels, config.hidden_size, config.initializer_range, dtype=dtype,
+                   name=cls.layer_name)
+
+    def build(self, input_shape):
+        self.pre_classifier.build(input_shape)
+        self.classifier.build((*input_shape[:-1], self.hidden_size))
+        self.built = True
+
+    def select(self, outputs, inputs):
+        return outputs["sequence_output"][:, 0, :]  # [CLS], no pooler
+
+    def call(self, x, training=None):
+        return self.classifier(self.dropout(self.pre_classifier(x), training=training))
+
+    def get_config(self):
+        return {**super().get_config(), "num_labels": self.num_labels,
+                "hidden_size": self.hidden_size}
+
+    def permute_outputs(self, order: Sequence[int]) -> None:
+        _permute_dense(self.classifier, order, self.num_labels)
+
+
+@register_head
+class PreRegressorHead(PreClassifierHead):
+    """DistilBERT's head with one output: a score [B, 1] (STS-B)."""
+
+    kind = "pre_regressor"
 
     @classmethod
     def resolve_num_labels(cls, num_labels, label_names):

@@ -1,6 +1,7 @@
 """Hugging Face BERT directories: read (teachers) and write (exported students).
 
-A directory holds `config.json` (HF `BertConfig`), `vocab.txt` and
+A directory holds `config.json` (HF `BertConfig`), the tokenizer (`vocab.txt`,
+or only `tokenizer.json` as transformers >= 5 saves it) and
 `model.safetensors` or sharded `model.safetensors.index.json`. Keys may carry
 the `bert.` prefix (`BertFor*` models) or not (`BertModel`, e.g. the embedded
 all-MiniLM-L6-v2). Layout differences to our Keras weights:
@@ -12,18 +13,23 @@ all-MiniLM-L6-v2). Layout differences to our Keras weights:
 `cls.predictions.*` the MLM head (transform.dense, transform.LayerNorm, bias;
 the decoder is tied to the word embeddings). PyTorch `.bin` files are not
 read: PyTorch is not a dependency.
+
+Readers dispatch on config.json's `model_type` (`_LAYOUTS`): `bert` (this
+module) and `distilbert` (keys, heads and shapes in `hf_distilbert`); the
+conversion of each tensor is shared. `export_hf` writes BERT.
 """
 from __future__ import annotations
 
 import os
 import re
-from typing import Any, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 import numpy as np
 
 from tinybert_tf import files
 from tinybert_tf.config import BertConfig, ConfigError
 from tinybert_tf.files import write_json
+from tinybert_tf.models import hf_distilbert
 from tinybert_tf.models.model_dir import (
     CONFIG_FILE,
     VOCAB_FILE,
@@ -36,15 +42,19 @@ from tinybert_tf.models.model_dir import (
     read_safetensors,
     safetensors_shapes,
 )
-from tinybert_tf.tokenizer import write_vocab
+from tinybert_tf.tokenizer import VocabError, check_vocab, write_vocab
 
 SAFETENSORS = "model.safetensors"
 SAFETENSORS_INDEX = "model.safetensors.index.json"
+TOKENIZER_JSON = "tokenizer.json"
 _UNREADABLE = ("pytorch_model.bin", "pytorch_model.bin.index.json", "tf_model.h5",
                "flax_model.msgpack")
-# Keys that carry no weights of ours: buffers, the NSP head, tied decoder copies.
+# Keys that carry no weights of ours: buffers, the NSP head, tied decoder copies, and the
+# released General TinyBERTs' student-to-teacher projections (`fit_dense`, v2 `fit_denses.i`:
+# one nn.Linear with bias, not our separate W_e / W_h; task distillation starts new ones).
 _IGNORED = re.compile(r"^(embeddings\.position_ids|embeddings\.token_type_ids|"
-                      r"cls\.seq_relationship\..*|cls\.predictions\.decoder\.(weight|bias))$")
+                      r"cls\.seq_relationship\..*|cls\.predictions\.decoder\.(weight|bias)|"
+                      r"fit_denses?\..*)$")
 
 
 class _HFHead:
@@ -124,8 +134,8 @@ def _label_names(data: dict[str, Any], head: Optional[str], n: Optional[int]
                  ) -> Optional[list[str]]:
     """id2label names in id order, or None when absent or generic (LABEL_0, ...)."""
     id2label = data.get("id2label")
-    if head not in ("classifier", "token_classifier") or not isinstance(id2label, dict) \
-            or len(id2label) != n:
+    named = ("classifier", "token_classifier", "pre_classifier")
+    if head not in named or not isinstance(id2label, dict) or len(id2label) != n:
         return None
     names = [str(id2label.get(str(i), id2label.get(i, ""))) for i in range(n)]
     if names == [f"LABEL_{i}" for i in range(n)] or not all(names):
@@ -216,8 +226,12 @@ def _normalise_key(key: str) -> str:
 
 
 def read_lower_case(path: str) -> bool:
-    """Lower-casing of an HF tokenizer: tokenizer_config.json's do_lower_case,
-    else whether the model name says "cased" (default: uncased, like BERT)."""
+    """Lower-casing of an HF tokenizer: tokenizer.json's normalizer (what the
+    tokenizer runs), else tokenizer_config.json's do_lower_case, else whether the
+    model name says "cased" (default: uncased, like BERT)."""
+    tok_json = os.path.join(path, TOKENIZER_JSON)
+    if files.isfile(tok_json):
+        return _normalizer_lower_case(read_model_json(tok_json).get("normalizer"), tok_json)
     tok_cfg = os.path.join(path, "tokenizer_config.json")
     if files.isfile(tok_cfg):
         data = read_model_json(tok_cfg)
@@ -225,6 +239,83 @@ def read_lower_case(path: str) -> bool:
             return bool(data["do_lower_case"])
     name = str(read_model_json(os.path.join(path, CONFIG_FILE)).get("_name_or_path", "")).lower()
     return not ("cased" in name and "uncased" not in name)
+
+
+def _normalizer_lower_case(normalizer: Any, where: str) -> bool:
+    """Whether a tokenizer.json normalizer lower-cases (and strips accents, which our
+    WordPiece tokenizer does together with lower-casing, as BERT's uncased models do).
+
+    BertNormalizer {"lowercase", "strip_accents": null = same as lowercase} (what
+    transformers' BertTokenizer writes), a Sequence of Lowercase / NFD / StripAccents,
+    or none (cased).
+    """
+    parts = normalizer.get("normalizers", []) if isinstance(normalizer, dict) and \
+        normalizer.get("type") == "Sequence" else [normalizer]
+    lower = strip = False
+    for part in parts:
+        if not isinstance(part, dict):
+            continue
+        kind = part.get("type")
+        if kind == "BertNormalizer":
+            lower = lower or bool(part.get("lowercase"))
+            accents = part.get("strip_accents")
+            strip = strip or bool(part.get("lowercase") if accents is None else accents)
+        elif kind == "Lowercase":
+            lower = True
+        elif kind == "StripAccents":
+            strip = True
+    if lower != strip:
+        what = ("lower-cases without stripping accents" if lower
+                else "strips accents without lower-casing")
+        raise CheckpointError(
+            f"{where}: the normalizer {what}; "
+            "our WordPiece tokenizer (tensorflow-text FastBertTokenizer) does both or "
+            "neither, as BERT's uncased and cased models do. Use a BERT-style tokenizer.")
+    return lower
+
+
+def read_hf_vocab(path: str) -> list[str]:
+    """The WordPiece vocabulary of an HF directory, in id order: vocab.txt
+    (transformers < 5, and what export_hf writes), else tokenizer.json's
+    model.vocab plus its added tokens (transformers >= 5 saves only tokenizer.json)."""
+    vocab_txt, tok_json = os.path.join(path, VOCAB_FILE), os.path.join(path, TOKENIZER_JSON)
+    if files.isfile(vocab_txt) or not files.isfile(tok_json):
+        if not files.isfile(vocab_txt):
+            raise CheckpointError(f"{path}: no tokenizer; expected {VOCAB_FILE} or "
+                                  f"{TOKENIZER_JSON} (as transformers' save_pretrained writes).")
+        return read_model_vocab(vocab_txt)
+    data = read_model_json(tok_json)
+    model = data.get("model") if isinstance(data.get("model"), dict) else {}
+    if model.get("type", "WordPiece") != "WordPiece" or "vocab" not in model:
+        raise CheckpointError(f"{tok_json}: model type {model.get('type')!r}; a BERT teacher "
+                              "needs a WordPiece tokenizer (model.type 'WordPiece', model.vocab).")
+    prefix = model.get("continuing_subword_prefix", "##")
+    if prefix != "##":
+        raise CheckpointError(f"{tok_json}: continuing_subword_prefix {prefix!r}; our WordPiece "
+                              "tokenizer uses BERT's '##'.")
+    raw = model["vocab"]
+    ids = (dict(raw) if isinstance(raw, dict)
+           else {(t[0] if isinstance(t, list) else t): i for i, t in enumerate(raw)})
+    for added in data.get("added_tokens") or []:
+        if isinstance(added, dict) and added.get("content") not in ids:
+            ids[str(added["content"])] = int(added["id"])
+    by_id: dict[int, str] = {}
+    for token, i in ids.items():
+        if not isinstance(i, int) or i in by_id:
+            raise CheckpointError(f"{tok_json}: token {token!r} has id {i!r}, "
+                                  + (f"also the id of {by_id[i]!r}" if i in by_id else
+                                     "not an integer") + "; the vocab must map one token per id.")
+        by_id[i] = str(token)
+    if sorted(by_id) != list(range(len(by_id))):
+        missing = sorted(set(range(max(by_id) + 1)) - set(by_id))[:5] if by_id else [0]
+        raise CheckpointError(f"{tok_json}: the vocab's ids are not 0..{len(by_id) - 1} "
+                              f"(no token for ids {missing}); it does not fit an embedding table.")
+    tokens = [by_id[i] for i in range(len(by_id))]
+    try:
+        check_vocab(tokens, tok_json)
+    except VocabError as e:
+        raise CheckpointError(str(e)) from e
+    return tokens
 
 
 def _read_weights(path: str) -> tuple[dict[str, np.ndarray], str, dict[str, str]]:
@@ -261,14 +352,36 @@ def _read_weights(path: str) -> tuple[dict[str, np.ndarray], str, dict[str, str]
                           f"{SAFETENSORS_INDEX}.")
 
 
-def _read_hf_config(config_path: str) -> tuple[dict, BertConfig]:
-    """A Hugging Face BERT config.json: its JSON and our `BertConfig`."""
+class _Layout(NamedTuple):
+    """How one Hugging Face `model_type` stores our weights."""
+
+    normalise: Callable[[str], str]          # file key -> key of the name map
+    ignored: "re.Pattern[str]"               # normalised keys that hold no weight of ours
+    detect_head: Callable[..., tuple]        # (json, {key: shape}, config path) -> (head, n)
+    name_map: Callable[..., dict]            # (config, head, n) -> {ours: (key, kind, shape)}
+    tied_decoder: str                        # normalised key of an MLM decoder tied to embeddings
+    mlm_prefixes: tuple[str, ...]            # keys of an MLM head a task checkpoint may carry
+
+
+_LAYOUTS = {
+    "bert": _Layout(_normalise_key, _IGNORED, _detect_head, _name_map,
+                    "cls.predictions.decoder.weight", ("cls.predictions.",)),
+    hf_distilbert.MODEL_TYPE: _Layout(hf_distilbert.normalise_key, hf_distilbert.IGNORED,
+                                      hf_distilbert.detect_head, hf_distilbert.name_map,
+                                      hf_distilbert.TIED_DECODER, ()),
+}
+
+
+def _read_hf_config(config_path: str) -> tuple[dict, BertConfig, _Layout]:
+    """A Hugging Face config.json: its JSON, our `BertConfig` and its key layout."""
     data = read_model_json(config_path)
-    if data.get("model_type", "bert") != "bert":
-        raise CheckpointError(f"{config_path}: model_type {data.get('model_type')!r} is not "
-                              "supported; load_model reads BERT checkpoints (model_type 'bert').")
+    model_type = data.get("model_type", "bert")
+    if model_type not in _LAYOUTS:
+        raise CheckpointError(f"{config_path}: model_type {model_type!r} is not supported; "
+                              f"load_model reads {' and '.join(map(repr, _LAYOUTS))} "
+                              "checkpoints.")
     try:
-        return data, BertConfig.from_hf_dict(data, source=config_path)
+        return data, BertConfig.from_hf_dict(data, source=config_path), _LAYOUTS[model_type]
     except ConfigError as e:
         raise CheckpointError(str(e)) from e
 
@@ -276,16 +389,16 @@ def _read_hf_config(config_path: str) -> tuple[dict, BertConfig]:
 def read_hf(path: str) -> CheckpointSpec:
     """Read a Hugging Face BERT directory into a `CheckpointSpec` (our layout)."""
     config_path = os.path.join(path, CONFIG_FILE)
-    data, config = _read_hf_config(config_path)
+    data, config, layout = _read_hf_config(config_path)
     raw, weights_file, key_files = _read_weights(path)
     tensors: dict[str, np.ndarray] = {}
     original: dict[str, str] = {}
     decoder = None
     for key, value in raw.items():
-        norm = _normalise_key(key)
-        if norm == "cls.predictions.decoder.weight":
+        norm = layout.normalise(key)
+        if norm == layout.tied_decoder:
             decoder = (key, value)
-        if _IGNORED.match(norm):
+        if layout.ignored.match(norm):
             continue
         if norm in tensors:
             raise CheckpointError(f"{key_files[key]}: key {key!r} duplicates {original[norm]!r}.")
@@ -300,14 +413,14 @@ def read_hf(path: str) -> CheckpointSpec:
             "cannot load.")
     config.use_pooler = "pooler.dense.weight" in tensors
     config.lower_case = read_lower_case(path)
-    head, num_labels = _detect_head(data, {k: v.shape for k, v in tensors.items()},
-                                    config_path)
-    if head != "mlm":
+    head, num_labels = layout.detect_head(data, {k: v.shape for k, v in tensors.items()},
+                                          config_path)
+    if head != "mlm" and layout.mlm_prefixes:
         # A task checkpoint may still ship MLM weights; they are not ours to keep.
-        tensors = {k: v for k, v in tensors.items() if not k.startswith("cls.predictions.")}
+        tensors = {k: v for k, v in tensors.items() if not k.startswith(layout.mlm_prefixes)}
     label_names = _label_names(data, head, num_labels)
 
-    name_map = _name_map(config, head, num_labels)
+    name_map = layout.name_map(config, head, num_labels)
     by_hf = {hf: (ours, kind, shape) for ours, (hf, kind, shape) in name_map.items()}
     weights: dict[str, np.ndarray] = {}
     source_keys: dict[str, str] = {}
@@ -329,7 +442,7 @@ def read_hf(path: str) -> CheckpointSpec:
         source_keys[ours] = key
     for ours, (hf, _, _) in name_map.items():
         source_keys.setdefault(ours, hf)
-    vocab = read_model_vocab(os.path.join(path, VOCAB_FILE))
+    vocab = read_hf_vocab(path)
     return CheckpointSpec(config, vocab, weights, weights_file, head=head,
                           num_labels=num_labels, label_names=label_names,
                           metadata={"source": files.absolute(path), "source_format": "hf"},
@@ -341,7 +454,7 @@ def inspect_hf(path: str) -> CheckpointSpec:
     only the weight files' headers (key names and shapes), not the weights.
     The returned spec has no weights."""
     config_path = os.path.join(path, CONFIG_FILE)
-    data, config = _read_hf_config(config_path)
+    data, config, layout = _read_hf_config(config_path)
     single, index = os.path.join(path, SAFETENSORS), os.path.join(path, SAFETENSORS_INDEX)
     if files.isfile(single):
         weight_files = [single]
@@ -354,11 +467,11 @@ def inspect_hf(path: str) -> CheckpointSpec:
     shapes: dict[str, tuple[int, ...]] = {}
     for fname in weight_files:
         for key, shape in safetensors_shapes(fname).items():
-            shapes[_normalise_key(key)] = shape
+            shapes[layout.normalise(key)] = shape
     config.use_pooler = "pooler.dense.weight" in shapes
     config.lower_case = read_lower_case(path)
-    head, n = _detect_head(data, shapes, config_path)
-    return CheckpointSpec(config, read_model_vocab(os.path.join(path, VOCAB_FILE)), {},
+    head, n = layout.detect_head(data, shapes, config_path)
+    return CheckpointSpec(config, read_hf_vocab(path), {},
                           single if weight_files == [single] else index, head=head, num_labels=n,
                           label_names=_label_names(data, head, n))
 
@@ -378,6 +491,10 @@ def export_hf(model: Any, directory: str) -> str:
     config: BertConfig = model.bert_config
     head = model.head_type
     vocab = model_vocab(model, "export_hf")
+    if head is not None and head not in _HF_HEADS:
+        raise CheckpointError(
+            f"export_hf({directory}): a {head} head has no Hugging Face BERT class; export "
+            "the model without it (load_model(dir, head='none')) or use another format.")
     if head in ("classifier", "regressor") and not config.use_pooler:  # pooled-output heads
         raise CheckpointError(
             f"export_hf({directory}): Hugging Face BertForSequenceClassification classifies the "

@@ -2,9 +2,12 @@
 
 Our layers mirror keras-hub's `BertBackbone` by name and shape, so weights
 copy by variable path. keras-hub's BERT uses the tanh-approximate GELU and
-LayerNorm epsilon 1e-12, so a loaded preset gets `hidden_act="gelu_tanh"`,
-and an export refuses a model whose numerics keras-hub cannot reproduce
-(exact-erf GELU unless `allow_activation_mismatch=True`, ReLU, another epsilon).
+LayerNorm epsilon 1e-12, always (no setting; it loads Hugging Face BERTs, exact
+GELU, that way too), so a loaded preset gets `hidden_act="gelu_tanh"`, and an
+export refuses a model whose numerics keras-hub cannot reproduce (exact-erf
+GELU unless `allow_activation_mismatch=True`, ReLU, another epsilon):
+`keras_hub_problems` says why without building anything. The exported
+tokenizer of an uncased vocab strips accents, as BERT's does.
 
 Task presets: `BertTextClassifier` (`logits` dense -> our classifier head) and
 `BertMaskedLM` (`mlm_head/intermediate_dense`, `intermediate_layer_norm`,
@@ -158,44 +161,63 @@ def inspect_keras_hub(path: str) -> CheckpointSpec:
     return read_keras_hub(path)
 
 
+# Heads keras-hub has a BERT task for.
+KERAS_HUB_HEADS = (None, "classifier", "regressor", "mlm")
+
+
+def keras_hub_problems(config: BertConfig, head: Optional[str],
+                       allow_activation_mismatch: bool = False) -> list[str]:
+    """Why a model of `config` with `head` cannot be a keras-hub BERT preset (empty:
+    it can). What `export_keras_hub` refuses, and what `bin/distill --dry_run` and
+    `bin/export` check before anything is written."""
+    problems = []
+    if config.hidden_act == "relu":
+        problems.append("keras-hub's BERT has no ReLU variant; a model with "
+                        "hidden_act='relu' cannot be exported to keras-hub.")
+    if config.hidden_act == "gelu" and not allow_activation_mismatch:
+        problems.append(
+            "the model uses exact GELU (hidden_act='gelu', as the embedded MiniLM teacher and "
+            "BERT do) but keras-hub's BertBackbone always computes the tanh approximation "
+            "(it loads Hugging Face BERTs that way too). Pass allow_activation_mismatch=True "
+            "(bin/distill and bin/export: --keras_hub_approximate_gelu) to export it with "
+            "the approximation (parity.json's keras_hub row shows the cost), or train the "
+            "student with hidden_act='gelu_tanh'.")
+    if abs(config.layer_norm_epsilon - KERAS_HUB_LAYER_NORM_EPSILON) > 1e-15:
+        problems.append(f"layer_norm_epsilon={config.layer_norm_epsilon} but keras-hub's BERT "
+                        f"is fixed at {KERAS_HUB_LAYER_NORM_EPSILON}.")
+    if head not in KERAS_HUB_HEADS:
+        problems.append(f"keras-hub has no BERT task for a {head!r} head; export this model "
+                        "with --export_formats=hf instead.")
+    if head in ("classifier", "regressor") and not config.use_pooler:
+        problems.append("keras-hub's BertTextClassifier reads the pooled output, but this "
+                        "model has no pooler (use_pooler=false).")
+    return problems
+
+
 def export_keras_hub(model: Any, directory: str, sequence_length: Optional[int] = None,
                      allow_activation_mismatch: bool = False) -> str:
     """Write `model` as a keras-hub preset directory; returns its path.
 
     No head: a `BertBackbone` preset plus its `BertTokenizer`. Classifier or
-    regressor: a `BertTextClassifier` preset (with preprocessor); MLM: a
+    regressor: a `BertTextClassifier` preset (with preprocessor) that
+    `keras_hub.models.TextClassifier.from_preset(directory)` loads; MLM: a
     `BertMaskedLM` preset. `sequence_length` is the preprocessor's packing
-    length (default: min(512, max positions)). keras-hub computes GELU with
-    the tanh approximation; a model trained with exact GELU is refused unless
-    `allow_activation_mismatch=True` (outputs then differ by ~1e-3 relative).
-    A model without token types exports one all-zero segment row; without a
-    pooler only a backbone (no classifier) can be exported and keras-hub's
-    `pooled_output` is not ours. Written atomically.
+    length (default: min(512, max positions)). The tokenizer lower-cases and
+    strips accents for an uncased vocabulary, as BERT's (and ours) does.
+    keras-hub computes GELU with the tanh approximation; a model trained with
+    exact GELU is refused unless `allow_activation_mismatch=True`
+    (`keras_hub_problems`). A model without token types exports one all-zero
+    segment row. Written atomically.
     """
     import keras_hub
 
     config: BertConfig = model.bert_config
     vocab = model_vocab(model, "export_keras_hub")
     where = f"export_keras_hub({directory})"
-    if config.hidden_act == "relu":
-        raise CheckpointError(f"{where}: keras-hub's BERT has no ReLU variant; a model with "
-                              "hidden_act='relu' cannot be exported to keras-hub.")
-    if config.hidden_act == "gelu" and not allow_activation_mismatch:
-        raise CheckpointError(
-            f"{where}: the model uses exact GELU (hidden_act='gelu') but keras-hub's BERT "
-            "computes the tanh approximation ('gelu_tanh'). Train the student with "
-            "hidden_act='gelu_tanh', or pass allow_activation_mismatch=True to accept the small "
-            "difference between the two GELUs.")
-    if abs(config.layer_norm_epsilon - KERAS_HUB_LAYER_NORM_EPSILON) > 1e-15:
-        raise CheckpointError(f"{where}: layer_norm_epsilon={config.layer_norm_epsilon} but "
-                              f"keras-hub's BERT is fixed at {KERAS_HUB_LAYER_NORM_EPSILON}.")
     head = model.head_type
-    if head not in (None, "classifier", "regressor", "mlm"):
-        raise CheckpointError(f"{where}: keras-hub has no BERT task for a {head!r} head; "
-                              "export this model with --export_formats=hf instead.")
-    if head in ("classifier", "regressor") and not config.use_pooler:
-        raise CheckpointError(f"{where}: keras-hub's BertTextClassifier reads the pooled "
-                              "output, but this model has no pooler (use_pooler=false).")
+    problems = keras_hub_problems(config, head, allow_activation_mismatch)
+    if problems:
+        raise CheckpointError(f"{where}: {problems[0]}")
     seen: set[str] = set()
     dupes = [t for t in vocab if t in seen or seen.add(t)]
     if dupes:
@@ -209,8 +231,11 @@ def export_keras_hub(model: Any, directory: str, sequence_length: Optional[int] 
         intermediate_dim=config.intermediate_size, dropout=config.hidden_dropout,
         max_sequence_length=config.max_position_embeddings,
         num_segments=max(config.type_vocab_size, 1), dtype="float32")
+    # An uncased vocab has no accented pieces: strip accents as BERT does ("Café" ->
+    # "cafe"); keras-hub's default keeps them, and "café" becomes [UNK].
     tokenizer = keras_hub.models.BertTokenizer(vocabulary=list(vocab),
-                                               lowercase=config.lower_case)
+                                               lowercase=config.lower_case,
+                                               strip_accents=config.lower_case)
     if head in ("classifier", "regressor"):
         pre = keras_hub.models.BertTextClassifierPreprocessor(tokenizer, sequence_length=seq_len)
         task = keras_hub.models.BertTextClassifier(backbone, num_classes=model.num_labels,
@@ -245,5 +270,6 @@ def export_keras_hub(model: Any, directory: str, sequence_length: Optional[int] 
             tokenizer.save_to_preset(tmp)
         write_json(os.path.join(tmp, "tinybert_tf.json"),
                    {"exported_from": "tinybert_tf", "hidden_act": config.hidden_act,
+                    "keras_hub_activation": "gelu_tanh",
                     "label_names": model.label_names})
     return files.absolute(directory)

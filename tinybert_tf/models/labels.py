@@ -40,12 +40,28 @@ def label_order(model_names: Optional[Sequence[str]], task_names: Sequence[str],
     return [names.index(n) for n in task_names]
 
 
+def output_names(own: Optional[Sequence[str]], given: Sequence[str] = (),
+                 what: str = "--task_teacher", flag: str = "--teacher_label_order"
+                 ) -> Optional[list[str]]:
+    """The names of a model's outputs in their order: its own (its config names them),
+    else `given` (`--teacher_label_order`). `given` never overrides names the model
+    gives: it must repeat them, or it is refused."""
+    own = [str(n) for n in own] if own else None
+    given = [str(n) for n in given]
+    if own and given and own != given:
+        raise LabelOrderError(
+            f"{flag}={','.join(given)} contradicts the names {what} gives its outputs "
+            f"({', '.join(own)}, in its config); drop {flag}: the model's own names are "
+            "matched to the task's labels by name.")
+    return own or given or None
+
+
 def put_in_order(model, task_names: Sequence[str], given: Sequence[str] = (),
                  what: str = "--task_teacher") -> dict[str, int]:
     """Reorder `model`'s head outputs (in place) to `task_names`; returns the mapping
-    {task label: the model's original output index}. `given` overrides the model's
-    own names (`--teacher_label_order`)."""
-    order = label_order(list(given) or model.label_names, task_names, what)
+    {task label: the model's original output index}. `given` names the outputs of a
+    model that names none (`--teacher_label_order`; see `output_names`)."""
+    order = label_order(output_names(model.label_names, given, what), task_names, what)
     if order != list(range(len(order))):
         model.head.permute_outputs(order)
     model.label_names = [str(n) for n in task_names]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Optional
 
+from tinybert_tf.data import holdout
 from tinybert_tf.tasks.catalog import TaskConfig
 
 PRECISIONS = ("none", "mixed_float16", "mixed_bfloat16")
@@ -81,11 +82,20 @@ class ModelsConfig:
     student_config: str
     init_from_teacher: bool
     general_model: str
+    student_init: str
+    classifier_head: str
 
     @property
     def random_student(self) -> bool:
-        """--general_model=none: task distillation from a randomly initialised student."""
-        return self.general_model.lower() == "none"
+        """--student_init=random (or --general_model=none): task distillation from a
+        randomly initialised student (the paper's "w/o GD")."""
+        return self.student_init == "random" or self.general_model.lower() == "none"
+
+    @property
+    def general_given(self) -> bool:
+        """The task stage's student comes from no general stage of this run: a given
+        --general_model, or a random start."""
+        return bool(self.general_model) or self.random_student
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,6 +103,8 @@ class LossConfig:
     loss_terms: tuple[str, ...]
     temperature: float
     hard_label_weight: float
+    pkd_alpha: float
+    pkd_beta: float
     layer_mapping: str
     layer_weights: tuple[str, ...]
     share_hidden_projection: bool
@@ -115,6 +127,8 @@ class OptimConfig:
 class GeneralConfig:
     recipe: str
     corpus: str
+    # A resolved hold-out name ("none" or registered): part of the general stage's settings.
+    holdout: str = flag("general_holdout")
     max_seq_len: int = flag("general_max_seq_len")
     batch_size: int = flag("general_batch_size")
     epochs: float = flag("general_epochs")
@@ -127,16 +141,13 @@ class GeneralConfig:
     distil_temperature: float = flag("distil_temperature")
     restrict_ce_to_mask: bool = flag("restrict_ce_to_mask")
 
-    @property
-    def distilbert(self) -> bool:
-        return self.recipe == "distilbert"
-
 
 @dataclasses.dataclass(frozen=True)
 class FinetuneConfig:
     epochs: float = flag("teacher_epochs")
     lr: float = flag("teacher_lr")
     batch_size: int = flag("teacher_batch_size")
+    max_steps: int = flag("teacher_max_steps")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,20 +165,36 @@ class AugmentConfig:
 @dataclasses.dataclass(frozen=True)
 class TaskDistillConfig:
     use_augmented: bool
-    intermediate: bool
+    augmented_file: str
+    task_phases: tuple[str, ...]
     intermediate_epochs: float
     intermediate_lr: float
     pred_epochs: float
     pred_lr: float
+    pkd_epochs: float
+    pkd_lr: float
+    finetune_epochs: float
+    finetune_lr: float
+    pred_grid: tuple[str, ...]
     batch_size: int = flag("task_batch_size")
     max_steps: int = flag("task_max_steps")
     eval_every: int = flag("eval_every")
 
 
 @dataclasses.dataclass(frozen=True)
+class EvaluateConfig:
+    glue_test_predictions: bool
+
+
+@dataclasses.dataclass(frozen=True)
 class ExportConfig:
     formats: tuple[str, ...] = flag("export_formats")
     representative_examples: int = flag("representative_examples")
+    keras_hub_approximate_gelu: bool = flag("keras_hub_approximate_gelu")
+
+    def options(self) -> dict[str, Any]:
+        """The per-format settings `export_all` takes (`formats.FORMAT_OPTIONS`)."""
+        return {"keras_hub_approximate_gelu": self.keras_hub_approximate_gelu}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -184,6 +211,7 @@ class PipelineConfig:
     finetune: FinetuneConfig
     augment: AugmentConfig
     distill: TaskDistillConfig
+    evaluate: EvaluateConfig
     export: ExportConfig
 
     @classmethod
@@ -193,6 +221,9 @@ class PipelineConfig:
         if numerics.mixed_precision == AUTO_PRECISION:
             resolved = "mixed_bfloat16" if parts["run"].strategy == "tpu" else "none"
             parts["numerics"] = dataclasses.replace(numerics, mixed_precision=resolved)
+        general = parts["general"]
+        parts["general"] = dataclasses.replace(
+            general, holdout=holdout.resolve(general.holdout, parts["task"].task))
         return cls(**parts)
 
     def results(self) -> dict[str, Any]:
@@ -219,7 +250,7 @@ class PipelineConfig:
 _TYPES = {"run": RunOptions, "numerics": Numerics, "models": ModelsConfig, "task": TaskConfig,
           "loss": LossConfig, "optim": OptimConfig, "general": GeneralConfig,
           "finetune": FinetuneConfig, "augment": AugmentConfig, "distill": TaskDistillConfig,
-          "export": ExportConfig}
+          "evaluate": EvaluateConfig, "export": ExportConfig}
 
 # Which configs each stage reads.
 _STAGE_PARTS = {
@@ -227,18 +258,22 @@ _STAGE_PARTS = {
     "finetune_teacher": ("numerics", "models", "task", "finetune", "optim"),
     "augment": ("numerics", "models", "task", "augment"),
     "task": ("numerics", "models", "task", "loss", "optim", "distill"),
-    "evaluate": ("task",),
+    "evaluate": ("task", "evaluate"),
     "export": ("task", "export"),
 }
 _STAGE_IGNORES = {
     "general": ("models.task_teacher", "models.teacher_label_order", "models.general_model",
-                "loss.temperature", "loss.hard_label_weight"),
+                "models.student_init", "models.classifier_head",
+                "loss.temperature", "loss.hard_label_weight", "loss.pkd_alpha",
+                "loss.pkd_beta"),
     "finetune_teacher": ("models.task_teacher", "models.teacher_label_order",
                          "models.student_config", "models.init_from_teacher",
-                         "models.general_model"),
+                         "models.general_model", "models.student_init",
+                         "models.classifier_head"),
     "augment": ("numerics.mixed_precision", "numerics.jit_compile", "models.student_config",
                 "models.init_from_teacher", "models.general_model",
-                "models.teacher_label_order"),
+                "models.teacher_label_order", "models.student_init",
+                "models.classifier_head"),
     "task": ("models.init_from_teacher",),
 }
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import posixpath
-import sys
 import weakref
 from typing import Any, Optional, Sequence
 
@@ -29,12 +28,13 @@ from tinybert_tf.export.formats import FORMATS
 from tinybert_tf.export.parity import DEFAULT_FORMATS
 from tinybert_tf.pipeline.configs import AUTO_PRECISION, INPUT_SHARDING, PRECISIONS
 from tinybert_tf.pipeline.lock import DEFAULT_STALE_MINUTES
+from tinybert_tf.pipeline.phases import PHASE_KINDS
+from tinybert_tf.pipeline.recipes import RECIPES
 from tinybert_tf.pipeline.stages import STAGES
 from tinybert_tf.pipeline.strategy import DEFAULT_PEER_TIMEOUT, STRATEGIES
 from tinybert_tf.tasks.catalog import task_names
 
 FLAGS = flags.FLAGS
-RECIPES = ("tinybert", "distilbert")
 
 # Flags that existed once: the message names what replaced them.
 REMOVED_FLAGS = {
@@ -46,6 +46,8 @@ REMOVED_FLAGS = {
              "teacher's vocab.txt.",
     "vector_cache": "--vector_cache belongs to bin/augment; bin/distill caches word vectors "
                     "in OUTPUT/augment/vectors.",
+    "intermediate": "--task_phases lists the task stage's phases in order; "
+                    "--task_phases=prediction skips the intermediate-layer phase.",
 }
 
 
@@ -154,16 +156,6 @@ def _read_flagfile(path: str, including: Optional[str], chain: tuple[str, ...],
         else:
             flags_out.append(line)
     return flags_out
-
-
-def tool_argv(argv: Sequence[str], program: str) -> list[str]:
-    """`expand_flagfiles` for a bin/ tool: a bad flagfile ends the tool with one line
-    and exit status 2 (before absl parses anything)."""
-    try:
-        return expand_flagfiles(argv)
-    except FlagfileError as e:
-        print(f"{program}: error: {e}", file=sys.stderr, flush=True)
-        sys.exit(2)
 
 
 # --- groups -------------------------------------------------------------------------
@@ -302,6 +294,12 @@ def define_corpus(fv: flags.FlagValues, help_text: str = "") -> None:
 def define_export(fv: flags.FlagValues) -> None:
     flags.DEFINE_list("export_formats", list(DEFAULT_FORMATS),
                       f"What to export: any of {', '.join(FORMATS)}.", flag_values=fv)
+    flags.DEFINE_bool("keras_hub_approximate_gelu", False,
+                      "keras_hub format: export a model trained with exact GELU (the "
+                      "embedded MiniLM teacher's, and so its students') although keras-hub's "
+                      "BERT computes the tanh approximation; parity.json's keras_hub row "
+                      "shows the cost (docs/models.md). Without it such an export is refused "
+                      "(by --dry_run too).", flag_values=fv)
     flags.DEFINE_integer("representative_examples", 200,
                          "Examples of task text used to calibrate full-integer TFLite.",
                          flag_values=fv)
@@ -364,14 +362,28 @@ def define_models(fv: flags.FlagValues) -> None:
                       flag_values=fv)
     flags.DEFINE_string("general_model", "",
                         "Student to start task distillation from: a model directory, 'none' "
-                        "(random init: the paper's 'no GD' ablation), or empty for "
+                        "(random init, as --student_init=random), or empty for "
                         "OUTPUT/general.", flag_values=fv)
+    flags.DEFINE_enum("student_init", "general", ["general", "random"],
+                      "Where the task stage's student starts: general (--general_model, or "
+                      "OUTPUT/general) or random (no general distillation: the paper's "
+                      "'w/o GD'; --general_model is then not read).", flag_values=fv)
+    # A string checked when the task is resolved: task types registered by user code
+    # may bring their own head styles.
+    flags.DEFINE_string("classifier_head", "pooler",
+                        "The student's head for sentence tasks: pooler (BERT's: dropout and "
+                        "a dense layer on the pooled [CLS] output) or pre_classifier "
+                        "(DistilBERT's: dense, ReLU, dropout 0.2, dense on the [CLS] "
+                        "state, no pooler). Teachers keep their own head.", flag_values=fv)
 
 
 @_group
 def define_general(fv: flags.FlagValues) -> None:
-    flags.DEFINE_enum("recipe", "tinybert", RECIPES,
-                      "Distillation recipe of the general stage.", flag_values=fv)
+    # A string checked by preflight: recipes registered by user code count.
+    flags.DEFINE_string("recipe", "tinybert",
+                        "Recipe of the general stage: " + "; ".join(
+                            f"{name} = {r.summary}" for name, r in sorted(RECIPES.items()))
+                        + " (pipeline/recipes.py).", flag_values=fv)
     flags.DEFINE_integer("general_max_seq_len", 128, "Sequence length of general distillation.",
                          flag_values=fv)
     flags.DEFINE_integer("general_batch_size", 256, "Effective global batch of general "
@@ -385,6 +397,11 @@ def define_general(fv: flags.FlagValues) -> None:
                        flag_values=fv)
     flags.DEFINE_float("general_warmup", 0.1, "Warm-up fraction of general distillation.",
                        flag_values=fv)
+    flags.DEFINE_string("general_holdout", "auto",
+                        "Articles left out of the general corpus, by title (Wikipedia dumps, "
+                        "tfds:wikipedia): auto = the task's own hold-out (wiki_pairs: its dev "
+                        "articles; other tasks: none), none, or a registered hold-out name.",
+                        flag_values=fv)
     # DistilBERT recipe.
     flags.DEFINE_float("alpha_ce", 5.0, "DistilBERT: weight of the soft-target loss.",
                        flag_values=fv)
@@ -405,14 +422,23 @@ def define_finetune(fv: flags.FlagValues) -> None:
                        flag_values=fv)
     flags.DEFINE_integer("teacher_batch_size", 32, "Batch size of teacher fine-tuning.",
                          flag_values=fv)
+    flags.DEFINE_integer("teacher_max_steps", 0, "Stop teacher fine-tuning after this many "
+                         "steps (0 = no limit): bounds its time on a large training file.",
+                         flag_values=fv)
 
 
 @_group
 def define_task_distillation(fv: flags.FlagValues) -> None:
     flags.DEFINE_bool("use_augmented", True, "Task distillation on the augmented data "
                       "(else the original training set).", flag_values=fv)
-    flags.DEFINE_bool("intermediate", True, "Run the intermediate-layer phase of task "
-                      "distillation.", flag_values=fv)
+    flags.DEFINE_string("augmented_file", "",
+                        "A finished augmented training file (bin/augment's output, or another "
+                        "run's OUTPUT/augment/<file>) to distil on instead of running this "
+                        "run's augment stage; empty: OUTPUT/augment.", flag_values=fv)
+    flags.DEFINE_list("task_phases", ["intermediate", "prediction"],
+                      f"Phases of the task stage, in order: {', '.join(PHASE_KINDS)} (and "
+                      "phases registered by --plugins). The last one trains the head and "
+                      "keeps its best dev checkpoint.", flag_values=fv)
     flags.DEFINE_float("intermediate_epochs", 20, "Epochs of the intermediate phase.",
                        flag_values=fv)
     flags.DEFINE_float("intermediate_lr", 5e-5, "Learning rate of the intermediate phase.",
@@ -421,13 +447,34 @@ def define_task_distillation(fv: flags.FlagValues) -> None:
                        flag_values=fv)
     flags.DEFINE_float("pred_lr", 3e-5, "Learning rate of the prediction-layer phase.",
                        flag_values=fv)
+    flags.DEFINE_float("finetune_epochs", 3, "Epochs of the finetune phase (ground-truth "
+                       "labels of the original training set).", flag_values=fv)
+    flags.DEFINE_float("finetune_lr", 3e-5, "Learning rate of the finetune phase.",
+                       flag_values=fv)
+    flags.DEFINE_list("pred_grid", [], "BATCH:LR cells (e.g. 16:1e-5,32:3e-5): the last "
+                      "task phase runs once per cell from one run of the phases before it; "
+                      "the cell best on dev is kept (the paper's {16,32} x {1e-5,2e-5,3e-5}).",
+                      flag_values=fv)
     flags.DEFINE_integer("task_batch_size", 32, "Global batch size of task distillation.",
                          flag_values=fv)
     flags.DEFINE_integer("task_max_steps", 0, "Cap on steps per task phase (0 = none).",
                          flag_values=fv)
-    flags.DEFINE_integer("eval_every", 0, "Evaluate on dev every N steps in the prediction "
-                         "phase (0 = once per epoch); the best checkpoint is kept.",
+    flags.DEFINE_float("pkd_epochs", 4, "Epochs of the pkd phase (Patient KD; its code's "
+                       "default 4).", flag_values=fv)
+    flags.DEFINE_float("pkd_lr", 1e-5, "Learning rate of the pkd phase (the PKD code's "
+                       "patient-KD setting).", flag_values=fv)
+    flags.DEFINE_integer("eval_every", 0, "Evaluate on dev every N steps in the last task "
+                         "phase (0 = once per epoch); the best checkpoint is kept. The "
+                         "reference evaluates every 100 steps (the task configs' value).",
                          flag_values=fv)
+
+
+@_group
+def define_evaluation(fv: flags.FlagValues) -> None:
+    flags.DEFINE_bool("glue_test_predictions", False,
+                      "Evaluate stage: also write the student's predictions on the GLUE test "
+                      "split(s) as OUTPUT/evaluate/glue_submission/<Task>.tsv, the GLUE "
+                      "server's files (MNLI: MNLI-m, MNLI-mm and AX).", flag_values=fv)
 
 
 @_group
@@ -436,6 +483,11 @@ def define_losses(fv: flags.FlagValues) -> None:
                       f"Intermediate loss terms: {_terms_help()}.", flag_values=fv)
     flags.DEFINE_float("temperature", 1.0, "Temperature t of the prediction loss.",
                        flag_values=fv)
+    flags.DEFINE_float("pkd_alpha", 0.7, "Patient KD: weight alpha of the soft targets "
+                       "(1 - alpha weighs the ground truth); T is --temperature.",
+                       flag_values=fv)
+    flags.DEFINE_float("pkd_beta", 500.0, "Patient KD: weight beta of the patient loss on "
+                       "the normalised [CLS] states of the mapped layers.", flag_values=fv)
     flags.DEFINE_float("hard_label_weight", 0.0, "Weight of the ground-truth loss mixed into "
                        "the prediction phase (0 = the paper).", flag_values=fv)
     flags.DEFINE_string("layer_mapping", "uniform",
@@ -484,7 +536,8 @@ def _first_time(fv: flags.FlagValues, what: str) -> bool:
 
 DISTILL_GROUPS = (define_run, define_numerics, define_distribution, define_task_data,
                   define_models, define_general, define_finetune, define_augment,
-                  define_task_distillation, define_losses, define_optimizer, define_export)
+                  define_task_distillation, define_losses, define_optimizer, define_evaluation,
+                  define_export)
 
 
 def distill_flags() -> flags.FlagValues:
@@ -493,6 +546,30 @@ def distill_flags() -> flags.FlagValues:
     for define in DISTILL_GROUPS:
         define(fv)
     define_corpus(fv)
+    return fv
+
+
+# bin/reproduce's own flags (besides bin/distill's, which pass through to every run).
+REPRODUCE_FLAGS = ("table", "tasks", "cells", "glue_dir", "squad_dir")
+
+
+def reproduce_flags() -> flags.FlagValues:
+    """A fresh FlagValues for `bin/reproduce`: every flag of bin/distill (passed to each
+    run) and its own."""
+    fv = distill_flags()
+    flags.DEFINE_integer("table", None, "The paper's table to reproduce, 1-7 "
+                         "(tinybert_tf/pipeline/paper_tables.py).", flag_values=fv)
+    flags.DEFINE_list("tasks", [], "Tasks to run each cell on (--task names); default: the "
+                      "table's tasks.", flag_values=fv)
+    flags.DEFINE_list("cells", [], "Only these cells of the table (default: every cell but "
+                      "the teacher's row, whose score every cell's report holds).",
+                      flag_values=fv)
+    flags.DEFINE_string("glue_dir", "", "Folder of the GLUE download (CoLA/, MNLI/, ...): "
+                        "each GLUE task gets --data_dir=GLUE_DIR/<Task>.", flag_values=fv)
+    flags.DEFINE_string("squad_dir", "", "Folder holding train-v1.1.json, dev-v1.1.json, "
+                        "train-v2.0.json and dev-v2.0.json for the SQuAD tasks.",
+                        flag_values=fv)
+    flags.mark_flag_as_required("table", flag_values=fv)
     return fv
 
 

@@ -10,47 +10,40 @@ Once every check has passed the run locks `--output_dir` (the chief alone under
 multi_worker: the workers share its folder), removes what killed writers left,
 records its config and runs the stages; the lock is released at the end.
 
-Exit codes of `main` (bin/distill): 0 done; 2 an error of the command or its
-environment (flag, file, data, a folder in use, full disk, read-only folder),
-printed as one message naming the flag or file and the fix; 1 an internal
-error (a bug: one line, the traceback saved to a file it names); 130
-interrupted (Ctrl-C); an exception with an int `exit_code` attribute ends with
-that code and its message. A re-run of the same command resumes after any of them.
+Exit codes of `main` (bin/distill) are every tool's (`tinybert_tf.pipeline.cli`):
+0 done; 2 an error of the command or its environment (flag, file, data, a
+folder in use, full disk, read-only folder, a plugin's code), printed as one
+message naming the flag or file and the fix; 1 an internal error (a bug: one
+line, the traceback saved to a file it names); 130 interrupted (Ctrl-C); an
+exception with an int `exit_code` attribute ends with that code and its message
+(75: preempted). A re-run of the same command resumes after any of them.
 """
 from __future__ import annotations
 
 import contextlib
-import errno
-import importlib
 import json
 import logging
 import os
 import sys
-import tempfile
 import time
-import traceback
 from typing import Any, Optional, Sequence
 
 import keras
-import tensorflow as tf
 from absl import flags
 
+from tinybert_tf import plugins
 from tinybert_tf.config import ConfigError
 from tinybert_tf.data.examples import DataError
 from tinybert_tf.models.checkpoint import CheckpointError
+from tinybert_tf.pipeline import cli, preflight, stage_io
 from tinybert_tf.pipeline import flags as tb_flags
-from tinybert_tf.pipeline import preflight
+from tinybert_tf.pipeline.cli import UsageError, environment_message  # noqa: F401
 from tinybert_tf.pipeline.configs import PipelineConfig
-from tinybert_tf.pipeline.lock import FileLock, LockError, os_fix, read_holder
-from tinybert_tf.pipeline.stages import (
-    CHIEF_ONLY_STAGES,
-    STAGE_FUNCTIONS,
-    STAGES,
-    Context,
-    upstream,
-)
+from tinybert_tf.pipeline.lock import FileLock, LockError, read_holder
+from tinybert_tf.pipeline.stages import CHIEF_ONLY_STAGES, STAGE_FUNCTIONS, STAGES, Context
 from tinybert_tf.pipeline.state import LOCK_FILE, OutputDirError, RunState
 from tinybert_tf.pipeline.strategy import make_strategy
+from tinybert_tf.pipeline.summary import artefacts_table
 from tinybert_tf.tasks.catalog import resolve_task
 
 log = logging.getLogger("tinybert_tf")
@@ -58,9 +51,14 @@ log = logging.getLogger("tinybert_tf")
 # Errors that reach the user as one line naming the flag or file (exit code 2).
 USER_ERRORS = (ValueError, FileNotFoundError, ConfigError, DataError, CheckpointError)
 
+USAGE = """Distil a BERT teacher into a small student, stage by stage (docs/pipeline.md).
 
-class UsageError(ValueError):
-    """Bad command line (unknown or removed flag, stray argument, missing --output_dir)."""
+  bin/distill --flagfile=configs/demo.cfg [--flag=value ...]
+  bin/distill --flagfile=configs/td_sst2.cfg --dry_run      # check and print the plan
+
+Exit codes: 0 done; 2 an error of the command or its environment (one line naming
+the flag or file and the fix); 1 an internal error; 75 preempted (re-run to resume);
+130 interrupted."""
 
 
 def parse_argv(argv: Sequence[str]) -> PipelineConfig:
@@ -85,12 +83,7 @@ def parse_argv(argv: Sequence[str]) -> PipelineConfig:
 def load_plugins(modules: Sequence[str]) -> None:
     """Import `--plugins` modules: they register loss terms, task types, sources,
     formats or strategies (docs/extending.md)."""
-    for name in modules:
-        try:
-            importlib.import_module(name)
-        except ImportError as e:
-            raise UsageError(f"--plugins={name}: cannot import it ({e}); give a module on "
-                             "PYTHONPATH, e.g. my_project.distill_terms.") from None
+    plugins.load(modules)
 
 
 def run_argv(argv: Sequence[str]) -> dict[str, Any]:
@@ -107,7 +100,6 @@ def run(config: PipelineConfig) -> dict[str, Any]:
     """Run (or with --dry_run, plan) the pipeline for `config`."""
     r = config.run
     stages = preflight.resolve_stages(r.stages, config)
-    keras.utils.set_random_seed(config.numerics.seed)
     if config.numerics.mixed_precision != "none":
         keras.mixed_precision.set_global_policy(config.numerics.mixed_precision)
     task = resolve_task(config.task)
@@ -139,6 +131,7 @@ def run(config: PipelineConfig) -> dict[str, Any]:
     if in_use:
         raise LockError(in_use)
     preflight.check(ctx, stages)
+    keras.utils.set_random_seed(config.numerics.seed)  # checked: in [0, 2**32)
     if config_error is not None:
         raise config_error
     if not ctx.chief:
@@ -153,7 +146,7 @@ def run(config: PipelineConfig) -> dict[str, Any]:
                   + (" ..." if len(removed) > 5 else ""), flush=True)
         # Checks passed: now (and only now) the folder records this config.
         if r.overwrite:
-            state.reset(stages)
+            state.reset(stages, keep=stage_io.keep_of(ctx, stages))
         state.write_config(config.results())
         return _run_stages(ctx, stages, lock)
 
@@ -168,10 +161,14 @@ def _run_stages(ctx: Context, stages: Sequence[str],
                 lock: Optional[FileLock]) -> dict[str, Any]:
     config, state = ctx.config, ctx.state
     results: dict[str, Any] = {}
+    # Before anything runs: which done stages are reused, and why the others run again.
+    reuse = stage_io.plan_reuse(ctx, stages)
+    for stage, reason in reuse.items():
+        if reason is not None:
+            print(f"== {stage}: {reason}; it runs again", flush=True)
     for stage in stages:
         if lock is not None:
             lock.check()
-        inputs = {up: state.stage_fingerprint(up) or "" for up in upstream(stage, config)}
         settings = config.stage_settings(stage)
         if not ctx.chief and stage in CHIEF_ONLY_STAGES:
             # Not collective: the chief alone runs it; workers need only augment's file.
@@ -179,15 +176,15 @@ def _run_stages(ctx: Context, stages: Sequence[str],
                 _wait_for_chief(state, stage, config.run.lock_stale_minutes * 60)
             continue
         if state.is_done(stage):
-            reason = state.stale_reason(stage, settings, inputs)
-            if reason is None:
+            if reuse.get(stage) is None and stage in reuse:
                 print(f"== {stage}: done already, skipped ({state.path(stage)})", flush=True)
                 results[stage] = state.done_info(stage)
                 continue
-            print(f"== {stage}: {reason}; running it again", flush=True)
             if ctx.chief:
-                state.reset([stage])
+                state.reset([stage], keep=stage_io.keep_of(ctx, [stage]))
         print(f"== {stage}", flush=True)
+        # What the stage reads, as it starts (its done record keeps it).
+        reads = stage_io.reads_of(ctx, stage)
         # Seed per stage: a stage's initialisation and dropout do not depend on
         # what ran before it in this process (resume and stage-by-stage runs match).
         keras.utils.set_random_seed(config.numerics.seed + STAGES.index(stage))
@@ -197,9 +194,12 @@ def _run_stages(ctx: Context, stages: Sequence[str],
         if ctx.chief:
             if lock is not None:
                 lock.check()
-            state.mark_done(stage, info, settings, inputs)
+            state.mark_done(stage, info, settings, stage_io.upstream_fingerprints(ctx, stage),
+                            reads, stage_io.io_of(stage).outputs(ctx))
         results[stage] = info
         print(f"== {stage}: finished in {info['seconds']:.0f}s", flush=True)
+    if ctx.chief:
+        print(artefacts_table(ctx), flush=True)
     return results
 
 
@@ -224,82 +224,14 @@ def _wait_for_chief(state: RunState, stage: str, stale_after: float,
 
 
 def main(argv: Sequence[str]) -> int:
-    """The command: every error becomes one message on stderr and an exit code (module doc)."""
+    """The command: --help, or the run; every error becomes one message on stderr and an
+    exit code (tinybert_tf.pipeline.cli)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    try:
-        run_argv(argv)
-    except USER_ERRORS as e:
-        # Our errors are ValueErrors that name the file/flag and the fix.
-        return _fail(_one_line_head(e))
-    except OSError as e:
-        return _fail(environment_message(e))
-    except tf.errors.OpError as e:
-        message = _tf_environment_message(e)
-        if message is None:
-            return _internal_error(e)
-        return _fail(message)
-    except KeyboardInterrupt:
-        print("distill: interrupted; re-run the same command to resume from the last "
-              "checkpoint.", file=sys.stderr, flush=True)
-        return 130
-    except Exception as e:
-        code = getattr(e, "exit_code", None)
-        if isinstance(code, int) and not isinstance(code, bool):
-            # An error that knows its exit status (e.g. a preempted run): its message.
-            print(f"distill: {_one_line_head(e)}", file=sys.stderr, flush=True)
-            return code
-        return _internal_error(e)  # a bug: one line here, the traceback in a file
-    return 0
-
-
-_RESUME = "then re-run the same command: it resumes where it stopped"
-
-
-def environment_message(e: OSError) -> str:
-    """An OSError from the file system as one line: the path, the reason, the fix."""
-    where = f"{e.filename}: " if e.filename else ""
-    reason = e.strerror or str(e)
-    return f"{where}{reason}; {os_fix(e)}; {_RESUME}."
-
-
-def _tf_environment_message(e: tf.errors.OpError) -> Optional[str]:
-    """A TensorFlow I/O error (checkpoints, summaries) caused by the environment, as one
-    line; None for other TensorFlow errors."""
-    text = " ".join((e.message or str(e)).split())
-    for marker, code in (("No space left", errno.ENOSPC), ("Disk quota", errno.EDQUOT),
-                         ("Read-only file system", errno.EROFS),
-                         ("Permission denied", errno.EACCES)):
-        if marker in text or (isinstance(e, tf.errors.PermissionDeniedError)
-                              and code == errno.EACCES):
-            fix = os_fix(OSError(code, marker))
-            return f"{text[:300]}; {fix}; {_RESUME}."
-    return None
-
-
-def _one_line_head(e: Exception) -> str:
-    return str(e).rstrip()
-
-
-def _fail(message: str) -> int:
-    print(f"distill: error: {message}", file=sys.stderr, flush=True)
-    return 2
-
-
-def _internal_error(e: BaseException) -> int:
-    """One line naming the error and a file with its traceback (exit code 1)."""
-    text = "".join(traceback.format_exception(type(e), e, e.__traceback__))
-    try:
-        fd, path = tempfile.mkstemp(prefix="distill-error-", suffix=".txt")
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(" ".join(sys.argv) + "\n\n" + text)
-        where = f"the traceback is in {path}"
-    except OSError:
-        where = "no traceback file could be written"
-    first = " ".join(str(e).split())[:300]
-    print(f"distill: internal error: {type(e).__name__}: {first} ({where}; please report it). "
-          "Re-running the same command resumes from the last checkpoint.",
-          file=sys.stderr, flush=True)
-    return 1
+    kind = cli.help_request(argv)
+    if kind is not None:
+        sys.stdout.write(cli.help_text(tb_flags.distill_flags(), USAGE, kind))
+        return cli.EXIT_OK
+    return cli.guard("distill", lambda: run_argv(argv) and None)
 
 
 def entry_point() -> None:

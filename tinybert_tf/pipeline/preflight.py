@@ -19,15 +19,19 @@ from typing import Any, Callable, Optional, Sequence
 
 from tinybert_tf import files
 from tinybert_tf.config import BertConfig, ConfigError, get_config
+from tinybert_tf.data import glue_submission
 from tinybert_tf.data.examples import DataError
-from tinybert_tf.distill.distilbert import init_mismatch
 from tinybert_tf.distill.mapping import layer_map
+from tinybert_tf.distill.projections import expected_shapes
 from tinybert_tf.distill.terms import layer_weights, resolve_names
-from tinybert_tf.export.formats import FORMATS, check_formats, check_output_dir
+from tinybert_tf.export.formats import FORMATS, check_formats, format_problems
 from tinybert_tf.models.checkpoint import CheckpointError, ModelInfo, inspect_model
-from tinybert_tf.models.labels import label_order
+from tinybert_tf.models.labels import label_order, output_names
+from tinybert_tf.pipeline import phases as P
+from tinybert_tf.pipeline import stage_io
 from tinybert_tf.pipeline import stages as S
 from tinybert_tf.pipeline.configs import PipelineConfig
+from tinybert_tf.pipeline.recipes import RECIPES, GeneralRecipe, get_recipe
 from tinybert_tf.pipeline.state import unfinished_stage_output
 from tinybert_tf.tasks.catalog import Task
 from tinybert_tf.tokenizer import SPECIAL_TOKENS
@@ -49,13 +53,15 @@ class PreflightError(ValueError):
 
 def resolve_stages(requested: Sequence[str], config: PipelineConfig) -> list[str]:
     """`--stages` -> the ordered list to run. `all` drops the stages an ablation skips:
-    general with --general_model, finetune_teacher with --task_teacher, augment with
-    --nouse_augmented."""
+    general with --general_model or --student_init=random, finetune_teacher with
+    --task_teacher, augment with --nouse_augmented, --augmented_file or task phases that
+    read none."""
     names = [s.strip() for s in requested if s.strip()]
     if names == ["all"]:
         m = config.models
-        skip = {"general": bool(m.general_model), "finetune_teacher": bool(m.task_teacher),
-                "augment": not config.distill.use_augmented}
+        skip = {"general": m.general_given, "finetune_teacher": bool(m.task_teacher),
+                "augment": not P.reads_augmented(config)
+                or bool(config.distill.augmented_file)}
         return [s for s in S.STAGES if not skip.get(s)]
     unknown = [s for s in names if s not in S.STAGES]
     if unknown or not names:
@@ -80,10 +86,13 @@ def _ranges(c: PipelineConfig) -> list[tuple[str, Any, Callable[[Any], bool], st
         ("--teacher_epochs", f.epochs, nonneg, ">= 0"),
         ("--intermediate_epochs", d.intermediate_epochs, nonneg, ">= 0"),
         ("--pred_epochs", d.pred_epochs, nonneg, ">= 0"),
+        ("--finetune_epochs", d.finetune_epochs, nonneg, ">= 0"),
         ("--general_max_steps", g.max_steps, nonneg, ">= 0 (0 = no limit)"),
         ("--task_max_steps", d.max_steps, nonneg, ">= 0 (0 = no limit)"),
+        ("--teacher_max_steps", f.max_steps, nonneg, ">= 0 (0 = no limit)"),
         ("--general_lr", g.lr, pos, "> 0"), ("--teacher_lr", f.lr, pos, "> 0"),
         ("--intermediate_lr", d.intermediate_lr, pos, "> 0"), ("--pred_lr", d.pred_lr, pos, "> 0"),
+        ("--finetune_lr", d.finetune_lr, pos, "> 0"),
         ("--general_warmup", g.warmup, lambda v: 0 <= v <= 1, "in [0, 1]"),
         ("--warmup_proportion", o.warmup_proportion, lambda v: 0 <= v <= 1, "in [0, 1]"),
         ("--weight_decay", o.weight_decay, nonneg, ">= 0"),
@@ -106,7 +115,8 @@ def _ranges(c: PipelineConfig) -> list[tuple[str, Any, Callable[[Any], bool], st
         ("--vector_vocab_limit", a.vector_vocab_limit, nonneg, ">= 0 (0 = all)"),
         ("--max_seq_len", c.task.max_seq_len, nonneg, ">= 0 (0 = the task's default)"),
         ("--general_max_seq_len", g.max_seq_len, lambda v: v >= 4, ">= 4"),
-        ("--seed", c.numerics.seed, nonneg, ">= 0"),
+        ("--seed", c.numerics.seed, lambda v: 0 <= v < 2**32, "in [0, 2**32 - 1] (NumPy's "
+         "seed range)"),
         ("--alpha_ce", g.alpha_ce, nonneg, ">= 0"), ("--alpha_mlm", g.alpha_mlm, nonneg, ">= 0"),
         ("--alpha_cos", g.alpha_cos, nonneg, ">= 0"),
         ("--max_query_len", c.task.max_query_len, pos, ">= 1"),
@@ -136,11 +146,13 @@ def _layer_weight_errors(values: Sequence[str]) -> list[str]:
             "the prediction layer)."]
 
 
-def _trains_nothing(c: PipelineConfig, needs: set) -> list[str]:
-    """Stages that would publish an untrained model as their output."""
+def _trains_nothing(c: PipelineConfig, needs: set,
+                    recipe: Optional[GeneralRecipe] = None) -> list[str]:
+    """Stages that would publish an untrained model as their output (a recipe that
+    trains nothing, such as first_layers, is meant to)."""
     out = []
     g, f, d = c.general, c.finetune, c.distill
-    if "general" in needs and g.epochs == 0:
+    if "general" in needs and g.epochs == 0 and (recipe is None or recipe.trains):
         out.append("--general_epochs=0: the general stage would train nothing and save a "
                    "random student as OUTPUT/general/model; give epochs > 0, or skip the stage "
                    "with --general_model=DIR (or --general_model=none for a random start).")
@@ -149,15 +161,17 @@ def _trains_nothing(c: PipelineConfig, needs: set) -> list[str]:
                    "save --teacher with an untrained task head as the task teacher; give "
                    "epochs > 0, or a fine-tuned teacher with --task_teacher=DIR.")
     if "task" in needs:
-        if d.intermediate and d.intermediate_epochs == 0:
-            out.append("--intermediate_epochs=0 with --intermediate: the intermediate phase "
-                       "would train nothing; give epochs > 0, or skip the phase with "
-                       "--nointermediate.")
-        elif not d.intermediate and d.pred_epochs == 0:
-            out.append("--pred_epochs=0 with --nointermediate: task distillation would train "
-                       "nothing and export the undistilled student as the task model; give "
-                       "--pred_epochs > 0, or --intermediate to distil the intermediate "
-                       "layers only.")
+        try:
+            kinds = P.phase_kinds(d.task_phases)
+        except ValueError:
+            kinds = []  # reported by the phase check
+        for kind in kinds:
+            if kind.epochs(c) == 0:
+                out.append(f"{kind.epochs_flag or kind.name}=0: the {kind.name} phase of "
+                           f"--task_phases={','.join(d.task_phases)} would train nothing"
+                           + (" and leave the task head untrained" if kind is kinds[-1]
+                              else "") + f"; give epochs > 0, or drop {kind.name} from "
+                           "--task_phases.")
     return out
 
 
@@ -165,7 +179,7 @@ def task_head_errors(info: ModelInfo, task: Task, flag: str) -> list[str]:
     """Problems of a model with a task head `info` used for `task` (head kind, output
     count); label names are matched separately (`label_order`)."""
     want = task.type
-    if info.head != want.head:
+    if not want.accepts(info.head):
         return [f"{flag}={info.path} has head={info.head!r} but task {task.name} needs a "
                 f"{want.head} head; give a model fine-tuned on {task.name}."]
     if info.num_labels != want.num_outputs:
@@ -245,6 +259,18 @@ def check(ctx: S.Context, stages: Sequence[str], count_corpus: bool = False
     for flag, value, ok, allowed in _ranges(c):
         if not ok(value):
             checks.range_error(flag, f"{flag}={value}: must be {allowed}.")
+    shortest = 5 if ctx.task.is_pair else 3  # [CLS] a [SEP] (b [SEP]): a token per text
+    if 0 < c.task.max_seq_len < shortest:
+        kind = "pair" if ctx.task.is_pair else "single-text"
+        checks.range_error("--max_seq_len", f"--max_seq_len={c.task.max_seq_len}: must be 0 "
+                           f"(the task's default) or >= {shortest} (the special tokens and "
+                           f"one word piece per text of a {kind} task).")
+    if "finetune_teacher" in stages and c.models.task_teacher:
+        checks.errors.append(
+            f"--stages={','.join(stages)} with --task_teacher={c.models.task_teacher}: the "
+            "finetune_teacher stage fine-tunes --teacher, but the later stages read "
+            "--task_teacher and would ignore it; drop --task_teacher, or finetune_teacher "
+            "from --stages.")
     weight_errors = _layer_weight_errors(c.loss.layer_weights)
     for e in weight_errors:
         checks.range_error("--layer_weights", e)
@@ -252,28 +278,37 @@ def check(ctx: S.Context, stages: Sequence[str], count_corpus: bool = False
     needs = set(stages)
     plan: dict[str, Any] = {"output_dir": ctx.state.output_dir, "stages": list(stages),
                             "replicas": ctx.replicas, "task": ctx.task.describe()}
-    checks.errors.extend(_trains_nothing(c, needs))
+    recipe = checks.run(lambda: get_recipe(c.general.recipe)) if "general" in needs else None
+    if recipe is not None:
+        plan["general_recipe"] = recipe.describe()
+    checks.errors.extend(_trains_nothing(c, needs, recipe))
     # The output folder, and what earlier runs left in it.
     checks.errors.extend(_output_dir_errors(ctx.state.output_dir))
     checks.errors.extend(checks.run(lambda: ctx.state.damaged_records(
         stages if c.run.overwrite else ())) or [])
-    # What each stage reads must be there (or come first in this run).
-    missing_outputs = set()
-    for stage in stages:
-        for up in S.upstream(stage, c):
-            if up not in stages and not ctx.state.is_done(up):
-                missing_outputs.add(stage)
-                checks.errors.append(
-                    f"--stages={','.join(stages)}: {stage} reads the output of {up}, which "
-                    f"is not in {ctx.state.path(up)}; add {up} to --stages (or give "
-                    + _explicit_flag(up) + ").")
-    if "task" in needs and c.distill.use_augmented and ctx.state.is_done("augment") \
-            and "augment" not in needs and not files.exists(ctx.augmented_path()):
-        missing_outputs.add("task")
+    # What each stage reads must be there, unchanged (or come first in this run).
+    missing_outputs = _upstream_errors(checks, ctx, stages)
+    if c.distill.augmented_file:
+        if "augment" in needs:
+            checks.errors.append(
+                f"--augmented_file={c.distill.augmented_file} replaces the augment stage, "
+                f"which --stages={','.join(stages)} also runs; drop one of the two.")
+        elif "task" in needs and c.distill.use_augmented \
+                and not files.isfile(c.distill.augmented_file):
+            missing_outputs.add("task")
+            checks.errors.append(f"--augmented_file={c.distill.augmented_file}: no such file; "
+                                 "give the augmented file (bin/augment --output, or a run's "
+                                 "OUTPUT/augment/<file>).")
+    foreign = ctx.state.foreign_entries([*S.STAGES, "report.json", "loss_curves.png", "logs"])
+    if foreign:
         checks.errors.append(
-            f"{ctx.augmented_path()}: missing, although the augment stage is marked done "
-            f"({ctx.state.path('augment', 'stage_done.json')}); redo it with "
-            "--stages=augment --overwrite (or give --nouse_augmented).")
+            f"--output_dir={ctx.state.output_dir}: holds {', '.join(foreign[:4])} that no "
+            "bin/distill run made (no run_config.json, no stage records): a run would write "
+            "into them (and --overwrite delete them); choose a new or empty folder.")
+    if not checks.errors:
+        plan["reuse"] = {stage: "reused" if why is None else f"runs again: {why}"
+                         for stage, why in (checks.run(
+                             lambda: stage_io.plan_reuse(ctx, stages)) or {}).items()}
 
     # Models, read without weights.
     teacher = None
@@ -296,6 +331,17 @@ def check(ctx: S.Context, stages: Sequence[str], count_corpus: bool = False
                              "which is not given (the finetune_teacher stage names its "
                              "labels itself); drop the flag or give --task_teacher.")
     vocab_model = task_teacher or teacher
+    if "task" in needs:
+        checks.run(lambda: ctx.student_task_type)  # --classifier_head for this task
+        checks.run(lambda: P.parse_grid(c.distill.pred_grid))
+        checks.run(lambda: P.phase_kinds(c.distill.task_phases))
+        if m.student_init == "random" and m.general_model:
+            checks.warnings.append(f"--student_init=random: --general_model={m.general_model} "
+                                   "is not read (the student starts from random weights).")
+    if "evaluate" in needs and c.evaluate.glue_test_predictions:
+        errors, warnings = glue_submission.check(ctx.task.name, c.task.data_dir)
+        checks.errors.extend(errors)
+        checks.warnings.extend(warnings)
     student_cfg: Optional[BertConfig] = None
     if "general" in needs or (m.random_student and "task" in needs):
         student_cfg = checks.run(lambda: get_config(m.student_config), "--student_config: ")
@@ -307,24 +353,12 @@ def check(ctx: S.Context, stages: Sequence[str], count_corpus: bool = False
             checks.errors.append(f"--general_model={m.general_model} and the teacher use "
                                  "different vocabularies (or special-token ids); distil from a "
                                  "teacher with the student's vocab.txt.")
-    elif not m.general_model and "task" in needs and "general" not in needs \
+    elif not m.general_given and "task" in needs and "general" not in needs \
             and ctx.state.is_done("general"):
         general_model = checks.run(lambda: inspect_model(ctx.general_path()),
                                    f"{ctx.general_path()}: ")
-    if "general" in needs and teacher is not None:
-        if c.general.distilbert and teacher.head != "mlm":
-            checks.errors.append(f"--recipe=distilbert needs a teacher with an MLM head; "
-                                 f"--teacher={m.teacher} has none. Use a BertForMaskedLM "
-                                 "checkpoint or --recipe=tinybert.")
-        if student_cfg is not None and (m.init_from_teacher or c.general.distilbert):
-            mismatch = init_mismatch(student_cfg, teacher.config)
-            if mismatch:
-                field, s, t = mismatch
-                what = "--init_from_teacher" if m.init_from_teacher else "--recipe=distilbert"
-                checks.errors.append(
-                    f"{what} copies teacher layers into the student, but --student_config="
-                    f"{m.student_config} has {field}={s} and the teacher {t}; use a student of "
-                    "the teacher's width or drop the flag (random initialisation).")
+    if recipe is not None and teacher is not None:
+        checks.errors.extend(checks.run(lambda: recipe.check(c, student_cfg, teacher)) or [])
     # Loss terms and layer maps against the models they will join.
     checks.run(lambda: resolve_names(c.loss.loss_terms))
     pairs = []
@@ -333,7 +367,7 @@ def check(ctx: S.Context, stages: Sequence[str], count_corpus: bool = False
     # The task stage's student: --general_model=none, a given or finished general
     # model, or (general runs first) --student_config.
     task_student: Optional[BertConfig] = student_cfg if (
-        m.random_student or (not m.general_model and "general" in needs)) else (
+        m.random_student or (not m.general_given and "general" in needs)) else (
         general_model.config if general_model is not None else None)
     if "task" in needs and vocab_model is not None and task_student is not None:
         pairs.append((task_student, vocab_model.config))
@@ -374,8 +408,16 @@ def check(ctx: S.Context, stages: Sequence[str], count_corpus: bool = False
         _check_augment(checks, ctx, vocab_model)
     if "export" in needs:
         formats = checks.run(lambda: check_formats(c.export.formats))
-        if formats:
-            checks.run(lambda: check_output_dir(formats, ctx.state.path("export")))
+        # The model the export stage will write: the task stage's student, or the
+        # finished one. A format that cannot hold it fails here, not after training.
+        exported = task_student if "task" in needs else None
+        if exported is None and "task" not in needs and ctx.state.is_done("task"):
+            info = checks.run(lambda: inspect_model(ctx.student_path()),
+                              f"{ctx.student_path()}: ")
+            exported = info.config if info is not None else None
+        if formats and exported is not None:
+            checks.errors.extend(format_problems(formats, exported, ctx.task.type.head,
+                                                 c.export.options()))
         calibrated = [f for f in formats or () if FORMATS[f].calibrated]
         if calibrated and c.export.representative_examples <= 0:
             checks.errors.append(
@@ -387,8 +429,12 @@ def check(ctx: S.Context, stages: Sequence[str], count_corpus: bool = False
     tokenizer_ok = (task_teacher if m.task_teacher else teacher) is not None or not (
         needs & {"finetune_teacher", "task"})
     if not weight_errors:
+        task_models = ((task_student, vocab_model.config)
+                       if task_student is not None and vocab_model is not None else None)
         plan["phases"] = _phases(checks, ctx, needs, count_corpus, tokenizer_ok,
-                                 teacher is not None or "general" not in needs)
+                                 teacher is not None or "general" not in needs,
+                                 task_models, _saved_projections(ctx, needs, student_cfg,
+                                                                 teacher))
     # Disk.
     needed = _DISK_MARGIN_BYTES + (16 * teacher.num_weights() if teacher is not None else 0)
     if not files.is_remote(ctx.state.output_dir):
@@ -437,6 +483,38 @@ def resolve_safe(names) -> tuple[str, ...]:
         return ()
 
 
+def _upstream_errors(checks: _Checks, ctx: S.Context, stages: Sequence[str]) -> set:
+    """Errors for stages whose input stage is not in this run and is not done, lost an
+    output, or is stale; returns the stages that cannot read their inputs."""
+    failed = set()
+    for stage in stages:
+        for up in S.upstream(stage, ctx.config):
+            if up in stages:
+                continue
+            if not ctx.state.is_done(up):
+                checks.errors.append(
+                    f"--stages={','.join(stages)}: {stage} reads the output of {up}, which "
+                    f"is not in {ctx.state.path(up)}; add {up} to --stages (or give "
+                    + _explicit_flag(up) + ").")
+                failed.add(stage)
+                continue
+            missing = checks.run(lambda: stage_io.missing_output(ctx, up))
+            reason = None if missing else checks.run(lambda: stage_io.reuse_problem(ctx, up))
+            if missing:
+                checks.errors.append(
+                    f"{missing}: missing, although the {up} stage is marked done "
+                    f"({ctx.state.path(up, 'stage_done.json')}); redo it: add {up} to "
+                    f"--stages, or run --stages={up} --overwrite first (or give "
+                    + _explicit_flag(up) + ").")
+            elif reason:
+                checks.errors.append(
+                    f"--stages={','.join(stages)}: {stage} reads the output of {up}, which "
+                    f"is stale ({reason}); add {up} to --stages so it runs again first.")
+            if missing or reason:
+                failed.add(stage)
+    return failed
+
+
 def _explicit_flag(stage: str) -> str:
     return {"general": "--general_model=DIR", "finetune_teacher": "--task_teacher=DIR",
             "augment": "--nouse_augmented", "task": "a finished task stage"}.get(stage, stage)
@@ -455,7 +533,8 @@ def _check_task_head(checks: _Checks, info: ModelInfo, ctx: S.Context, flag: str
     checks.errors.extend(errors)
     if not errors and ctx.task.type.named_outputs:
         order = checks.run(lambda: label_order(
-            list(ctx.config.models.teacher_label_order) or info.label_names,
+            output_names(info.label_names, ctx.config.models.teacher_label_order,
+                         f"{flag}={info.path}"),
             ctx.task.type.label_names, f"{flag}={info.path}"))
         if order is not None:
             plan["teacher_label_mapping"] = {n: i for n, i in zip(ctx.task.type.label_names,
@@ -486,12 +565,52 @@ def _check_augment(checks: _Checks, ctx: S.Context, vocab_model: Optional[ModelI
         checks.errors.append(f"--word_vectors={a.word_vectors}: file not found.")
 
 
+def recipe_saves_projections(recipe: GeneralRecipe, config: PipelineConfig,
+                             student: BertConfig, teacher: BertConfig) -> bool:
+    """Whether the general stage of `recipe` trains (and so saves) W_e/W_h (False when
+    its terms cannot be planned: that error is reported with the terms' own check)."""
+    if not recipe.trains:
+        return False
+    try:
+        terms = recipe.terms(config)
+        for term in terms:
+            term.plan(student, teacher)
+    except ValueError:
+        return False
+    return any(t.needs_projections for t in terms)
+
+
+def _saved_projections(ctx: S.Context, needs: set, student: Optional[BertConfig],
+                       teacher: Optional[ModelInfo]) -> Optional[dict]:
+    """The projection shapes the task stage's general model has (or will have, when the
+    general stage runs first in this run)."""
+    m = ctx.config.models
+    if m.random_student:
+        return None
+    if not m.general_given and "general" in needs:
+        recipe = RECIPES.get(ctx.config.general.recipe)
+        if student is None or teacher is None or recipe is None \
+                or not recipe_saves_projections(recipe, ctx.config, student, teacher.config):
+            return None
+        return expected_shapes(student.hidden_size, teacher.config.hidden_size,
+                               student.num_layers, ctx.config.loss.share_hidden_projection)
+    try:
+        return P.saved_projection_shapes(ctx.general_path())
+    except (CheckpointError, OSError):
+        return None  # the model's own check reports it
+
+
 def _phases(checks: _Checks, ctx: S.Context, needs: set, count_corpus: bool,
-            tokenizer_ok: bool = True, teacher_ok: bool = True) -> list[dict[str, Any]]:
+            tokenizer_ok: bool = True, teacher_ok: bool = True,
+            task_models: Optional[tuple[BertConfig, BertConfig]] = None,
+            saved_projections: Optional[dict] = None) -> list[dict[str, Any]]:
     """Each training phase's spec (checked), reading the data it trains on. Sizes need
-    the tokenizers: none is built from a model that failed its checks."""
+    the tokenizers: none is built from a model that failed its checks. `task_models`:
+    the task stage's (student, teacher) configs, when known."""
     specs = []
-    if "general" in needs and teacher_ok:
+    # An unknown --recipe is reported once, by `check`.
+    recipe = RECIPES.get(ctx.config.general.recipe) if "general" in needs else None
+    if "general" in needs and teacher_ok and recipe is not None and recipe.trains:
         count = None
         if count_corpus:
             count = checks.run(lambda: S.corpus_sequences(ctx))
@@ -512,28 +631,33 @@ def _phases(checks: _Checks, ctx: S.Context, needs: set, count_corpus: bool,
         if n_train is not None and "finetune_teacher" in needs:
             specs.append(checks.run(lambda: S.finetune_phase(ctx, n_train)))
         if "task" in needs and n_train is not None:
-            d = ctx.config.distill
             size = n_train
-            if d.use_augmented:
-                aug = (checks.run(lambda: ctx.examples("train_aug"))
-                       if ctx.state.is_done("augment") and files.exists(ctx.augmented_path())
-                       else None)
-                # Not augmented yet: N_a + 1 rows per example at most.
+            if P.reads_augmented(ctx.config):
+                d = ctx.config.distill
+                written = (ctx.state.is_done("augment") or bool(d.augmented_file)) \
+                    and files.exists(ctx.augmented_path())
+                aug = checks.run(lambda: ctx.examples("train_aug")) if written else None
+                # Not augmented yet: N_a + 1 rows per example at most. Sizes (and the
+                # batch checks) use that bound, not the count before augmentation.
                 size = checks.run(lambda: S.rows(ctx, aug)) if aug is not None else None
+            bound = n_train * (ctx.config.augment.num_aug + 1)
             note = ("" if size is not None else "the augmented set is not written yet: sizes "
-                    f"and steps assume the {n_train} original rows; augmentation adds "
-                    f"up to {ctx.config.augment.num_aug} variants each")
-            phases = []
-            if d.intermediate:
-                phases.append(checks.run(lambda: S.intermediate_phase(ctx, size or n_train)))
-            original = S.prediction_on_original(ctx)
-            phases.append(checks.run(lambda: S.prediction_phase(
-                ctx, n_train if original else (size or n_train))))
-            for i, spec in enumerate(phases):
-                if spec is not None and note and (i == 0 or not original):
+                    f"and steps assume at most {bound} rows (the {n_train} original rows "
+                    f"with up to {ctx.config.augment.num_aug} variants each, --num_aug); the "
+                    "stage sizes itself on the rows written")
+            size = bound if size is None and P.reads_augmented(ctx.config) else size
+            start, warning = "new", None
+            if task_models is not None:
+                start, warning = P.projection_start(ctx, *task_models, saved_projections)
+            phases = checks.run(lambda: P.task_phase_specs(
+                ctx, {True: size or n_train, False: n_train},
+                len(dev) if dev is not None else 0, task_models, start)) or []
+            for spec in phases:
+                if note and spec.augmented:
                     spec.note = note
+            if warning and any(spec.projections == "new" for spec in phases):
+                checks.warnings.append(warning)
             specs.extend(phases)
-        del dev
     out = []
     for spec in specs:
         if spec is None:

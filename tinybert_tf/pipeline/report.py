@@ -9,6 +9,7 @@ import posixpath
 from typing import Any
 
 from tinybert_tf import files
+from tinybert_tf.data.metrics import is_defined
 
 
 def build_report(task: str, teacher: dict[str, Any], student: dict[str, Any],
@@ -18,10 +19,25 @@ def build_report(task: str, teacher: dict[str, Any], student: dict[str, Any],
     ratios.params / ratios.flops: how many times smaller the student is;
     ratios.speedup: teacher latency / student latency (batch 1, this machine);
     ratios.retained: student metric / teacher metric on `primary_metric`.
+    An undefined dev metric (NaN, e.g. Pearson of one example) is null, named in
+    `notes`; `retained` is then null too, never a ratio of undefined values.
     """
+    notes = []
+    for who, facts in (("teacher", teacher), ("student", student)):
+        undefined = [k for k, v in facts["dev"].items() if not is_defined(v)]
+        if undefined:
+            facts = dict(facts, dev={k: (v if is_defined(v) else None)
+                                     for k, v in facts["dev"].items()})
+            notes.append(f"{who} dev {', '.join(undefined)} undefined (NaN: e.g. a "
+                         "correlation of fewer than two dev examples or of constant values)")
+        if who == "teacher":
+            teacher = facts
+        else:
+            student = facts
     t_metric = teacher["dev"].get(primary_metric)
     s_metric = student["dev"].get(primary_metric)
-    retained = (s_metric / t_metric) if t_metric else None
+    retained = (s_metric / t_metric) if is_defined(t_metric) and is_defined(s_metric) \
+        and t_metric else None
     return {
         "task": task,
         "max_seq_len": max_seq_len,
@@ -34,7 +50,18 @@ def build_report(task: str, teacher: dict[str, Any], student: dict[str, Any],
             "speedup": teacher["latency_ms"] / student["latency_ms"],
             "retained": retained,
         },
+        **({"notes": notes} if notes else {}),
     }
+
+
+def ratio_words(ratio: float, better: str, worse: str) -> str:
+    """teacher/student `ratio` in words from the student's side: 4.0 -> "4.0x smaller",
+    0.25 -> "4.0x larger" (never "0.2x smaller"), about 1 -> "about the same"."""
+    if not ratio or ratio != ratio or ratio in (float("inf"), float("-inf")):
+        return "-"
+    if f"{ratio:.1f}" == "1.0" and f"{1 / ratio:.1f}" == "1.0":
+        return "about the same"
+    return f"{ratio:.1f}x {better}" if ratio > 1 else f"{1 / ratio:.1f}x {worse}"
 
 
 def summary_table(report: dict[str, Any]) -> str:
@@ -44,21 +71,27 @@ def summary_table(report: dict[str, Any]) -> str:
     rows = [
         ("", "teacher", "student", "ratio"),
         ("params (M)", f"{t['params'] / 1e6:.2f}", f"{s['params'] / 1e6:.2f}",
-         f"{r['params']:.1f}x smaller"),
+         ratio_words(r["params"], "smaller", "larger")),
         (f"GFLOPs @ seq {report['max_seq_len']}", f"{t['flops'] / 1e9:.3f}",
-         f"{s['flops'] / 1e9:.3f}", f"{r['flops']:.1f}x fewer"),
+         f"{s['flops'] / 1e9:.3f}", ratio_words(r["flops"], "fewer", "more")),
         ("latency b=1 (ms)", f"{t['latency_ms']:.2f}", f"{s['latency_ms']:.2f}",
-         f"{r['speedup']:.1f}x faster"),
+         ratio_words(r["speedup"], "faster", "slower")),
     ]
     for name in t["dev"]:
-        tv, sv = t["dev"][name], s["dev"].get(name, float("nan"))
-        ratio = f"{100 * sv / tv:.1f}% retained" if name == metric and tv else ""
-        rows.append((f"dev {name}", f"{tv:.4f}", f"{sv:.4f}", ratio))
+        tv, sv = t["dev"][name], s["dev"].get(name)
+        ratio = (f"{100 * r['retained']:.1f}% retained"
+                 if name == metric and r.get("retained") is not None else "")
+        rows.append((f"dev {name}", _value(tv), _value(sv), ratio))
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
     lines = [f"== {report['task']}: student vs teacher =="]
     for row in rows:
         lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+    lines += [f"note: {n}" for n in report.get("notes", [])]
     return "\n".join(lines)
+
+
+def _value(v) -> str:
+    return f"{v:.4f}" if is_defined(v) else "undefined"
 
 
 def load_histories(output_dir: str) -> dict[str, list[dict[str, float]]]:

@@ -1,11 +1,15 @@
 """The pipeline's stages (paper Figure 1), each reading the previous stage's folder.
 
   general          GD: pre-trained teacher -> student on the general corpus (embd+attn+hidn),
-                   or the DistilBERT recipe (--recipe=distilbert)
+                   or another registered recipe (--recipe: distilbert, mlm, first_layers;
+                   pipeline/recipes.py); W_e/W_h saved with it when it trains them
   finetune_teacher the teacher fine-tuned on the task (skipped when --task_teacher is given)
   augment          Algorithm 1 -> OUTPUT/augment/<the source's augmented file>
-  task             TD: intermediate layers on the (augmented) task data, then prediction layer
+  task             TD: the phases of --task_phases (pipeline/phases.py; default intermediate
+                   layers on the (augmented) task data, then the prediction layer), the last
+                   one once per --pred_grid cell; the best dev checkpoint is the task model
   evaluate         dev metrics, params, FLOPs, latency -> report.json, loss_curves.png
+                   (+ GLUE server files with --glue_test_predictions)
   export           every --export_formats artefact + parity.json under OUTPUT/export
 
 Every stage writes its model as a model directory (`load_model` reads it back),
@@ -32,7 +36,6 @@ import logging
 import posixpath
 from typing import Any, Callable, Optional
 
-import keras
 import numpy as np
 import tensorflow as tf
 
@@ -40,22 +43,44 @@ from tinybert_tf import files
 from tinybert_tf.augment.augmenter import augment_source
 from tinybert_tf.config import BertConfig, get_config
 from tinybert_tf.data import corpus as corpus_lib
-from tinybert_tf.distill.distilbert import init_student_from_teacher
+from tinybert_tf.data import glue_submission
+from tinybert_tf.data import holdout as holdout_lib
+from tinybert_tf.distill.distilbert import (
+    describe_init,
+    init_student_from_teacher,
+    teacher_layers_for,
+)
 from tinybert_tf.distill.distiller import Distiller
-from tinybert_tf.distill.mapping import layer_map
-from tinybert_tf.distill.optimizer import create_optimizer
-from tinybert_tf.distill.terms import HardLabelTerm, LossTerm, PredictionTerm, make_terms
+from tinybert_tf.distill.terms import HardLabelTerm, LossTerm
 from tinybert_tf.export.parity import export_all
 from tinybert_tf.files import read_json, write_json_atomic
 from tinybert_tf.models import BertModel
-from tinybert_tf.models.checkpoint import inspect_model, load_model, load_tokenizer, save_model
+from tinybert_tf.models.checkpoint import (
+    inspect_model,
+    load_model,
+    load_tokenizer,
+    save_model,
+)
 from tinybert_tf.models.labels import put_in_order
-from tinybert_tf.pipeline import evaluation, report
+from tinybert_tf.pipeline import (
+    baseline_phases,  # noqa: F401  (registers --task_phases=pkd)
+    evaluation,
+    report,
+)
 from tinybert_tf.pipeline import teacher_cache as cache_lib
 from tinybert_tf.pipeline.configs import PipelineConfig
+from tinybert_tf.pipeline.phases import (
+    PROJECTIONS,
+    PhaseSpec,
+    general_projections,
+    plan_phase,
+    reads_augmented,
+    task_phase_specs,
+)
+from tinybert_tf.pipeline.recipes import GeneralRecipe, get_recipe
 from tinybert_tf.pipeline.state import RunState
 from tinybert_tf.pipeline.strategy import is_chief, num_workers, peer_errors, worker_dir
-from tinybert_tf.pipeline.training import Phase, run_phase, schedule_steps
+from tinybert_tf.pipeline.training import Phase, run_phase
 from tinybert_tf.tasks.catalog import Task
 
 log = logging.getLogger("tinybert_tf")
@@ -95,7 +120,9 @@ class Context:
         return load_tokenizer(models.task_teacher or models.teacher, self.max_seq_len)
 
     def augmented_path(self) -> str:
-        return self.state.path("augment", self.task.source.augmented_name)
+        """--augmented_file, or the file this run's augment stage writes."""
+        return (self.config.distill.augmented_file
+                or self.state.path("augment", self.task.source.augmented_name))
 
     def examples(self, split: str):
         task = self.task
@@ -112,14 +139,26 @@ class Context:
     def student_path(self) -> str:
         return self.state.path("task", "model")
 
+    def trained_on(self) -> dict[str, Any]:
+        """What a task model records of its training: the task (its flags, data paths
+        absolute) and the sequence length, which bin/export defaults to."""
+        return {"task": self.config.task.to_record(), "max_seq_len": self.max_seq_len}
+
+    @property
+    def student_task_type(self):
+        """The task type with the student's head (--classifier_head); teachers keep
+        the task's default head."""
+        return self.task.type.with_head_style(self.config.models.classifier_head)
+
 
 def upstream(stage: str, config: PipelineConfig) -> list[str]:
     """The earlier stages whose output `stage` reads under `config`."""
-    m, d = config.models, config.distill
+    m = config.models
     if stage == "task":
-        return ([] if m.general_model else ["general"]) + \
+        return ([] if m.general_given else ["general"]) + \
                ([] if m.task_teacher else ["finetune_teacher"]) + \
-               (["augment"] if d.use_augmented else [])
+               (["augment"] if reads_augmented(config)
+                and not config.distill.augmented_file else [])
     if stage == "evaluate":
         return ([] if m.task_teacher else ["finetune_teacher"]) + ["task"]
     if stage == "export":
@@ -146,98 +185,29 @@ def epoch_order(examples, seed: int, epoch: int):
 
 # --- phase specs ---------------------------------------------------------------------
 
-@dataclasses.dataclass
-class PhaseSpec:
-    """A training phase as planned: sizes, batches, steps, schedule and terms."""
-
-    stage: str
-    name: str
-    directory: str
-    data: str
-    examples: int
-    global_batch: int
-    accumulation: int
-    replicas: int
-    epochs: float
-    max_steps: int
-    lr: float
-    schedule: str
-    warmup_fraction: float
-    terms: list[LossTerm]
-    batch_flag: str
-    note: str = ""
-
-    @property
-    def micro_batch(self) -> float:
-        """Rows per replica per accumulation micro-batch."""
-        return self.global_batch / max(1, self.replicas * self.accumulation)
-
-    @property
-    def steps_per_epoch(self) -> int:
-        return self.examples // self.global_batch if self.global_batch > 0 else 0
-
-    @property
-    def total_steps(self) -> int:
-        return schedule_steps(self.epochs, self.steps_per_epoch, self.max_steps)
-
-    @property
-    def warmup_steps(self) -> int:
-        return int(self.warmup_fraction * self.total_steps)
-
-    def check(self) -> None:
-        """Raise ValueError naming the flag when the batch cannot be split or filled."""
-        if self.global_batch < 1:
-            raise ValueError(f"{self.batch_flag}={self.global_batch}: must be >= 1.")
-        if self.global_batch % (self.replicas * self.accumulation):
-            raise ValueError(
-                f"{self.batch_flag}={self.global_batch} is the effective global batch of one "
-                f"update; it must divide into {self.replicas} replica(s) x "
-                f"{self.accumulation} accumulation step(s) (--grad_accum_steps): use a "
-                f"multiple of {self.replicas * self.accumulation}.")
-        if self.steps_per_epoch < 1:
-            raise ValueError(f"{self.batch_flag}={self.global_batch}: the {self.data} has "
-                             f"{self.examples} examples, not one full batch; lower "
-                             f"{self.batch_flag}.")
-
-    def optimizer(self, weight_decay: float) -> keras.optimizers.Optimizer:
-        # max(1, .): --pred_epochs=0 (no prediction phase) still builds a valid schedule.
-        return create_optimizer(self.lr, max(1, self.total_steps),
-                                warmup_steps=self.warmup_steps, weight_decay=weight_decay,
-                                schedule=self.schedule)
-
-    def describe(self) -> dict[str, Any]:
-        return {"stage": self.stage, "phase": self.name, "folder": self.directory,
-                "data": self.data, "examples": self.examples,
-                "global_batch": self.global_batch, "micro_batch": self.micro_batch,
-                "accumulation": self.accumulation, "replicas": self.replicas,
-                "steps_per_epoch": self.steps_per_epoch, "epochs": self.epochs,
-                "steps": self.total_steps,
-                "learning_rate": {"peak": self.lr, "schedule": self.schedule,
-                                  "warmup_steps": self.warmup_steps},
-                "loss_terms": [t.get_config() for t in self.terms],
-                **({"note": self.note} if self.note else {})}
-
-
 def _phase(ctx: Context, stage: str, name: str, data: str, examples: int, batch: int,
            batch_flag: str, epochs: float, max_steps: int, lr: float, schedule: str,
            warmup: float, terms: list[LossTerm]) -> PhaseSpec:
-    return PhaseSpec(stage, name, ctx.state.path(stage, name), data, int(examples), int(batch),
-                     int(ctx.config.optim.grad_accum_steps), ctx.replicas, float(epochs),
-                     int(max_steps), float(lr), schedule, float(warmup), terms, batch_flag)
+    return plan_phase(ctx, stage, name, data, examples, batch, batch_flag, epochs, max_steps,
+                      lr, schedule, warmup, terms)
 
 
 def _corpus_source(ctx: Context) -> str:
     return ctx.config.general.corpus or corpus_lib.default_corpus_path()
 
 
+def general_recipe(ctx: Context) -> GeneralRecipe:
+    """The registered recipe of --recipe (pipeline/recipes.py)."""
+    return get_recipe(ctx.config.general.recipe)
+
+
+def held_out_titles(ctx: Context) -> frozenset[str]:
+    """Articles the general corpus leaves out (`--general_holdout`, resolved)."""
+    return holdout_lib.corpus_titles(ctx.config.general.holdout, _corpus_source(ctx))
+
+
 def general_terms(ctx: Context) -> list[LossTerm]:
-    c, loss = ctx.config.general, ctx.config.loss
-    if c.distilbert:
-        return make_terms("ce,mlm,cos", temperature=c.distil_temperature,
-                          restrict_ce_to_mask=c.restrict_ce_to_mask,
-                          weights={"ce": c.alpha_ce, "mlm": c.alpha_mlm, "cos": c.alpha_cos})
-    return make_terms(loss.loss_terms, layer_mapping=loss.layer_mapping,
-                      layer_weights=loss.lambdas, mask_padding=loss.mask_padding)
+    return general_recipe(ctx).terms(ctx.config)
 
 
 def general_sharding(ctx: Context) -> str:
@@ -270,7 +240,11 @@ def general_phase(ctx: Context, count: Optional[int] = None) -> PhaseSpec:
         else:
             note = (f"file sharding over {n} workers: per-worker counts are unknown (no "
                     "PREFIX.json), so workers with fewer sequences wrap around in an epoch")
-    spec = _phase(ctx, "general", "distill", f"corpus {_corpus_source(ctx)}", count,
+    held_out = held_out_titles(ctx)
+    data = f"corpus {_corpus_source(ctx)}" + (
+        f" without the {len(held_out)} articles held out for {c.holdout} "
+        "(--general_holdout)" if held_out else "")
+    spec = _phase(ctx, "general", "distill", data, count,
                   c.batch_size, "--general_batch_size", c.epochs, c.max_steps, c.lr, "linear",
                   c.warmup, general_terms(ctx))
     spec.note = note
@@ -281,16 +255,17 @@ def corpus_sequences(ctx: Context) -> int:
     """Packed sequences per epoch of the corpus, cached by path, size and mtime."""
     c = ctx.config.general
     source = _corpus_source(ctx)
-    pack = "single" if c.distilbert else "pair"
+    pack = general_recipe(ctx).pack
     key = {"source": source, "max_seq_len": c.max_seq_len, "pack": pack,
-           "files": corpus_lib.source_facts(source)}
+           "files": corpus_lib.source_facts(source), "holdout": c.holdout}
     count_path = ctx.state.path("general", "corpus_count.json")
     counted = read_json(count_path, default=None)
     if counted is not None and counted.get("key") == key:
         return int(counted["sequences"])
     print(f"[general] counting sequences of {source} ...", flush=True)
     tokenizer = load_tokenizer(ctx.config.models.teacher, c.max_seq_len)
-    n = corpus_lib.count_sequences(source, tokenizer, c.max_seq_len, pack=pack)
+    n = corpus_lib.count_sequences(source, tokenizer, c.max_seq_len, pack=pack,
+                                   exclude_titles=held_out_titles(ctx))
     if ctx.chief and not ctx.config.run.dry_run:  # a dry run writes nothing
         write_json_atomic(count_path, {"key": key, "sequences": int(n)})
     return int(n)
@@ -299,43 +274,32 @@ def corpus_sequences(ctx: Context) -> int:
 def finetune_phase(ctx: Context, train_size: int) -> PhaseSpec:
     c = ctx.config.finetune
     return _phase(ctx, "finetune_teacher", "train", "task train split", train_size,
-                  c.batch_size, "--teacher_batch_size", c.epochs, 0, c.lr, "linear",
+                  c.batch_size, "--teacher_batch_size", c.epochs, c.max_steps, c.lr, "linear",
                   ctx.config.optim.warmup_proportion,
                   [HardLabelTerm(task=ctx.task.type)])
 
 
-def intermediate_phase(ctx: Context, train_size: int) -> PhaseSpec:
-    d, loss = ctx.config.distill, ctx.config.loss
-    terms = make_terms(loss.loss_terms, layer_mapping=loss.layer_mapping,
-                       layer_weights=loss.lambdas, mask_padding=loss.mask_padding)
-    data = "augmented train split" if d.use_augmented else "task train split"
-    # The reference trains the intermediate phase at a constant rate.
-    return _phase(ctx, "task", "intermediate", data, train_size, d.batch_size,
-                  "--task_batch_size", d.intermediate_epochs, d.max_steps, d.intermediate_lr,
-                  "constant", 0.0, terms)
-
-
-def prediction_phase(ctx: Context, train_size: int) -> PhaseSpec:
-    d, loss = ctx.config.distill, ctx.config.loss
-    terms: list[LossTerm] = [PredictionTerm(task=ctx.task.type, temperature=loss.temperature,
-                                            layer_weights=loss.lambdas)]
-    if loss.hard_label_weight > 0:
-        terms.append(HardLabelTerm(task=ctx.task.type, weight=loss.hard_label_weight))
-    data = ("augmented train split" if d.use_augmented and not prediction_on_original(ctx)
-            else "task train split")
-    return _phase(ctx, "task", "prediction", data, train_size, d.batch_size,
-                  "--task_batch_size", d.pred_epochs, d.max_steps, d.pred_lr, "linear",
-                  ctx.config.optim.warmup_proportion, terms)
-
-
-def prediction_on_original(ctx: Context) -> bool:
-    return ctx.config.distill.use_augmented and ctx.task.type.predict_on_original_data
-
-
 # --- shared helpers --------------------------------------------------------------------
+
+# The learning-rate flag of each (stage, phase): what a diverged phase's message names.
+LR_FLAGS = {("general", "distill"): "general_lr", ("finetune_teacher", "train"): "teacher_lr",
+            ("task", "intermediate"): "intermediate_lr", ("task", "prediction"): "pred_lr"}
+
+
+def divergence_hint(ctx: Context, stage: str, phase: str) -> str:
+    """What to change when `phase` of `stage` diverges: its learning-rate flag and value,
+    and the command that redoes the stage."""
+    flag = LR_FLAGS.get((stage, phase))
+    results = ctx.config.results()
+    lower = (f"lower --{flag} (now {results[flag]:g})" if flag in results
+             else "lower the phase's learning rate")
+    return f"{lower}, then redo the stage with --stages={stage} --overwrite"
+
 
 def _run(ctx: Context, phase: Phase) -> dict[str, Any]:
     r = ctx.config.run
+    stage = posixpath.basename(posixpath.dirname(phase.directory.rstrip("/")))
+    phase.hint = phase.hint or divergence_hint(ctx, stage, phase.name)
     with peer_errors(r.peer_timeout):
         return run_phase(phase, ctx.strategy, checkpoint_every=r.checkpoint_every,
                          keep_checkpoints=r.keep_checkpoints, log_every=1, verbose=1,
@@ -398,32 +362,51 @@ def load_task_teacher(ctx: Context) -> BertModel:
 
 def general(ctx: Context) -> dict[str, Any]:
     c, m = ctx.config.general, ctx.config.models
-    spec = general_phase(ctx)
-    spec.check()
+    recipe = general_recipe(ctx)
+    spec = general_phase(ctx) if recipe.trains else None
+    if spec is not None:
+        spec.check()
+    info = inspect_model(m.teacher)
+    config = student_config(ctx, info.config, len(info.vocab))
+    layers = recipe.init_layers(ctx.config, config, info.config)
     with ctx.strategy.scope():
-        teacher = load_model(m.teacher, head="mlm" if c.distilbert else None)
-        tokenizer = load_tokenizer(teacher, c.max_seq_len)
-        config = student_config(ctx, teacher.bert_config, len(teacher.vocab))
-        student = BertModel(config, head="mlm" if c.distilbert else None, vocab=teacher.vocab)
-        if c.distilbert or m.init_from_teacher:
-            # DistilBERT: every other layer; TinyBERT: the layers g(m) the student learns from.
-            layers = "every_other" if c.distilbert else [
-                g - 1 for g in layer_map(ctx.config.loss.layer_mapping, config.num_layers,
-                                         teacher.bert_config.num_layers)[1:]]
+        # The teacher's weights only when the recipe runs it or copies its layers.
+        teacher = (load_model(m.teacher, head=recipe.teacher_head_for(ctx.config))
+                   if recipe.teacher_forward or layers is not None else None)
+        tokenizer = load_tokenizer(teacher if teacher is not None else m.teacher,
+                                   c.max_seq_len)
+        student = BertModel(config, head=recipe.student_head, vocab=info.vocab)
+        if layers is not None:
             copied = init_student_from_teacher(student, teacher, layers=layers)
-            print(f"[general] student initialised from the teacher: {len(copied)} layers "
-                  "copied", flush=True)
-        distiller = _distiller(ctx, student, teacher, spec)
+            chosen = teacher_layers_for(layers, config.num_layers,
+                                        teacher.bert_config.num_layers)
+            print(f"[general] student initialised from the teacher: copied "
+                  f"{describe_init(copied, chosen)}", flush=True)
+        if not recipe.teacher_forward:
+            teacher = None
+        distiller = _distiller(ctx, student, teacher, spec) if spec is not None else None
 
-    phase = Phase("general", spec.directory, distiller, distiller.checkpoint_items(), None,
-                  spec.steps_per_epoch, spec.epochs, max_steps=spec.max_steps,
-                  make_input=functools.partial(general_input, ctx, tokenizer))
-    result = _run(ctx, phase)
+    steps = 0
+    if spec is not None:
+        phase = Phase("general", spec.directory, distiller, distiller.checkpoint_items(), None,
+                      spec.steps_per_epoch, spec.epochs, max_steps=spec.max_steps,
+                      make_input=functools.partial(general_input, ctx, tokenizer))
+        steps = _run(ctx, phase)["steps"]
+    else:
+        print(f"[general] --recipe={recipe.name} trains nothing: the initialised student is "
+              "the general model", flush=True)
     if ctx.chief:
         # Written aside; published as general/model with the stage's done marker.
+        # The projections travel with the General TinyBERT: task distillation starts
+        # from them (as the reference's fit_dense does).
+        p = distiller.projections if distiller is not None else None
+        attachments = {PROJECTIONS: (p.arrays(), {
+            "teacher": m.teacher, "teacher_hidden_size": p.teacher_width,
+            "share_hidden": p.share_hidden, "use_bias": p.use_bias})} if p is not None else {}
         save_model(student, ctx.state.work_path("general", "model"),
-                   metadata={"stage": "general", "teacher": m.teacher, "recipe": c.recipe})
-    return {"steps": result["steps"], "sequences_per_epoch": spec.examples}
+                   metadata={"stage": "general", "teacher": m.teacher, "recipe": c.recipe},
+                   attachments=attachments)
+    return {"steps": steps, "sequences_per_epoch": spec.examples if spec is not None else 0}
 
 
 def general_input(ctx: Context, tokenizer, epoch: int, offset: int, steps: int):
@@ -435,11 +418,13 @@ def general_input(ctx: Context, tokenizer, epoch: int, offset: int, steps: int):
     inside, in those units.
     """
     c = ctx.config.general
+    recipe = general_recipe(ctx)
     source = _corpus_source(ctx)
     mode = general_sharding(ctx)
     options = dict(max_seq_len=c.max_seq_len, seed=ctx.config.numerics.seed + epoch,
-                   pack="single" if c.distilbert else "pair", masking=c.distilbert,
-                   drop_remainder=True)
+                   pack=recipe.pack, masking=recipe.masking,
+                   next_sentence=recipe.next_sentence, drop_remainder=True,
+                   exclude_titles=held_out_titles(ctx))
 
     def dataset_fn(input_context: tf.distribute.InputContext) -> tf.data.Dataset:
         local = input_context.num_replicas_in_sync // input_context.num_input_pipelines
@@ -495,12 +480,12 @@ def finetune_teacher(ctx: Context) -> dict[str, Any]:
     phase = Phase("finetune_teacher", spec.directory, distiller,
                   distiller.checkpoint_items(model_key="teacher"),
                   _task_dataset(ctx, train, spec.global_batch), spec.steps_per_epoch,
-                  spec.epochs, evaluate=_evaluator(ctx, teacher, dev))
+                  spec.epochs, max_steps=spec.max_steps, evaluate=_evaluator(ctx, teacher, dev))
     result = _run(ctx, phase)
     last = result["evals"][-1] if result["evals"] else {}
     if ctx.chief:
         save_model(teacher, ctx.state.work_path("finetune_teacher", "model"),
-                   metadata={"stage": "finetune_teacher", "dev": last,
+                   metadata={"stage": "finetune_teacher", "dev": last, **ctx.trained_on(),
                              **ctx.task.type.model_metadata(last)})
     return {"dev": last}
 
@@ -528,7 +513,7 @@ def augment(ctx: Context) -> dict[str, Any]:
 # --- task distillation ---------------------------------------------------------------
 
 def _student_for_task(ctx: Context, teacher: BertModel) -> BertModel:
-    head = ctx.task.type.head_kwargs()
+    head = ctx.student_task_type.head_kwargs()
     if ctx.config.models.random_student:
         config = student_config(ctx, teacher.bert_config, len(teacher.vocab))
         return BertModel(config, vocab=teacher.vocab, **head)
@@ -536,55 +521,109 @@ def _student_for_task(ctx: Context, teacher: BertModel) -> BertModel:
 
 
 def task(ctx: Context) -> dict[str, Any]:
-    d = ctx.config.distill
-    train = ctx.examples("train_aug" if d.use_augmented else "train")
-    pred_train = ctx.examples("train") if prediction_on_original(ctx) else train
+    """Task distillation: the phases of --task_phases in order; the last one (once per
+    --pred_grid cell) selects the task model on dev."""
+    augmented = reads_augmented(ctx.config)
+    sets = {False: ctx.examples("train")}
+    if augmented:
+        sets[True] = ctx.examples("train_aug")
     dev = ctx.examples(ctx.task.dev_splits[0])
     with ctx.strategy.scope():
         teacher = load_task_teacher(ctx)
         student = _student_for_task(ctx, teacher)
-
-    out: dict[str, Any] = {"train_examples": len(train)}
-    if d.intermediate:
-        spec = intermediate_phase(ctx, rows(ctx, train))
+    carried, start, warning = general_projections(ctx, student.bert_config,
+                                                  teacher.bert_config)
+    specs = task_phase_specs(ctx, {k: rows(ctx, v) for k, v in sets.items()}, len(dev),
+                             (student.bert_config, teacher.bert_config), start)
+    if warning and any(s.projections == "new" for s in specs):
+        log.warning(warning)
+        print(f"warning: {warning}", flush=True)
+    for spec in specs:
         spec.check()
-        with ctx.strategy.scope():
-            distiller = _distiller(ctx, student, teacher, spec)
-        phase = Phase("intermediate", spec.directory, distiller, distiller.checkpoint_items(),
-                      _task_dataset(ctx, train, spec.global_batch), spec.steps_per_epoch,
-                      spec.epochs, max_steps=spec.max_steps)
-        out["intermediate_steps"] = _run(ctx, phase)["steps"]
-
-    # The best model so far, written aside; published as task/model with the done marker.
-    model_dir = ctx.state.work_path("task", "model") if ctx.chief else None
-    spec = prediction_phase(ctx, rows(ctx, pred_train))
-    spec.check()
-    with ctx.strategy.scope():
-        distiller = _distiller(ctx, student, teacher, spec, ctx.task.type.label_metrics())
-    logits = _cached_teacher_logits(ctx, teacher, distiller, pred_train, spec)
-
-    def on_best(metrics):
-        if ctx.chief:
-            save_model(student, model_dir, metadata={"stage": "task", "dev": metrics,
-                                                     **ctx.task.type.model_metadata(metrics)})
-
-    phase = Phase("prediction", spec.directory, distiller, distiller.checkpoint_items(),
-                  _task_dataset(ctx, pred_train, spec.global_batch, logits),
-                  spec.steps_per_epoch,
-                  spec.epochs, max_steps=spec.max_steps,
-                  evaluate=_evaluator(ctx, student, dev),
-                  select_metric=ctx.task.type.primary_metric, on_best=on_best,
-                  eval_every=d.eval_every)
-    result = _run(ctx, phase)
-    out["best"] = result["best"]
+    before = [s for s in specs if s.evaluation is None]
+    selecting = [s for s in specs if s.evaluation is not None]
+    out: dict[str, Any] = {"train_examples": len(sets[augmented]), "phases": {}}
+    for spec in before:
+        result, carried = _task_phase(ctx, spec, student, teacher, sets, carried)
+        out["phases"][spec.name] = result["steps"]
+    if len(selecting) == 1:
+        # The best model so far, written aside; published as task/model with the marker.
+        spec = selecting[0]
+        result, _ = _task_phase(ctx, spec, student, teacher, sets, carried, dev,
+                                ctx.state.work_path("task", "model"))
+        out["phases"][spec.name] = result["steps"]
+        out["best"] = result["best"]
+        return out
+    # --pred_grid: every cell from the same student (the phases before, run once).
+    start_weights = [v.numpy() for v in student.variables]
+    cells = []
+    for spec in selecting:
+        for variable, value in zip(student.variables, start_weights):
+            variable.assign(value)
+        result, _ = _task_phase(ctx, spec, student, teacher, sets, carried, dev,
+                                posixpath.join(spec.directory, "model"),
+                                cache=ctx.state.path("task", f"{spec.kind}_teacher_cache"))
+        cells.append({**spec.cell, "phase": spec.name, "steps": result["steps"],
+                      "best": result["best"]})
+    metric = ctx.task.type.primary_metric
+    scored = [c for c in cells if c["best"] is not None]
+    if not scored:
+        raise RuntimeError("--pred_grid: no cell was evaluated on dev.")
+    best = max(scored, key=lambda c: c["best"][metric])  # the first of equals
+    for cell in cells:
+        cell["selected"] = cell is best
+    print(f"[task] --pred_grid: cell batch {best['batch']} lr {best['lr']:g} is best on dev "
+          f"({metric} {best['best'][metric]:.4f})", flush=True)
+    if ctx.chief:
+        chosen = load_model(ctx.state.path("task", best["phase"], "model"))
+        save_model(chosen, ctx.state.work_path("task", "model"))
+    out.update(best=best["best"], grid=cells)
     return out
 
 
+def _task_phase(ctx: Context, spec: PhaseSpec, student: BertModel, teacher: BertModel,
+                sets: dict[bool, Any], projections: Optional[dict], dev=None,
+                model_dir: Optional[str] = None, cache: Optional[str] = None
+                ) -> tuple[dict[str, Any], Optional[dict]]:
+    """Train one task phase; with `dev`, evaluate (every --eval_every steps or epoch)
+    and save the best student to `model_dir`. `projections`: W_e/W_h arrays to start
+    from; returns the phase's result and the projections the next phase starts from."""
+    examples = sets[spec.augmented]
+    heads = ctx.task.type.label_metrics() if dev is not None else ()
+    with ctx.strategy.scope():
+        distiller = _distiller(ctx, student, teacher, spec, heads)
+    if distiller.projections is not None and projections is not None:
+        distiller.projections.assign(projections)
+    if spec.projections:
+        print(f"[{spec.name}] projections W_e/W_h: {spec.projections}", flush=True)
+    logits = _cached_teacher_logits(ctx, teacher, distiller, examples, spec, cache)
+    selection: dict[str, Any] = {}
+    if dev is not None:
+        def on_best(metrics):
+            if ctx.chief:
+                save_model(student, model_dir, metadata={
+                    "stage": "task", "dev": metrics, **ctx.trained_on(),
+                    **ctx.task.type.model_metadata(metrics)})
+
+        selection = dict(evaluate=_evaluator(ctx, student, dev), on_best=on_best,
+                         select_metric=ctx.task.type.primary_metric,
+                         eval_every=ctx.config.distill.eval_every)
+    phase = Phase(spec.name, spec.directory, distiller, distiller.checkpoint_items(),
+                  _task_dataset(ctx, examples, spec.global_batch, logits),
+                  spec.steps_per_epoch, spec.epochs, max_steps=spec.max_steps, **selection)
+    result = _run(ctx, phase)
+    if distiller.projections is not None:
+        projections = distiller.projections.arrays()
+    return result, projections
+
+
 def _cached_teacher_logits(ctx: Context, teacher: BertModel, distiller: Distiller, examples,
-                           spec: PhaseSpec) -> Optional[np.ndarray]:
-    """The teacher's logits of the prediction phase's rows, computed once and kept in
-    the phase folder (pipeline/teacher_cache.py); None when the cache is off, does
-    not apply to the task, or the phase is finished."""
+                           spec: PhaseSpec, folder: Optional[str] = None
+                           ) -> Optional[np.ndarray]:
+    """The teacher's logits of a phase's rows, computed once and kept in `folder`
+    (default: the phase's teacher_cache/; grid cells share one; see
+    pipeline/teacher_cache.py); None when the cache is off, does not apply to the
+    task or the phase's terms, or the phase is finished."""
     if (not ctx.config.run.teacher_cache or spec.total_steps < 1
             or not cache_lib.applies(ctx.task.type, distiller)):
         return None
@@ -596,7 +635,7 @@ def _cached_teacher_logits(ctx: Context, teacher: BertModel, distiller: Distille
              for st in [files.stat(posixpath.join(teacher_dir, name))]]
     identity = {"teacher": teacher_dir, "teacher_files": facts,
                 "labels": list(ctx.task.type.label_names)}
-    directory = worker_dir(posixpath.join(spec.directory, cache_lib.CACHE_FOLDER),
+    directory = worker_dir(folder or posixpath.join(spec.directory, cache_lib.CACHE_FOLDER),
                            ctx.strategy)
     return cache_lib.teacher_logits(teacher, examples, ctx.task.type, ctx.tokenizer,
                                     ctx.max_seq_len, ctx.config.run.eval_batch_size,
@@ -626,6 +665,16 @@ def evaluate(ctx: Context) -> dict[str, Any]:
         primary = f"{splits[0]}_{primary}"
     data = report.build_report(ctx.task.name, results["teacher"], results["student"], primary,
                                max_seq_len=ctx.max_seq_len)
+    grid = ctx.state.done_info("task").get("grid")
+    if grid:  # every --pred_grid cell's best dev score, the selected one marked
+        data["pred_grid"] = grid
+    if ctx.chief and ctx.config.evaluate.glue_test_predictions:
+        student = models["student"]
+        data["glue_submission"] = glue_submission.write_submission(
+            ctx.task.name, ctx.config.task.data_dir,
+            ctx.state.path("evaluate", "glue_submission"),
+            lambda examples: ctx.task.type.predict(student, examples, ctx.tokenizer,
+                                                   ctx.max_seq_len, r.eval_batch_size))
     if ctx.chief:
         write_json_atomic(ctx.state.path("report.json"), data)
         report.plot_loss_curves(ctx.state.output_dir, ctx.state.path("loss_curves.png"))
@@ -651,7 +700,8 @@ def export(ctx: Context) -> dict[str, Any]:
         representative_texts=texts(train[: e.representative_examples]),
         is_pair=ctx.task.is_pair, task=ctx.task.type, task_name=ctx.task.name,
         latency_runs=r.export_latency_runs,
-        num_threads=r.export_threads or None, max_examples=r.export_max_examples or None)
+        num_threads=r.export_threads or None, max_examples=r.export_max_examples or None,
+        options=e.options())
     report_path = ctx.state.path("report.json")
     data = read_json(report_path, default=None)
     if data is not None and ctx.chief:

@@ -7,10 +7,15 @@ Re-running with the same configs resumes; with different ones it is an error
 (unless `--overwrite`), so two experiments never mix in one folder.
 
 A stage is done when its folder holds `stage_done.json`, written last and
-atomically. It records the stage's own settings and the fingerprints of the
-stage outputs it read; its fingerprint hashes both. A done stage whose
-settings differ from the current ones, or which read an output that has
-since been redone, is stale: it runs again, and so does everything made from it.
+atomically. It records the stage's own settings, the fingerprints of the
+stage outputs it read, the absolute path and content fingerprint of every
+other input it read (`reads`: data files, models, word vectors, corpus;
+`read_facts`), and the content fingerprints of the artefacts it published
+(`outputs`); its fingerprint hashes all of it but the outputs. A done stage
+is stale, and runs again (with everything made from it), when its settings
+differ from the current ones, it read an output that has since been redone,
+an input file changed or is now read from another path, or one of its
+published artefacts is missing or changed.
 
 Only a stage folder with `stage_done.json` is a finished output; without it the
 folder is work in progress (checkpoints, and a `model` that may be replaced).
@@ -58,10 +63,51 @@ class OutputDirError(ValueError):
     """The output directory belongs to another config, or cannot be written."""
 
 
-def fingerprint(settings: dict[str, Any], inputs: dict[str, str]) -> str:
-    """Hash of a stage's settings and the fingerprints of the outputs it read."""
-    blob = json.dumps({"settings": settings, "inputs": inputs}, sort_keys=True, default=str)
+def fingerprint(settings: dict[str, Any], inputs: dict[str, str],
+                reads: Optional[dict[str, Any]] = None) -> str:
+    """Hash of a stage's settings, the fingerprints of the outputs it read and the facts
+    of its other inputs (`read_facts`)."""
+    record = {"settings": settings, "inputs": inputs}
+    if reads:
+        record["reads"] = reads
+    blob = json.dumps(record, sort_keys=True, default=str)
     return hashlib.sha1(blob.encode()).hexdigest()[:16]
+
+
+def read_facts(reads: dict[str, Any]) -> dict[str, list[dict[str, str]]]:
+    """{role: path, list of paths, or a name} -> {role: [{"path": absolute path,
+    "content": content fingerprint} or {"name": name}]}: what a done record keeps of
+    a stage's inputs. A value that is not an existing path and holds no "/" is a name
+    (a preset, a hub model, tfds:NAME)."""
+    out: dict[str, list[dict[str, str]]] = {}
+    for role, value in reads.items():
+        items = value if isinstance(value, (list, tuple)) else [value]
+        facts = []
+        for item in items:
+            item = str(item or "")
+            if not item:
+                continue
+            if files.is_remote(item) or "/" in item or files.exists(item):
+                facts.append({"path": files.absolute(item),
+                              "content": files.content_fingerprint(item)})
+            else:
+                facts.append({"name": item})
+        out[role] = facts
+    return out
+
+
+def output_facts(output_dir: str, outputs: dict[str, str]) -> dict[str, str]:
+    """{path: "content" | "exists"} -> {path relative to output_dir: content fingerprint,
+    or "exists"}: what a done record keeps of the artefacts a stage published."""
+    out = {}
+    for path, mode in outputs.items():
+        rel = os.path.relpath(path, output_dir) if not files.is_remote(path) else \
+            path[len(output_dir.rstrip("/")) + 1:]
+        if mode == "exists":
+            out[rel] = "exists" if files.exists(path) else "missing"
+        else:
+            out[rel] = files.content_fingerprint(path)
+    return out
 
 
 class RunState:
@@ -96,10 +142,15 @@ class RunState:
         return self.record(stage) or {}
 
     def stale_reason(self, stage: str, settings: dict[str, Any],
-                     inputs: dict[str, str]) -> Optional[str]:
-        """Why a done stage no longer matches (None: it matches). Stages finished
-        before records carried settings are trusted."""
+                     inputs: dict[str, str],
+                     reads: Optional[dict[str, Any]] = None) -> Optional[str]:
+        """Why a done stage no longer matches (None: it matches): its settings, the
+        outputs it read, its other inputs (`read_facts` of now) or its published
+        artefacts. Parts a record predates (older versions) are trusted."""
         rec = self.record(stage) or {}
+        missing = self.output_problem(stage)
+        if missing:
+            return missing
         if "settings" not in rec:
             return None
         if rec["settings"] != settings:
@@ -107,18 +158,37 @@ class RunState:
         changed = [s for s, fp in inputs.items() if rec.get("inputs", {}).get(s) != fp]
         if changed:
             return f"made from an earlier output of {', '.join(changed)}"
+        if reads is not None and "reads" in rec:
+            return _reads_diff(rec["reads"], reads)
+        return None
+
+    def output_problem(self, stage: str) -> Optional[str]:
+        """A message when an artefact the done stage published is missing or changed
+        since (e.g. deleted by hand), else None."""
+        rec = self.record(stage) or {}
+        for rel, recorded in sorted((rec.get("outputs") or {}).items()):
+            path = self.path(rel)
+            if not files.exists(path):
+                return f"its output {path} is missing (deleted since the stage finished)"
+            if recorded != "exists" and files.content_fingerprint(path) != recorded:
+                return f"its output {path} changed since the stage finished"
         return None
 
     def mark_done(self, stage: str, info: dict[str, Any], settings: dict[str, Any],
-                  inputs: dict[str, str]) -> str:
+                  inputs: dict[str, str], reads: Optional[dict[str, Any]] = None,
+                  outputs: Optional[dict[str, str]] = None) -> str:
         """Publish the stage's work outputs, then write its done record; returns its
-        fingerprint."""
+        fingerprint. reads: `read_facts` of its inputs; outputs: {path: "content" |
+        "exists"} of the artefacts it published (fingerprinted after publishing)."""
         self.publish(stage)
-        fp = fingerprint(settings, inputs)
-        write_json_atomic(self.path(stage, STAGE_DONE),
-                          {"stage": stage, "finished": time.strftime("%Y-%m-%dT%H:%M:%S"),
-                           "fingerprint": fp, "settings": settings, "inputs": inputs,
-                           **(info or {})})
+        fp = fingerprint(settings, inputs, reads)
+        record = {"stage": stage, "finished": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                  "fingerprint": fp, "settings": settings, "inputs": inputs,
+                  **({"reads": reads} if reads is not None else {}),
+                  **({"outputs": output_facts(self.output_dir, outputs)}
+                     if outputs is not None else {}),
+                  **(info or {})}
+        write_json_atomic(self.path(stage, STAGE_DONE), record)
         return fp
 
     def publish(self, stage: str) -> list[str]:
@@ -145,12 +215,54 @@ class RunState:
             return None
         return rec.get("fingerprint") or rec.get("finished")
 
-    def reset(self, stages: Iterable[str]) -> None:
-        """Delete the folders of `stages` (and the report made from them)."""
+    def reset(self, stages: Iterable[str], keep: Iterable[str] = ()) -> None:
+        """Delete the folders of `stages` (and the report made from them), except the
+        paths in `keep` (published TF Serving versions: never deleted) and the folders
+        between them and the stage folder. Only what a run made is deleted: a folder
+        without run_config.json is left alone (preflight refuses to write into one
+        that holds files of the pipeline's names)."""
+        if not self.made_by_a_run():
+            return
+        kept = {files.absolute(k).rstrip("/") for k in keep}
         for stage in stages:
-            _remove(self.path(stage))
+            _remove_except(self.path(stage), kept)
         for name in ("report.json", "loss_curves.png"):
             _remove(self.path(name))
+
+    def made_by_a_run(self) -> bool:
+        """Whether a bin/distill run made this folder: it holds run_config.json or a run's
+        lock, or (run_config.json deleted to reset the config) a stage record or phase
+        state of ours."""
+        if files.isfile(self.path(RUN_CONFIG)) or files.isfile(self.path(LOCK_FILE)):
+            return True
+        if not files.isdir(self.output_dir):
+            return False
+        return any(files.glob(self.path(*parts)) for parts in (
+            ("*", STAGE_DONE), ("*", "*", PHASE_STATE), ("*", "*", PHASE_DONE),
+            ("*", "*", "ckpt", "checkpoint")))
+
+    def holds_results(self) -> bool:
+        """Whether a run here produced anything: a finished stage, a checkpoint, a
+        finished phase, a best model so far, augmentation progress or an export."""
+        if not files.isdir(self.output_dir):
+            return False
+        return any(files.glob(self.path(*parts)) for parts in (
+            ("*", STAGE_DONE), ("*", "*", "ckpt", "*.index"), ("*", "*", PHASE_DONE),
+            ("*", WORK_DIR), ("augment", "*.progress.json"), ("augment", "*.parts"),
+            ("export", "*")))
+
+    def foreign_entries(self, names: Iterable[str]) -> list[str]:
+        """Entries of the folder, among `names` (what the pipeline writes), that no run
+        made: the folder has no run_config.json and they are not finished stage
+        folders of ours. A run must not write into (or delete) them."""
+        if self.made_by_a_run() or not files.isdir(self.output_dir):
+            return []
+        found = []
+        for name in names:
+            path = self.path(name)
+            if files.exists(path) and not files.isfile(os.path.join(path, STAGE_DONE)):
+                found.append(path)
+        return found
 
     # --- damaged records ----------------------------------------------------------------
     def damaged_records(self, redone: Iterable[str] = ()) -> list[str]:
@@ -243,7 +355,8 @@ class RunState:
             old = read_json(self.path(RUN_CONFIG), default=None, error=OutputDirError)
         except OutputDirError:
             raise OutputDirError("; ".join(self.damaged_records())) from None
-        if old is None or old == config:
+        if old is None or old == config or not self.holds_results():
+            # A run that failed before producing anything blocks no corrected command.
             return
         a, b = _flat(old), _flat(config)
         changed = {k for k in set(a) | set(b) if a.get(k) != b.get(k)}
@@ -301,6 +414,35 @@ def _move(src: str, dst: str) -> None:
         for name in names:
             files.rename(os.path.join(folder, name), os.path.join(target, name))
     files.rmtree(src)
+
+
+def _remove_except(path: str, kept: set) -> None:
+    """Delete `path` (a file or folder) but the paths in `kept` under it."""
+    if not any(k == path or k.startswith(path.rstrip("/") + "/") for k in kept):
+        _remove(path)
+        return
+    if path in kept or not files.isdir(path):
+        return
+    for name in files.listdir(path):
+        _remove_except(os.path.join(path, name), kept)
+
+
+def _reads_diff(old: dict[str, Any], new: dict[str, Any]) -> Optional[str]:
+    """Why the inputs recorded as `old` differ from `new` (read_facts), else None."""
+    for role in sorted(set(old) | set(new)):
+        a, b = old.get(role), new.get(role)
+        if a == b:
+            continue
+        if a is None or b is None:
+            return f"it {'now reads' if a is None else 'no longer reads'} {role}"
+        paths_a = [f.get("path", f.get("name")) for f in a]
+        paths_b = [f.get("path", f.get("name")) for f in b]
+        if paths_a != paths_b:
+            return (f"its {role} input is now read from another path ({', '.join(paths_a)} "
+                    f"there, {', '.join(paths_b)} now)")
+        changed = [f.get("path") for f, g in zip(a, b) if f != g]
+        return f"its {role} input changed since it was made ({', '.join(changed[:3])})"
+    return None
 
 
 def _remove(path: str) -> None:

@@ -17,10 +17,12 @@ import json
 import os
 import signal
 import threading
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 import tensorflow as tf
 from tensorflow.python.eager import context as tf_context
+
+from tinybert_tf import plugins
 
 DEFAULT_PEER_TIMEOUT = 300  # seconds
 # TensorFlow's default heartbeat timeout: a dead peer is noticed within 10 s (sooner
@@ -97,7 +99,28 @@ def _multi_worker(tpu: str) -> tf.distribute.Strategy:
     if "TF_CONFIG" not in os.environ:
         raise StrategyError("--strategy=multi_worker needs the TF_CONFIG environment "
                             "variable (cluster and task); see BUILD.md.")
+    check_tf_config(_tf_config())
     return tf.distribute.MultiWorkerMirroredStrategy()
+
+
+def check_tf_config(config: dict) -> None:
+    """A TF_CONFIG's task must name a job of its cluster and an index of that job."""
+    cluster, task = config.get("cluster"), config.get("task")
+    if not isinstance(cluster, dict) or not cluster:
+        raise StrategyError('TF_CONFIG has no "cluster" (a dict of job -> list of host:port); '
+                            "see BUILD.md for its form.")
+    if not isinstance(task, dict) or "type" not in task:
+        raise StrategyError('TF_CONFIG has no "task" ({"type": "worker", "index": N}: this '
+                            "process's place in the cluster); see BUILD.md.")
+    job, index = task.get("type"), task.get("index", 0)
+    if job not in cluster:
+        raise StrategyError(f"TF_CONFIG: this process's task type {job!r} is not a job of the "
+                            f"cluster (jobs: {', '.join(sorted(cluster))}); fix task.type.")
+    hosts = cluster[job]
+    if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < len(hosts):
+        raise StrategyError(f"TF_CONFIG: task index {index!r} of job {job!r}, but the cluster "
+                            f"lists {len(hosts)} {job} task(s) (indexes 0..{len(hosts) - 1}); "
+                            "give each process its own index in that range.")
 
 
 def _tpu(tpu: str) -> tf.distribute.Strategy:
@@ -110,9 +133,21 @@ def _tpu(tpu: str) -> tf.distribute.Strategy:
     return tf.distribute.TPUStrategy(resolver)
 
 
-# --strategy name -> builder(tpu address). A new strategy is one entry here.
-BUILDERS = {"default": _default, "one_device": _one_device, "mirrored": _mirrored,
-            "multi_worker": _multi_worker, "tpu": _tpu}
+# --strategy name -> builder(tpu address). A new strategy is one `register_strategy` call.
+BUILDERS: dict[str, Callable[[str], tf.distribute.Strategy]] = {}
+
+
+def register_strategy(name: str, builder: Callable[[str], tf.distribute.Strategy],
+                      replace: bool = False) -> Callable[[str], tf.distribute.Strategy]:
+    """Make `--strategy=NAME` build `builder(tpu_address)`; a name already registered is
+    refused unless `replace=True`."""
+    return plugins.register(BUILDERS, name, builder, what="strategy", replace=replace)
+
+
+for _name, _builder in (("default", _default), ("one_device", _one_device),
+                        ("mirrored", _mirrored), ("multi_worker", _multi_worker),
+                        ("tpu", _tpu)):
+    register_strategy(_name, _builder)
 STRATEGIES = tuple(BUILDERS)
 
 

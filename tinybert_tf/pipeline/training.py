@@ -12,8 +12,10 @@ Files (all through `tinybert_tf.files`, so gs:// and ram:// work): the phase
 folder holds `ckpt/`, `history.jsonl` (one row per logged step; rows are
 buffered and appended when a checkpoint is saved, so the file never runs
 ahead of the checkpoint a re-run resumes from), `phase_state.json` (dev
-evaluations, the best one) and `phase_done.json`; TensorBoard scalars go to
-OUTPUT/logs/<stage>/<phase>.
+evaluations, the best one) and `phase_done.json`. TensorBoard scalars go where
+keras.callbacks.TensorBoard puts them: the training ones (loss, each loss term,
+learning_rate) in OUTPUT/logs/<stage>[/<phase>]/train, the dev metrics
+(accuracy, ...) in .../validation (`log_dir`).
 
 Preemption: while a phase trains, SIGTERM (a preemptible VM's or a TPU
 maintenance notice, `kill`, a scheduler's eviction) asks to stop. The request
@@ -29,6 +31,16 @@ ends the process at once; if the step boundary is not reached within
 A truncated or unreadable latest checkpoint (a disk filled or a copy cut
 during the save) is skipped with a warning: the phase resumes from the newest
 readable kept checkpoint (`--keep_checkpoints`).
+
+Divergence: the loss Keras logs each step (already fetched for the logs) is
+checked for finite values at every step, and the trained weights before every
+checkpoint, every dev evaluation and the phase's end. A non-finite value stops
+the phase with `Diverged` (one line: the phase, the step, the terms at fault
+and the likely flag, `Phase.hint`): no checkpoint is written after it, so the
+last kept one is finite, and the stage is not marked done, so nothing is
+published. A dev metric that is undefined (NaN: e.g. Pearson of one example)
+never selects a checkpoint; a phase that selects by it and never gets a
+defined value keeps its last weights, with a warning.
 """
 from __future__ import annotations
 
@@ -48,7 +60,9 @@ import tensorflow as tf
 
 from tinybert_tf import files
 from tinybert_tf.data import corpus as corpus_lib
+from tinybert_tf.data.metrics import is_defined
 from tinybert_tf.pipeline.strategy import is_chief, num_workers, worker_dir
+from tinybert_tf.progress import fit_progress
 
 log = logging.getLogger("tinybert_tf")
 
@@ -77,6 +91,10 @@ class TrainingStateError(ValueError):
     """A phase's saved state cannot be used; the message names the folder and the fix."""
 
 
+class Diverged(TrainingStateError):
+    """The loss or the weights of a phase became NaN or infinite (module docstring)."""
+
+
 @dataclasses.dataclass
 class Phase:
     """One resumable training phase.
@@ -87,7 +105,7 @@ class Phase:
     the epoch (e.g. a `tf.distribute` dataset built per worker, with the skip
     and take applied inside). `evaluate()` returns dev metrics;
     `on_best(metrics)` is called when `select_metric` improves (e.g. to save
-    the best model).
+    the best model), or once at the end when no evaluation gave it a defined value.
     """
 
     name: str
@@ -103,6 +121,8 @@ class Phase:
     on_best: Optional[Callable[[dict[str, float]], None]] = None
     eval_every: int = 0
     make_input: Optional[Callable[[int, int, int], Any]] = None
+    # What to change when the phase diverges (e.g. "lower --pred_lr (now 1e+09) ...").
+    hint: str = ""
 
     @property
     def total_steps(self) -> int:
@@ -215,6 +235,7 @@ class _PhaseCallback(keras.callbacks.Callback):
         r.step.assign_add(1)
         step = int(r.step.numpy())
         r.record(step, logs or {})
+        r.check_loss(step, logs or {})
         if r.stop_agreed():
             r.stop_at(step)
             self.model.stop_training = True
@@ -246,10 +267,11 @@ class _Runner:
                 self.checkpoint, self.checkpoint_dir, max_to_keep=keep_checkpoints)
         self.history_path = posixpath.join(phase.directory, "history.jsonl")
         self.state_path = posixpath.join(phase.directory, "phase_state.json")
-        stage_dir = posixpath.dirname(phase.directory.rstrip("/"))
-        self.writer = tf.summary.create_file_writer(worker_dir(
-            posixpath.join(posixpath.dirname(stage_dir), "logs", posixpath.basename(stage_dir),
-                           phase.name), strategy))
+        # keras.callbacks.TensorBoard's layout: training scalars in train/, dev in
+        # validation/ (made at the first evaluation, as Keras makes it only with dev data).
+        self.logs = worker_dir(log_dir(phase), strategy)
+        self.writer = tf.summary.create_file_writer(posixpath.join(self.logs, "train"))
+        self.dev_writer = None
         self.state = files.read_json(self.state_path, {"best": None, "evals": []},
                                      error=TrainingStateError, expect=dict)
         self.pending: list[dict[str, Any]] = []
@@ -260,6 +282,7 @@ class _Runner:
         self.stop_request = _local_flag(strategy, "stop_request")
         self.stop_agreed_flag = _local_flag(strategy, "stop_agreed")
         self._request_sent = False
+        self._finite_weights: Optional[Callable[[], tf.Tensor]] = None
         watch = getattr(phase.model, "watch_stop_requests", None)
         self.in_graph_stop = watch is not None
         if watch is not None:
@@ -341,6 +364,7 @@ class _Runner:
         self.checkpoint.restore(path).assert_existing_objects_matched()
 
     def save(self, step: int) -> str:
+        self.check_weights(step)  # a checkpoint is finite: the resume point after a divergence
         with files.translate_errors(self.checkpoint_dir, "write a checkpoint to"):
             path = self.manager.save(checkpoint_number=step)  # collective: every worker saves
         self.flush_history()
@@ -391,6 +415,56 @@ class _Runner:
         self.stopped_at = step
         self.stopped_checkpoint = path
 
+    # --- divergence ---------------------------------------------------------------
+    def check_loss(self, step: int, logs: dict[str, Any]) -> None:
+        """Raise Diverged when a logged loss (the total or a term's) is not finite."""
+        losses = {k: float(v) for k, v in logs.items() if k.endswith("loss") and _is_number(v)}
+        bad = {k: v for k, v in losses.items() if not math.isfinite(v)}
+        if bad:
+            raise self._diverged(step, bad, losses)
+
+    def check_weights(self, step: int) -> None:
+        """Raise Diverged when a trained weight is NaN or infinite (one fused check)."""
+        if self._finite_weights is None:
+            variables = list(self.phase.model.trainable_weights)
+
+            @tf.function
+            def finite():
+                if not variables:
+                    return tf.constant(True)
+                return tf.reduce_all(tf.stack(
+                    [tf.reduce_all(tf.math.is_finite(tf.cast(v, tf.float32)))
+                     for v in variables]))
+            self._finite_weights = finite
+        if not bool(self._finite_weights()):
+            raise self._diverged(step, {}, {})
+
+    def _diverged(self, step: int, bad: dict[str, float], losses: dict[str, float]) -> Diverged:
+        name = self.phase.name
+        kept = self.manager.latest_checkpoint
+        kept_text = (f"the last finite checkpoint, {kept}, is kept" if kept else
+                     "no checkpoint was kept (it diverged before the first)")
+        terms = [k for k in bad if k != "loss"]
+        others = [k for k in losses if k != "loss" and k not in bad]
+        if bad:
+            what = "the loss is not finite (" + ", ".join(
+                f"{k}={v}" for k, v in sorted(bad.items())) + ")"
+        else:
+            what = "the trained weights hold NaN or infinite values"
+        first = ", ".join(t[:-len("_loss")] for t in terms)
+        if step <= 1 and terms:
+            # Before any update the learning rate cannot be the cause: the terms are.
+            cause = (f"it happened before any update, so the learning rate is not the cause: "
+                     f"the loss term(s) {first} gave non-finite values on finite weights; "
+                     "check that term's code and inputs (a plugin's term?)")
+        else:
+            cause = ("the likely cause is too high a learning rate: "
+                     + (self.phase.hint or "lower it")
+                     + (f" (the first non-finite term(s): {first})" if terms and others else ""))
+        return Diverged(f"[{name}] training diverged at step {step} of "
+                        f"{self.phase.total_steps}: {what}; nothing was published and "
+                        f"{kept_text}. {cause}.")
+
     # --- logging ----------------------------------------------------------------
     def learning_rate(self) -> Optional[float]:
         opt = getattr(self.phase.model, "optimizer", None)
@@ -419,17 +493,23 @@ class _Runner:
     def run_eval(self, step: int) -> Optional[dict[str, float]]:
         if self.phase.evaluate is None:
             return None
+        self.check_weights(step)
         metrics = self.phase.evaluate()
-        with self.writer.as_default(step=step):
+        if self.dev_writer is None:
+            self.dev_writer = tf.summary.create_file_writer(
+                posixpath.join(self.logs, "validation"))
+        with self.dev_writer.as_default(step=step):
             for k, v in metrics.items():
-                tf.summary.scalar(f"dev_{k}", v)
-        shown = " ".join(f"{k}={v:.4f}" for k, v in metrics.items())
+                tf.summary.scalar(k, v)
+        shown = " ".join(f"{k}={v:.4f}" if is_defined(v) else f"{k}=undefined"
+                         for k, v in metrics.items())
         log.info("%s step %d: dev %s", self.phase.name, step, shown)
         print(f"[{self.phase.name}] step {step}: dev {shown}", flush=True)
         self.state["evals"].append({"step": step, **metrics})
         key = self.phase.select_metric
-        if key is not None and (self.state["best"] is None
-                                or metrics[key] > self.state["best"][key]):
+        # An undefined metric (NaN) never selects a checkpoint.
+        if key is not None and is_defined(metrics.get(key)) and (
+                self.state["best"] is None or metrics[key] > self.state["best"][key]):
             self.state["best"] = {"step": step, **metrics}
             if self.phase.on_best is not None:
                 self.phase.on_best(metrics)
@@ -461,11 +541,14 @@ class _Runner:
             # steps_per_epoch gives the progress bar its length; the order is the
             # dataset's own (epoch_order), so Keras must not be asked to shuffle.
             # Data errors raised inside tf.data reach the user as one line.
+            # In a terminal Keras's bar; in a log file a whole line now and then.
+            fit_verbose, shown = fit_progress(phase.name, step, total, self.verbose)
             with corpus_lib.translate_data_errors():
                 phase.model.fit(phase.epoch_input(epoch, offset, steps), epochs=1,
-                                steps_per_epoch=steps, shuffle=False, verbose=self.verbose,
-                                callbacks=[_PhaseCallback(self)])
+                                steps_per_epoch=steps, shuffle=False, verbose=fit_verbose,
+                                callbacks=[_PhaseCallback(self), *shown])
             new_step = int(self.step.numpy())
+            self.check_weights(new_step)  # once per epoch, before any evaluation or save
             if new_step == step:
                 raise RuntimeError(f"{phase.name}: the dataset of epoch {epoch} yielded no "
                                    "batch; check the data and the batch size.")
@@ -480,12 +563,33 @@ class _Runner:
         if phase.evaluate is not None and (not evals or evals[-1]["step"] != step):
             self.run_eval(step)
             self.save(step)
+        self.check_weights(step)
+        key = phase.select_metric
+        evals = self.state.get("evals", [])
+        if key is not None and evals and self.state.get("best") is None:
+            # No checkpoint can be selected by an undefined metric: keep the last weights.
+            print(f"warning: [{phase.name}] none of the {len(evals)} dev evaluation(s) gave a "
+                  f"defined {key} (a correlation needs at least two dev examples with "
+                  "different values): the model after the last step is kept, not one "
+                  "selected on dev; give a larger dev set to select.", flush=True)
+            if phase.on_best is not None:
+                phase.on_best({k: v for k, v in evals[-1].items() if k != "step"})
         self.flush_history()
         result = {"steps": step, "best": self.state.get("best"),
                   "evals": self.state.get("evals", [])}
         if self.chief:
             files.write_json_atomic(done_path, result)
         return result
+
+
+def log_dir(phase: Phase) -> str:
+    """The phase's TensorBoard folder, OUTPUT/logs/<stage>[/<phase>]: it holds train/ and
+    validation/ as keras.callbacks.TensorBoard writes them. A stage of one phase named
+    like it (general, finetune_teacher) has no phase level."""
+    stage_dir = posixpath.dirname(phase.directory.rstrip("/"))
+    stage = posixpath.basename(stage_dir)
+    logs = posixpath.join(posixpath.dirname(stage_dir), "logs", stage)
+    return logs if phase.name == stage else posixpath.join(logs, phase.name)
 
 
 def _is_number(v: Any) -> bool:

@@ -1,5 +1,8 @@
 """Task types (classification, regression, ...) and the task catalog behind `--task`."""
-from tinybert_tf.tasks import own_data  # noqa: F401  (registers the own-data --task names)
+from tinybert_tf.tasks import (
+    own_data,  # noqa: F401  (registers the own-data --task names)
+    wiki_pairs,  # noqa: F401  (registers --task=wiki_pairs)
+)
 from tinybert_tf.tasks.base import (
     TASK_TYPES,
     TaskType,

@@ -5,7 +5,8 @@ token classification, span question answering). An instance carries the
 task's label names and metric choice, and owns everything that differs
 between kinds, so no other module compares head names:
 
-  head           the registered head of `tinybert_tf.models.heads` it trains,
+  head           the registered head of `tinybert_tf.models.heads` it trains
+                 (`head_styles`: others it can train instead, `--classifier_head`),
   labels         `label_names`, stored in every model directory and export,
   data           `dataset(...)`: examples -> tf.data of (inputs, labels),
   losses         `soft_*` (the prediction-layer term, Eq. 10) and `hard_*`
@@ -19,23 +20,27 @@ A new kind is a subclass registered with `@register_task_type`
 """
 from __future__ import annotations
 
+import copy
 from typing import Any, ClassVar, Optional, Sequence
 
 import keras
 import numpy as np
 import tensorflow as tf
 
+from tinybert_tf import plugins
 from tinybert_tf.tokenizer import pack_texts
 
 TASK_TYPES: dict[str, type["TaskType"]] = {}
 
 
-def register_task_type(cls: type["TaskType"]) -> type["TaskType"]:
-    """Class decorator: make a task type available by its `kind`."""
-    if not cls.kind:
-        raise ValueError(f"{cls.__name__}: a registered TaskType needs a `kind`.")
-    TASK_TYPES[cls.kind] = cls
-    return cls
+def register_task_type(cls: Optional[type["TaskType"]] = None, *, replace: bool = False):
+    """Class decorator (`@register_task_type`, or `@register_task_type(replace=True)` to
+    replace a registered kind): make a task type available by its `kind`."""
+    def add(c: type["TaskType"]) -> type["TaskType"]:
+        if not c.kind:
+            raise ValueError(f"{c.__name__}: a registered TaskType needs a `kind`.")
+        return plugins.register(TASK_TYPES, c.kind, c, what="task type", replace=replace)
+    return add(cls) if cls is not None else add
 
 
 def get_task_type(kind: str) -> type["TaskType"]:
@@ -47,15 +52,16 @@ def get_task_type(kind: str) -> type["TaskType"]:
 def task_type_for_head(head: Optional[str]) -> type["TaskType"]:
     """The task type that trains a model with head `head` (e.g. a loaded model)."""
     for cls in TASK_TYPES.values():
-        if cls.head == head:
+        if head in cls.heads():
             return cls
     raise ValueError(f"no task type uses head={head!r}; task models have one of "
-                     f"{sorted(c.head for c in TASK_TYPES.values())}.")
+                     f"{sorted(h for c in TASK_TYPES.values() for h in c.heads())}.")
 
 
 def task_type_of(model) -> "TaskType":
-    """The task type (with the model's label names) of a model with a task head."""
-    return task_type_for_head(getattr(model, "head_type", None)).for_model(model)
+    """The task type (with the model's label names and head) of a model with a task head."""
+    head = getattr(model, "head_type", None)
+    return task_type_for_head(head).for_model(model).with_head(head)
 
 
 class TaskType:
@@ -71,6 +77,9 @@ class TaskType:
     # The prediction-layer phase trains on the original training set even when
     # the intermediate phase used augmented data (the paper does so for STS-B).
     predict_on_original_data: ClassVar[bool] = False
+    # --classifier_head style -> the head trained in its place ("pooler", BERT's
+    # head on the pooled output, is `head`); e.g. {"pre_classifier": ...}, DistilBERT's.
+    head_styles: ClassVar[dict[str, str]] = {}
 
     def __init__(self, label_names: Sequence[str] = (), metric_names: Sequence[str] = (),
                  primary_metric: Optional[str] = None):
@@ -90,6 +99,37 @@ class TaskType:
         """Width of the head's last axis (classes, tags, 1 for a score)."""
         return len(self.label_names)
 
+    @classmethod
+    def heads(cls) -> tuple[str, ...]:
+        """Every head a model of this task type may carry: `head` first."""
+        return tuple(dict.fromkeys((cls.head, *cls.head_styles.values())))
+
+    def accepts(self, head: Optional[str]) -> bool:
+        """Whether a model with `head` predicts what this task type predicts (e.g. a
+        teacher with BERT's pooler head for a student with DistilBERT's)."""
+        return head in type(self).heads()
+
+    def with_head(self, head: Optional[str]) -> "TaskType":
+        """This task type training `head` (one of `heads()`) instead of its default."""
+        if head == self.head:
+            return self
+        if not self.accepts(head):
+            raise ValueError(f"a {self.kind} task trains one of the heads "
+                             f"{list(type(self).heads())}, not {head!r}.")
+        out = copy.copy(self)
+        out.head = head
+        return out
+
+    def with_head_style(self, style: str, flag: str = "--classifier_head") -> "TaskType":
+        """This task type with the head `style` names ("pooler": the default)."""
+        if style == "pooler":
+            return self
+        if style not in self.head_styles:
+            styles = ["pooler", *self.head_styles]
+            raise ValueError(f"{flag}={style}: a {self.kind} task trains {' or '.join(styles)} "
+                             "heads only; use --classifier_head=pooler.")
+        return self.with_head(self.head_styles[style])
+
     def head_kwargs(self) -> dict[str, Any]:
         """Arguments of `BertModel` / `load_model` for this task's head."""
         return {"head": self.head, "num_labels": self.num_outputs,
@@ -101,6 +141,15 @@ class TaskType:
         "0".."C-1" when it has none)."""
         n = int(model.num_labels or 0)
         return cls(label_names=model.label_names or [str(i) for i in range(n)])
+
+    def with_label_order(self, names: Sequence[str]) -> "TaskType":
+        """This task type with the same label names in another order (a model's)."""
+        if sorted(names) != sorted(self.label_names):
+            raise ValueError(f"labels {list(names)} are not a reordering of "
+                             f"{list(self.label_names)}.")
+        other = copy.copy(self)
+        other.label_names = tuple(str(n) for n in names)
+        return other
 
     def describe(self) -> dict[str, Any]:
         return {"kind": self.kind, "head": self.head, "labels": list(self.label_names),

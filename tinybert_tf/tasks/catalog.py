@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Optional
 
+from tinybert_tf import files, plugins
 from tinybert_tf.data import glue
 from tinybert_tf.data.examples import DataError, Examples
 from tinybert_tf.data.sources import AUGMENTED_SPLIT, DataSource, glue_source
@@ -49,6 +50,27 @@ class TaskConfig:
             out[f.name] = tuple(value) if isinstance(value, list) else value
         return cls(**out)
 
+    def to_record(self) -> dict[str, Any]:
+        """The config as JSON with absolute data paths: what a task model records of the
+        task it was trained on (bin/export reads it back with `from_record`)."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        for name in _PATH_FIELDS:
+            value = out[name]
+            if value and value != glue.TFDS:
+                out[name] = files.absolute(value)
+        out["labels"] = list(self.labels)
+        return out
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> "TaskConfig":
+        known = {f.name for f in dataclasses.fields(cls)}
+        values = {k: (tuple(v) if isinstance(v, list) else v) for k, v in record.items()
+                  if k in known}
+        return cls(**values)
+
+
+_PATH_FIELDS = ("data_dir", "tfds_data_dir", "train_file", "validation_file", "test_file")
+
 
 @dataclasses.dataclass
 class Task:
@@ -86,13 +108,29 @@ class Task:
 TASK_FACTORIES: dict[str, Callable[[TaskConfig], Task]] = {}
 
 
-def register_task(*names: str):
-    """Decorator: `factory(config) -> Task` answers `--task=NAME` for each name."""
+def register_task(*names: str, replace: bool = False):
+    """Decorator: `factory(config) -> Task` answers `--task=NAME` for each name. A name
+    already taken (by another factory or a GLUE-table task such as sst-2) is refused
+    unless `replace=True`."""
     def decorate(factory: Callable[[TaskConfig], Task]) -> Callable[[TaskConfig], Task]:
         for name in names:
-            TASK_FACTORIES[name.lower()] = factory
+            key = name.lower()
+            if not replace and key not in TASK_FACTORIES and _glue_name(key):
+                raise plugins.PluginError(
+                    f"task name {name!r} is a built-in task ({_glue_name(key)}); registering "
+                    f"{factory.__qualname__} by {factory.__module__} would replace it "
+                    "silently. Choose another name, or say it replaces it (replace=True).")
+            plugins.register(TASK_FACTORIES, key, factory, what="task name (--task)",
+                             replace=replace)
         return factory
     return decorate
+
+
+def _glue_name(key: str) -> Optional[str]:
+    try:
+        return glue.get_task(key).name
+    except DataError:
+        return None
 
 
 def task_names() -> tuple[str, ...]:

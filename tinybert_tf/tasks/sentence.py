@@ -66,6 +66,7 @@ class Classification(_SentenceTask):
 
     kind = "classification"
     head = "classifier"
+    head_styles = {"pre_classifier": "pre_classifier"}
     output_name = "probabilities"
 
     def __init__(self, label_names: Sequence[str], metric_names: Sequence[str] = (),
@@ -150,6 +151,7 @@ class Regression(_SentenceTask):
 
     kind = "regression"
     head = "regressor"
+    head_styles = {"pre_classifier": "pre_regressor"}
     output_name = "score"
     is_regression = True
     predict_on_original_data = True  # paper Sec. 4.2 (STS-B)

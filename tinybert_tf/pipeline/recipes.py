@@ -1,0 +1,205 @@
+"""Recipes of the general stage (`--recipe`): how a student is made before task work.
+
+A recipe is a registered object; the general stage asks it, instead of
+branching on names, which heads the models carry, how the corpus is packed
+and masked, which loss terms train the student, and which teacher layers (if
+any) the student starts from. A recipe registered by user code (`--plugins`)
+is as valid as ours.
+
+  tinybert      paper Sec. 3.2, general distillation: embd + attn + hidn from the
+                pre-trained teacher on sentence pairs (`--loss_terms`,
+                `--layer_mapping`); with `--init_from_teacher` the student starts
+                from the teacher layers g(m).
+  distilbert    Sanh et al. 2019: 5 L_ce + 2 L_mlm + 1 L_cos on single segments with
+                dynamic masking, the student started from every other teacher layer.
+  mlm           BERT pre-training of the student from scratch, no teacher signal:
+                masked LM (80/10/10) + next-sentence prediction, as BERT-Tiny /
+                BERT-Small (Turc et al. 2019) and the paper's BERT_TINY baseline.
+                The teacher only lends its vocabulary.
+  first_layers  no training: the student is the teacher's embeddings and first M
+                layers (Patient KD's initialisation, Sun et al. 2019), saved as the
+                general model for task-stage phases to start from.
+"""
+from __future__ import annotations
+
+from typing import ClassVar, Optional, Sequence, Union
+
+from tinybert_tf.config import BertConfig
+from tinybert_tf.distill.distilbert import init_mismatch
+from tinybert_tf.distill.mapping import layer_map
+from tinybert_tf.distill.terms import LossTerm, make_terms
+
+# 0-based teacher layers to copy into the student, or "every_other", or None (random).
+Layers = Optional[Union[str, Sequence[int]]]
+
+
+class GeneralRecipe:
+    """Base class of a general-stage recipe (see the module docstring).
+
+    Class attributes say what the stage builds: `teacher_head` / `student_head`
+    (None or a head name, e.g. "mlm"), `pack` ("pair" or "single" segments),
+    `masking` (dynamic MLM masking of the batches), `next_sentence` (BERT's
+    sentence pairs, half with a random B), `teacher_forward` (whether the
+    teacher's weights are loaded and run; else only its vocabulary is read) and
+    `trains` (False: the stage only initialises and saves the student).
+    """
+
+    name: ClassVar[str] = ""
+    summary: ClassVar[str] = ""
+    teacher_head: ClassVar[Optional[str]] = None
+    student_head: ClassVar[Optional[str]] = None
+    pack: ClassVar[str] = "pair"
+    masking: ClassVar[bool] = False
+    next_sentence: ClassVar[bool] = False
+    teacher_forward: ClassVar[bool] = True
+    trains: ClassVar[bool] = True
+    # Appended to the "needs a teacher with a ... head" error: another way out.
+    teacher_head_hint: ClassVar[str] = ""
+
+    def terms(self, config) -> list[LossTerm]:
+        """The loss terms of the stage (config: the run's `PipelineConfig`)."""
+        raise NotImplementedError(f"{type(self).__name__}.terms")
+
+    def init_layers(self, config, student: BertConfig, teacher: BertConfig) -> Layers:
+        """0-based teacher layers the student starts from ("every_other", a list), or
+        None for a random start."""
+        return None
+
+    def teacher_head_for(self, config) -> Optional[str]:
+        """The head the teacher is loaded with under `config` (default: `teacher_head`)."""
+        return self.teacher_head
+
+    def check(self, config, student: Optional[BertConfig], teacher) -> list[str]:
+        """Preflight errors (one line each, naming the flag) for `teacher`
+        (`ModelInfo`: config and head, no weights) and the student config."""
+        errors = []
+        head = self.teacher_head_for(config)
+        if head and teacher is not None and teacher.head != head:
+            errors.append(f"--recipe={self.name} needs a teacher with a {head} head; "
+                          f"--teacher={config.models.teacher} has {teacher.head or 'none'}. "
+                          f"Use a checkpoint with that head or another --recipe"
+                          f"{self.teacher_head_hint}.")
+        if student is not None and teacher is not None \
+                and self.init_layers(config, student, teacher.config) is not None:
+            mismatch = init_mismatch(student, teacher.config)
+            if mismatch:
+                field, s, t = mismatch
+                errors.append(
+                    f"{self.init_flag(config)} copies teacher layers into the student, but "
+                    f"--student_config={config.models.student_config} has {field}={s} and "
+                    f"the teacher {t}; use a student of the teacher's width or another "
+                    "recipe.")
+        return errors
+
+    def init_flag(self, config) -> str:
+        """The flag that asks for the copy of teacher layers (for messages)."""
+        return f"--recipe={self.name}"
+
+    def describe(self) -> dict:
+        return {"name": self.name, "summary": self.summary, "pack": self.pack,
+                "masking": self.masking, "next_sentence": self.next_sentence,
+                "teacher_forward": self.teacher_forward, "trains": self.trains}
+
+
+RECIPES: dict[str, GeneralRecipe] = {}
+
+
+def register_recipe(cls: type[GeneralRecipe]) -> type[GeneralRecipe]:
+    """Class decorator: make a recipe available as `--recipe=<cls.name>`."""
+    if not cls.name:
+        raise ValueError(f"{cls.__name__}: a registered recipe needs a `name`.")
+    RECIPES[cls.name] = cls()
+    return cls
+
+
+def get_recipe(name: str) -> GeneralRecipe:
+    """The registered recipe `name`, or a ValueError naming --recipe and the choices."""
+    if name not in RECIPES:
+        raise ValueError(f"--recipe={name}: unknown recipe; use one of "
+                         f"{', '.join(sorted(RECIPES))} (or register one, docs/extending.md).")
+    return RECIPES[name]
+
+
+def recipe_names() -> tuple[str, ...]:
+    return tuple(sorted(RECIPES))
+
+
+@register_recipe
+class TinyBertRecipe(GeneralRecipe):
+    name = "tinybert"
+    summary = "general distillation: embd + attn + hidn on sentence pairs (paper Sec. 3.2)"
+
+    def terms(self, config) -> list[LossTerm]:
+        loss = config.loss
+        return make_terms(loss.loss_terms, layer_mapping=loss.layer_mapping,
+                          layer_weights=loss.lambdas, mask_padding=loss.mask_padding)
+
+    def init_flag(self, config) -> str:
+        return "--init_from_teacher"
+
+    def init_layers(self, config, student, teacher) -> Layers:
+        if not config.models.init_from_teacher:
+            return None
+        mapped = layer_map(config.loss.layer_mapping, student.num_layers, teacher.num_layers)
+        return [g - 1 for g in mapped[1:]]
+
+
+@register_recipe
+class DistilBertRecipe(GeneralRecipe):
+    """A term weighted 0 is left out; with --alpha_ce=0 the teacher needs no MLM head
+    (a teacher without one, such as the embedded MiniLM, then runs L_cos only)."""
+
+    name = "distilbert"
+    summary = "5 L_ce + 2 L_mlm + 1 L_cos, single segments, dynamic masking (Sanh et al.)"
+    student_head = "mlm"
+    pack = "single"
+    masking = True
+    teacher_head_hint = " (or --alpha_ce=0)"
+
+    def terms(self, config) -> list[LossTerm]:
+        c = config.general
+        weights = {"ce": c.alpha_ce, "mlm": c.alpha_mlm, "cos": c.alpha_cos}
+        names = [name for name, w in weights.items() if w > 0]
+        if not names:
+            raise ValueError("--recipe=distilbert: --alpha_ce, --alpha_mlm and --alpha_cos are "
+                             "all 0; give at least one a positive weight.")
+        return make_terms(names, temperature=c.distil_temperature,
+                          restrict_ce_to_mask=c.restrict_ce_to_mask, weights=weights)
+
+    def teacher_head_for(self, config) -> Optional[str]:
+        return "mlm" if config.general.alpha_ce > 0 else None
+
+    def init_layers(self, config, student, teacher) -> Layers:
+        return "every_other"
+
+
+@register_recipe
+class MaskedLMRecipe(GeneralRecipe):
+    name = "mlm"
+    summary = ("BERT pre-training from scratch: masked LM + next-sentence prediction "
+               "(BERT-Tiny, Turc et al.)")
+    student_head = "mlm"
+    masking = True
+    next_sentence = True
+    teacher_forward = False
+
+    def terms(self, config) -> list[LossTerm]:
+        # MLM logits only at the masked positions (BERT's get_masked_lm_output).
+        return make_terms("mlm,nsp", restrict_ce_to_mask=True,
+                          weights={"mlm": 1.0, "nsp": 1.0})
+
+
+@register_recipe
+class FirstLayersRecipe(GeneralRecipe):
+    name = "first_layers"
+    summary = "no training: the teacher's embeddings and first M layers (Patient KD's init)"
+    trains = False
+
+    def terms(self, config) -> list[LossTerm]:
+        return []
+
+    def init_layers(self, config, student, teacher) -> Layers:
+        if student.num_layers > teacher.num_layers:
+            raise ValueError(f"--recipe=first_layers: the student has {student.num_layers} "
+                             f"layers, the teacher only {teacher.num_layers}.")
+        return list(range(student.num_layers))

@@ -1,0 +1,457 @@
+"""`bin/reproduce --table=N --output_dir=DIR`: every cell of one of the paper's tables.
+
+It owns no training code: each cell is `bin/distill` (`main.run_argv`) with the
+cell's flagfile (configs/paper/), the paper's per-task settings, the command
+line's own flags (task data, models, sizes: they come last, so they win), and
+`--task`. What cells share runs once, in DIR/shared/:
+
+  general distillation   one run per distinct general-stage setting (the flags
+                         of `PipelineConfig.stage_settings("general")`), shared
+                         across tasks and cells;
+  teacher fine-tuning    one per task and teacher setting;
+  augmentation           one per task and augmentation setting.
+
+A cell then runs its task and evaluate stages in DIR/<task>/<cell>/ with
+`--general_model`, `--task_teacher` and `--augmented_file` pointing at the
+shared outputs. A shared run records the command it was made with
+(`reproduce.json`) and is re-run with that command, so re-running
+`bin/reproduce` resumes every run where it stopped, as `bin/distill` does, and
+skips what is done. `--dry_run` prints the plan of every shared run and of every
+cell (each cell planned as a whole pipeline in its own folder) as one JSON
+object and trains nothing.
+
+Results: DIR/table<N>.json, DIR/table<N>.md and DIR/table<N>.png, each cell's
+dev score beside the paper's published number (`paper_tables`), and the share
+of the teacher's score each retains (ours of our teacher, the paper's of its).
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import io
+import json
+import math
+import os
+import posixpath
+import sys
+from typing import Any, Optional, Sequence
+
+from absl import flags
+
+from tinybert_tf import files
+from tinybert_tf.files import read_json, write_json_atomic
+from tinybert_tf.pipeline import flags as tb_flags
+from tinybert_tf.pipeline import main as distill_main
+from tinybert_tf.pipeline import paper_tables, preflight
+from tinybert_tf.pipeline.paper_tables import Cell, Column, PaperTable
+from tinybert_tf.tasks.catalog import resolve_task
+
+CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), "configs", "paper")
+SHARED = ("general", "finetune_teacher", "augment")
+# Flags of bin/distill that bin/reproduce sets per run: given on its command line,
+# they are an error naming what to use instead.
+_REFUSED = {"task": "--tasks=NAME,... (bin/reproduce sets --task per run)",
+            "stages": "nothing (bin/reproduce runs the stages each cell needs)",
+            "overwrite": "deleting the cell's folder (DIR/<task>/<cell>) or DIR/shared/..."}
+_OWN = set(tb_flags.REPRODUCE_FLAGS) | {"output_dir", "dry_run"}
+
+
+class ReproduceError(ValueError):
+    """A bad bin/reproduce command; the message names the flag and the fix."""
+
+
+@dataclasses.dataclass
+class Options:
+    table: PaperTable
+    output_dir: str
+    tasks: tuple[str, ...]
+    cells: tuple[Cell, ...]
+    dry_run: bool
+    glue_dir: str
+    squad_dir: str
+    config_dir: str
+    passthrough: list[str]
+
+
+@dataclasses.dataclass
+class SharedRun:
+    """A stage several cells read, run once: its folder, command and output."""
+
+    stage: str
+    task: str
+    key: str
+    directory: str
+    argv: list[str]
+    cells: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def output(self) -> str:
+        """What the cells receive: the model directory, or the augmented file."""
+        return posixpath.join(self.directory, *(("augment",) if self.stage == "augment"
+                                                else (self.stage, "model")))
+
+
+@dataclasses.dataclass
+class CellRun:
+    cell: Cell
+    task: str
+    directory: str
+    argv: list[str]  # the cell alone (every stage in its folder)
+    shared: dict[str, SharedRun] = dataclasses.field(default_factory=dict)
+
+    def run_argv(self, augmented_name: str) -> list[str]:
+        """The cell's command with the shared outputs and its own two stages."""
+        extra = [f"--output_dir={self.directory}", "--stages=task,evaluate"]
+        if "general" in self.shared:
+            extra.append(f"--general_model={self.shared['general'].output}")
+        if "finetune_teacher" in self.shared:
+            extra.append(f"--task_teacher={self.shared['finetune_teacher'].output}")
+        if "augment" in self.shared:
+            extra.append("--augmented_file=" + posixpath.join(
+                self.shared["augment"].output, augmented_name))
+        return self.argv + extra
+
+
+# --- the command line -----------------------------------------------------------------
+
+def parse(argv: Sequence[str], config_dir: str = CONFIG_DIR) -> Options:
+    """bin/reproduce's argv -> Options; bin/distill's flags pass through to every run."""
+    fv = tb_flags.reproduce_flags()
+    try:
+        rest = fv(tb_flags.expand_flagfiles(argv))
+    except flags.Error as e:
+        raise ReproduceError(str(e).removeprefix("ERROR:: ")) from None
+    if len(rest) > 1:
+        raise ReproduceError(f"unexpected arguments: {' '.join(rest[1:])}; use --flag=value.")
+    for name, instead in _REFUSED.items():
+        if fv[name].present:
+            raise ReproduceError(f"--{name}: not a bin/reproduce flag; use {instead}.")
+    if not fv.output_dir:
+        raise ReproduceError("--output_dir is required: the folder of every run and table.")
+    table = _checked(lambda: paper_tables.get_table(fv.table))
+    cells = [c for c in table.cells if not c.is_teacher]
+    if fv.cells:
+        names = {c.name for c in table.cells}
+        unknown = [n for n in fv.cells if n not in names]
+        if unknown:
+            raise ReproduceError(f"--cells: Table {table.number} has no cell {unknown}; its "
+                                 f"cells are {', '.join(c.name for c in table.cells)}.")
+        cells = [c for c in cells if c.name in fv.cells]
+    tasks = tuple(t.strip().lower() for t in fv.tasks if t.strip()) or table.tasks
+    passthrough = [fv[name].serialize() for name in tb_flags.distill_flags()
+                   if fv[name].present and name not in _OWN]
+    missing = [c.flagfile for c in cells if not os.path.isfile(os.path.join(config_dir,
+                                                                            c.flagfile))]
+    if missing:
+        raise ReproduceError(f"{config_dir}: no flagfile {', '.join(missing)} for Table "
+                             f"{table.number}; choose other --cells.")
+    return Options(table, fv.output_dir, tasks, tuple(cells), bool(fv.dry_run), fv.glue_dir,
+                   fv.squad_dir, config_dir, passthrough)
+
+
+def _checked(fn):
+    try:
+        return fn()
+    except ValueError as e:
+        raise ReproduceError(str(e)) from None
+
+
+def data_flags(task: str, opts: Options) -> list[str]:
+    """--data_dir / --train_file / --validation_file of `task` from --glue_dir / --squad_dir."""
+    if task in paper_tables.GLUE_FOLDERS and opts.glue_dir:
+        return [f"--data_dir={posixpath.join(opts.glue_dir, paper_tables.GLUE_FOLDERS[task])}"]
+    if task in paper_tables.SQUAD_FILES and opts.squad_dir:
+        train, dev = paper_tables.SQUAD_FILES[task]
+        return [f"--train_file={posixpath.join(opts.squad_dir, train)}",
+                f"--validation_file={posixpath.join(opts.squad_dir, dev)}"]
+    return []
+
+
+def cell_argv(cell: Cell, task: str, opts: Options) -> list[str]:
+    """bin/distill's argv of `cell` on `task` (no output folder, no stages)."""
+    return ["bin/distill", f"--flagfile={os.path.join(opts.config_dir, cell.flagfile)}",
+            *paper_tables.TASK_FLAGS.get(task, ()), *data_flags(task, opts),
+            *opts.passthrough, f"--task={task}"]
+
+
+# --- the plan -------------------------------------------------------------------------
+
+def _key(settings: dict[str, Any]) -> str:
+    blob = json.dumps(settings, sort_keys=True, default=str)
+    return hashlib.sha1(blob.encode()).hexdigest()[:10]
+
+
+def plan(opts: Options) -> tuple[list[SharedRun], list[CellRun]]:
+    """Every cell's run and the shared runs they read, in the order they run."""
+    shared: dict[tuple[str, str, str], SharedRun] = {}
+    cells: list[CellRun] = []
+    for task in opts.tasks:
+        for cell in opts.cells:
+            argv = cell_argv(cell, task, opts)
+            directory = posixpath.join(opts.output_dir, task, cell.name)
+            config = _checked(lambda: distill_main.parse_argv(
+                argv + [f"--output_dir={directory}"]))
+            stages = _checked(lambda: preflight.resolve_stages(["all"], config))
+            run = CellRun(cell, task, directory, argv)
+            for stage in SHARED:
+                if stage not in stages:
+                    continue
+                key = _key(config.stage_settings(stage))
+                # shared/general/<recipe>-KEY, shared/<task>/teacher-KEY, .../augment-KEY
+                where = ("general" if stage == "general" else task,
+                         {"general": config.general.recipe,
+                          "finetune_teacher": "teacher"}.get(stage, stage))
+                ident = (stage, "" if stage == "general" else task, key)
+                if ident not in shared:
+                    folder = posixpath.join(opts.output_dir, "shared", where[0],
+                                            f"{where[1]}-{key}")
+                    shared[ident] = SharedRun(stage, task, key, folder, list(argv))
+                shared[ident].cells.append(f"{task}/{cell.name}")
+                run.shared[stage] = shared[ident]
+            cells.append(run)
+    runs = sorted(shared.values(), key=lambda r: SHARED.index(r.stage))
+    return runs, cells
+
+
+def shared_argv(run: SharedRun) -> list[str]:
+    """The shared run's command: as recorded when it was first made (resume), else the
+    command of the first cell that needs it, with its folder and its one stage."""
+    recorded = read_json(posixpath.join(run.directory, "reproduce.json"), default=None)
+    if isinstance(recorded, dict) and isinstance(recorded.get("argv"), list):
+        return [str(a) for a in recorded["argv"]]
+    return run.argv + [f"--output_dir={run.directory}", f"--stages={run.stage}"]
+
+
+# --- running --------------------------------------------------------------------------
+
+def _distill(argv: list[str], what: str) -> dict[str, Any]:
+    print(f"== reproduce: {what}", flush=True)
+    return distill_main.run_argv(argv)
+
+
+def _quiet_plan(argv: list[str]) -> dict[str, Any]:
+    """A --dry_run plan with its printing kept off stdout (ours prints one JSON)."""
+    with contextlib.redirect_stdout(io.StringIO()):
+        return distill_main.run_argv(argv + ["--dry_run"])
+
+
+def run(opts: Options) -> dict[str, Any]:
+    """Plan, run (or with --dry_run, print the plans) and write the table."""
+    shared, cells = plan(opts)
+    if opts.dry_run:
+        out = {"table": opts.table.number, "title": opts.table.title,
+               "source": opts.table.source, "tasks": list(opts.tasks),
+               "shared": [{"stage": r.stage, "folder": r.directory, "cells": r.cells,
+                           "plan": _quiet_plan(shared_argv(r))} for r in shared],
+               "cells": [{"cell": c.cell.name, "task": c.task, "folder": c.directory,
+                          "flagfile": c.cell.flagfile,
+                          "shares": {s: r.directory for s, r in c.shared.items()},
+                          "plan": _quiet_plan(c.argv + [f"--output_dir={c.directory}"])}
+                         for c in cells]}
+        print(json.dumps(out, indent=1, default=str), flush=True)
+        return out
+    for r in shared:
+        argv = shared_argv(r)
+        files.makedirs(r.directory)
+        write_json_atomic(posixpath.join(r.directory, "reproduce.json"),
+                          {"argv": argv, "stage": r.stage, "cells": r.cells})
+        _distill(argv, f"shared {r.stage} ({r.directory}) for {', '.join(r.cells)}")
+    for c in cells:
+        name = _augmented_name(c)
+        _distill(c.run_argv(name), f"Table {opts.table.number} {c.cell.name} on {c.task}")
+    return write_results(opts, cells)
+
+
+def _augmented_name(c: CellRun) -> str:
+    """The file name the shared augment stage wrote for the cell's task."""
+    if "augment" not in c.shared:
+        return ""
+    config = distill_main.parse_argv(c.argv + [f"--output_dir={c.directory}"])
+    return resolve_task(config.task).source.augmented_name
+
+
+# --- results --------------------------------------------------------------------------
+
+def _columns(opts: Options) -> list[Column]:
+    """The table's columns of the chosen tasks, and a column for any other task (its
+    primary metric; the paper has no number for it)."""
+    cols = [c for c in opts.table.columns if c.task in opts.tasks]
+    known = {c.task for c in cols}
+    for task in opts.tasks:
+        if task not in known:
+            cols.append(Column(task, task, "", 100.0))
+    return cols
+
+
+def _score(report: Optional[dict], who: str, col: Column) -> Optional[float]:
+    if not report:
+        return None
+    dev = report.get(who, {}).get("dev", {})
+    key = col.metric or _primary_key(report)
+    value = dev.get(key)
+    return None if value is None else round(float(value) * col.scale, 2)
+
+
+def _primary_key(report: dict) -> str:
+    return str(report.get("primary_metric", ""))
+
+
+def _retained(score: Optional[float], teacher: Optional[float]) -> Optional[float]:
+    return round(score / teacher, 4) if score is not None and teacher else None
+
+
+def _mean(values: list[Optional[float]]) -> Optional[float]:
+    if not values or any(v is None for v in values):
+        return None
+    return round(sum(values) / len(values), 2)
+
+
+def _paper_average(published: dict[str, Optional[float]], cols: list[Column],
+                   table: PaperTable) -> Optional[float]:
+    """The paper's "Avg" when every column of its table is shown, else the mean of the
+    shown columns (None when one is blank)."""
+    if not published:
+        return None
+    if [c.header for c in cols] == [c.header for c in table.columns] and "Avg" in published:
+        return published["Avg"]
+    return _mean([published.get(c.header) for c in cols])
+
+
+def write_results(opts: Options, cells: list[CellRun]) -> dict[str, Any]:
+    """DIR/table<N>.json / .md / .png from every cell's report.json."""
+    cols = _columns(opts)
+    reports = {(c.task, c.cell.name): read_json(posixpath.join(c.directory, "report.json"),
+                                                default=None) for c in cells}
+    teacher_cell = next((c for c in opts.table.cells if c.is_teacher), None)
+    ours_teacher = {}
+    for col in cols:
+        found = [_score(r, "teacher", col) for (task, _), r in reports.items()
+                 if task == col.task and r]
+        ours_teacher[col.header] = found[0] if found else None
+    paper_teacher = dict(teacher_cell.published) if teacher_cell else {}
+    rows = []
+    for cell in ([teacher_cell] if teacher_cell else []) + list(opts.cells):
+        entries = {}
+        for col in cols:
+            if cell.is_teacher:
+                ours = ours_teacher[col.header]
+            else:
+                ours = _score(reports.get((col.task, cell.name)), "student", col)
+            paper = cell.published.get(col.header)
+            entries[col.header] = {
+                "ours": ours, "paper": paper,
+                "ours_retained": _retained(ours, ours_teacher[col.header]),
+                "paper_retained": _retained(paper, paper_teacher.get(col.header))}
+        ours_avg = _mean([e["ours"] for e in entries.values()])
+        paper_avg = _paper_average(cell.published, cols, opts.table)
+        teacher_avg = _mean(list(ours_teacher.values()))
+        paper_teacher_avg = _paper_average(paper_teacher, cols, opts.table)
+        rows.append({"cell": cell.name, "label": cell.label, "flagfile": cell.flagfile,
+                     "note": cell.note, "scores": entries,
+                     "average": {"ours": ours_avg, "paper": paper_avg,
+                                 "ours_retained": _retained(ours_avg, teacher_avg),
+                                 "paper_retained": _retained(paper_avg, paper_teacher_avg)}})
+    data = {"table": opts.table.number, "title": opts.table.title,
+            "paper_split": opts.table.split, "our_split": "dev",
+            "source": opts.table.source, "note": opts.table.note,
+            "columns": [dataclasses.asdict(c) for c in cols], "rows": rows,
+            "runs": {f"{c.task}/{c.cell.name}": c.directory for c in cells}}
+    base = posixpath.join(opts.output_dir, f"table{opts.table.number}")
+    write_json_atomic(base + ".json", data)
+    files.write_text_atomic(base + ".md", markdown(data))
+    plot(data, base + ".png")
+    print(markdown(data), flush=True)
+    return data
+
+
+def _fmt(value: Optional[float], percent: bool = False) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    return f"{100 * value:.1f}%" if percent else f"{value:.1f}"
+
+
+def markdown(data: dict[str, Any]) -> str:
+    """The table as Markdown: per column "ours / paper", then the averages and the
+    share of the teacher's average each retains."""
+    headers = [c["header"] for c in data["columns"]]
+    lines = [f"# Table {data['table']}: {data['title']}", "",
+             f"Ours: dev set; paper: {data['paper_split']} ({data['source']}). "
+             "Each cell: ours / paper. Retained: the cell's average over the teacher's "
+             "(ours of our teacher, the paper's of its BERT-base).", "",
+             "| cell | " + " | ".join(headers) + " | average | retained (ours) | "
+             "retained (paper) |",
+             "|---" * (len(headers) + 4) + "|"]
+    for row in data["rows"]:
+        cells = [f"{_fmt(row['scores'][h]['ours'])} / {_fmt(row['scores'][h]['paper'])}"
+                 for h in headers]
+        avg = row["average"]
+        lines.append(f"| {row['label']} | " + " | ".join(cells) +
+                     f" | {_fmt(avg['ours'])} / {_fmt(avg['paper'])} | "
+                     f"{_fmt(avg['ours_retained'], True)} | "
+                     f"{_fmt(avg['paper_retained'], True)} |")
+    notes = [r for r in data["rows"] if r["note"]]
+    if notes or data["note"]:
+        lines.append("")
+        lines.extend(f"- {r['label']}: {r['note']}" for r in notes)
+        if data["note"]:
+            lines.append(f"- {data['note']}")
+    return "\n".join(lines) + "\n"
+
+
+def plot(data: dict[str, Any], path: str) -> str:
+    """Grouped bars per cell: our average beside the paper's (PNG, written whole)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = data["rows"]
+    labels = [r["label"] for r in rows]
+    ours = [r["average"]["ours"] or 0.0 for r in rows]
+    paper = [r["average"]["paper"] or 0.0 for r in rows]
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.1 * len(rows) + 2), 3.8))
+    x = list(range(len(rows)))
+    ax.bar([i - 0.2 for i in x], ours, 0.4, label="ours (dev)")
+    ax.bar([i + 0.2 for i in x], paper, 0.4, label=f"paper ({data['paper_split']})")
+    for i, r in enumerate(rows):
+        share = r["average"]["ours_retained"]
+        if share is not None:
+            ax.annotate(f"{100 * share:.0f}%", (i - 0.2, ours[i]), ha="center",
+                        va="bottom", fontsize=7)
+    ax.set_xticks(x)
+    ax.set_xticklabels(labels, rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel("average score")
+    ax.set_title(f"Table {data['table']}: {data['title']}", fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    png = io.BytesIO()
+    fig.savefig(png, dpi=90, format="png")
+    plt.close(fig)
+    files.write_bytes_atomic(path, png.getvalue())
+    return path
+
+
+# --- the command ----------------------------------------------------------------------
+
+def main(argv: Sequence[str]) -> int:
+    """bin/reproduce: 0 done; 2 a bad command or a failed run's error (one line); as
+    bin/distill otherwise (main.py)."""
+    try:
+        run(parse(argv))
+    except ReproduceError as e:
+        print(f"reproduce: error: {e}", file=sys.stderr, flush=True)
+        return 2
+    except distill_main.USER_ERRORS as e:
+        print(f"reproduce: error: {str(e).rstrip()}", file=sys.stderr, flush=True)
+        return 2
+    except KeyboardInterrupt:
+        print("reproduce: interrupted; re-run the same command to resume.", file=sys.stderr,
+              flush=True)
+        return 130
+    return 0
+
+
+def entry_point() -> None:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    sys.exit(main(sys.argv))
