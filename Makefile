@@ -24,10 +24,10 @@ demo: $(STAMP)
 
 # pytest exits 5 when it collects no test: that is a failure here, not a pass.
 # Two worker processes: much of a TF test's time is single-threaded tracing.
-# --dist loadgroup keeps the tests of one shared pipeline run on one worker
-# (tests/conftest.py), so each run is built once; the 15 slowest are printed.
+# --dist loadscope keeps each module on one worker, so a module-scoped fixture is built
+# once (tests/conftest.py says why not loadgroup); the 15 slowest are printed.
 PYTEST_WORKERS ?= 2
-PYTEST_ARGS := -q -n $(PYTEST_WORKERS) --dist loadgroup
+PYTEST_ARGS := -q -n $(PYTEST_WORKERS) --dist loadscope
 test: $(STAMP)
 	$(VENV)/bin/ruff check . bin/*
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS) --durations=15 tests; rc=$$?; \

@@ -35,10 +35,11 @@ two cores, so a test pays only for what no fixture below already gives it):
   tmp_path_factory, "my_name", lambda folder: tiny_flags(folder, vocab, ...))` in a
   session- or module-scoped fixture, with the smallest sizes that show the
   behaviour (`tiny_flags` is already seconds-long: keep its epochs and sizes).
-- Tests that use one shared run, and the tests of a module that share a
-  module-scoped fixture, are kept on one xdist worker (`--dist loadgroup`, see
-  `pytest_collection_modifyitems`): each is built once and no worker waits for
-  the other. Other tests spread one by one.
+- `make test` runs the suite with `--dist loadscope`: each module's tests run on one
+  xdist worker, so a module-scoped fixture is built once. (`--dist loadgroup` would
+  group by `xdist_group` markers, but pytest-xdist 3.8 sets a node id that pytest 9
+  no longer reads, so it spreads test by test.) A shared run used by two modules is
+  still built once: the other worker waits for it (`shared_folder`).
 - A test whose assertion compares runtimes (Keras, SavedModel, TFLite, the Task
   Library), oneDNN kernels, or a decision taken from float scores (arg-max,
   threshold, ranking) uses `tests/numerics.py` and is marked
@@ -84,36 +85,6 @@ TINY_VOCAB = (["[PAD]"] + [f"[unused{i}]" for i in range(5)] + ["[UNK]", "[CLS]"
                  "dog", "sat", "on", "mat", "run", "ran", "play", "##s", "##ing", "##ed",
                  "##ly", "##er", "un", "##aff", "##able", "hello", "world", "caf", "##e"]
               + [f"##{c}" for c in "abcdfghijklmnopqrtuvwxyz"])  # ##s, ##e are above
-
-# The shared runs (fixture name -> xdist group): the tests of a group run on one worker.
-SHARED_RUNS = {"sst2_run": "sst2", "csv_run": "own_csv", "pair_run": "own_pair",
-               "regression_run": "own_regression", "ner_run": "own_ner",
-               "squad2_run": "squad2", "squad2_export": "squad2"}
-
-
-def _group(item) -> str:
-    """The xdist group of a test: its shared run's, else its module's when the module has
-    a module-scoped fixture the test uses (so that fixture is built once), else none."""
-    for name in item.fixturenames:
-        if name in SHARED_RUNS:
-            return SHARED_RUNS[name]
-    for name in item.fixturenames:
-        defs = item._fixtureinfo.name2fixturedefs.get(name)
-        if defs and defs[-1].scope == "module":
-            return item.module.__name__
-    return ""
-
-
-@pytest.hookimpl(tryfirst=True)  # before xdist's, which reads the groups
-def pytest_collection_modifyitems(config, items):
-    """Put each test in its `_group` for `--dist loadgroup` (a test marked with an
-    xdist_group keeps it): a shared run or module fixture is built on one worker only,
-    and no worker waits for the other's."""
-    for item in items:
-        group = _group(item)
-        if group and not item.get_closest_marker("xdist_group"):
-            item.add_marker(pytest.mark.xdist_group(group))
-
 
 @pytest.fixture(scope="session")
 def tiny_vocab():
