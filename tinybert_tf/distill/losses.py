@@ -250,3 +250,58 @@ def label_mse(predictions, targets, reduction: str = "mean") -> tf.Tensor:
     p = tf.reshape(_f32(predictions), [-1])
     y = tf.reshape(_f32(targets), [-1])
     return _reduce(tf.reduce_sum(tf.square(p - y)), tf.size(p), reduction)
+
+
+# ---------------------------------------------------------------------------
+# MiniLM (Wang et al. 2020, arXiv 2002.10957; MiniLMv2, arXiv 2012.15828).
+
+# Logit given to padded keys before a relation's softmax: exp() of it underflows to
+# exactly 0 in float32, and it stays finite, so 0 * log p is 0, never nan.
+_RELATION_MASK = -1e9
+
+
+def relation_logits(x, num_heads: int) -> tf.Tensor:
+    """Scaled dot-product relation of a sequence of vectors with itself.
+
+    x: [B, L, heads, d] per-head vectors (Q, K or V) or [B, L, D]. The heads are
+    concatenated ([B, L, heads*d]) and split into `num_heads` relation heads of
+    size d_r = heads*d / num_heads (MiniLMv2 Sec. 3.1; with num_heads = the model's
+    head count this is the model's own heads, MiniLM v1's value relation).
+    Returns [B, num_heads, L, L] = X_a X_a^T / sqrt(d_r), before the softmax.
+    """
+    x = _f32(x)
+    if x.shape.rank == 4:
+        x = tf.reshape(x, tf.concat([tf.shape(x)[:2], [-1]], 0))
+    width = x.shape[-1]
+    if width % num_heads:
+        raise ValueError(f"a width of {width} does not split into {num_heads} relation heads.")
+    d_r = width // num_heads
+    x = tf.reshape(x, tf.concat([tf.shape(x)[:2], [num_heads, d_r]], 0))
+    return tf.einsum("bqhd,bkhd->bhqk", x, x) / tf.sqrt(tf.cast(d_r, tf.float32))
+
+
+def relation_kl(student_logits, teacher_logits, input_mask,
+                reduction: str = "mean") -> tf.Tensor:
+    """MiniLM's loss: KL(softmax(teacher row) || softmax(student row)) per head and
+    real query position, padded keys left out of both softmaxes.
+
+    Args:
+      student_logits, teacher_logits: [B, h, L, L] relation logits (attention scores
+        QK^T/sqrt(d_k), or `relation_logits`), the same h for both.
+      input_mask: [B, L], 1 = real token.
+    mean: (1 / (h * real tokens)) sum over heads, real queries t of
+    D_KL(T_t || S_t) (MiniLM's and MiniLMv2's 1/(h|x|) sum, |x| the real tokens).
+    """
+    s, t = _f32(student_logits), _f32(teacher_logits)
+    mask = _f32(input_mask)
+    key_pad = (1.0 - mask)[:, None, None, :] * _RELATION_MASK
+    log_s = tf.nn.log_softmax(s + key_pad, axis=-1)
+    log_t = tf.nn.log_softmax(t + key_pad, axis=-1)
+    kl_rows = tf.reduce_sum(tf.exp(log_t) * (log_t - log_s), axis=-1)   # [B, h, L]
+    total = tf.reduce_sum(kl_rows * mask[:, None, :])
+    return _reduce(total, relation_count(input_mask, t.shape[1]), reduction)
+
+
+def relation_count(input_mask, num_heads: int) -> tf.Tensor:
+    """Denominator of `relation_kl`: heads x real tokens."""
+    return tf.reduce_sum(_f32(input_mask)) * float(num_heads)

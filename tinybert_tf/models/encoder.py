@@ -9,6 +9,10 @@ Outputs, a dict:
   hidden_states     list of num_layers + 1 tensors [B, L, H]
   attention_scores  list of num_layers tensors [B, heads, L, L]: QK^T/sqrt(d_k),
                     no mask added (losses apply their own masking convention)
+  attention_queries, attention_keys, attention_values
+                    lists of num_layers tensors [B, L, heads, d_k]: each layer's
+                    per-head Q, K, V (MiniLM's relations; unused outputs cost nothing
+                    in a traced graph)
   sequence_output   [B, L, H]  last hidden state
   pooled_output     [B, H]     tanh(dense([CLS])) or the [CLS] state without pooler
   logits            the head's output (see models/heads.py): [B, C] classes, [B, 1] score,
@@ -125,16 +129,20 @@ class BertModel(keras.Model):
             x = x + embed(self.segment_embedding, type_ids, integer_friendly)
         x = self.embeddings_dropout(normalize(self.embeddings_layer_norm, x, integer_friendly),
                                     training=training)
-        hidden_states, scores = [x], []
+        hidden_states, scores, qkv = [x], [], []
         for layer in self.transformer_layers:
-            x, s = layer(x, mask, training=training, mask_value=mask_value,
-                         integer_friendly=integer_friendly)
+            x, s, layer_qkv = layer(x, mask, training=training, mask_value=mask_value,
+                                    integer_friendly=integer_friendly)
             hidden_states.append(x)
             scores.append(s)
+            qkv.append(layer_qkv)
         cls = x[:, 0, :]
         pooled = self.pooled_dense(cls) if self.pooled_dense is not None else cls
         out = {"embeddings": hidden_states[0], "hidden_states": hidden_states,
-               "attention_scores": scores, "sequence_output": x, "pooled_output": pooled}
+               "attention_scores": scores, "sequence_output": x, "pooled_output": pooled,
+               "attention_queries": [q for q, _, _ in qkv],
+               "attention_keys": [k for _, k, _ in qkv],
+               "attention_values": [v for _, _, v in qkv]}
         if self.head is not None:
             out["logits"] = self.head(self.head.select(out, inputs), training=training)
         return out

@@ -146,8 +146,9 @@ class SelfAttention(keras.layers.Layer):
         """x: [B, L, H]; input_mask: [B, L] (1 real, 0 pad).
 
         mask_value: added to the scores of padded keys before the softmax.
-        Returns (output [B, L, H], scores [B, heads, L, L]) where scores are
-        QK^T/sqrt(d_k) before any mask is added.
+        Returns (output [B, L, H], scores [B, heads, L, L], (q, k, v)) where scores
+        are QK^T/sqrt(d_k) before any mask is added and q, k, v are the per-head
+        projections [B, L, heads, d_k] (MiniLM's relations are built on them).
         """
         q = self.query(x)  # [B, L, h, d]
         k = self.key(x)
@@ -159,7 +160,7 @@ class SelfAttention(keras.layers.Layer):
         probs = ops.softmax(ops.cast(scores, "float32") + (1.0 - mask) * mask_value, axis=-1)
         probs = self.dropout(ops.cast(probs, v.dtype), training=training)
         context = ops.einsum("bhqk,bkhd->bqhd", probs, v)
-        return self.attention_output(context), scores
+        return self.attention_output(context), scores, (q, k, v)
 
     def get_config(self):
         return {**super().get_config(), "num_heads": self.num_heads,
@@ -215,11 +216,12 @@ class TransformerLayer(keras.layers.Layer):
 
     def call(self, x, input_mask, training=None, mask_value: float = MASK_VALUE,
              integer_friendly: bool = False):
-        """x: [B, L, H] -> (y [B, L, H], scores [B, heads, L, L]).
+        """x: [B, L, H] -> (y [B, L, H], scores [B, heads, L, L], (q, k, v) each
+        [B, L, heads, d_k]).
 
         integer_friendly: LayerNorms by `normalize` (same maths; full-integer export).
         """
-        attn, scores = self.self_attention_layer(x, input_mask, training=training,
+        attn, scores, qkv = self.self_attention_layer(x, input_mask, training=training,
                                                  mask_value=mask_value)
         x = normalize(self.self_attention_layer_norm,
                       x + self.self_attention_dropout(attn, training=training),
@@ -227,7 +229,7 @@ class TransformerLayer(keras.layers.Layer):
         ffn = self.feedforward_output_dense(self.feedforward_intermediate_dense(x))
         x = normalize(self.feedforward_layer_norm,
                       x + self.feedforward_dropout(ffn, training=training), integer_friendly)
-        return x, scores
+        return x, scores, qkv
 
     def get_config(self):
         return {**super().get_config(), "num_heads": self.num_heads,

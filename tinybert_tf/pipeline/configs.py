@@ -80,6 +80,12 @@ class ModelsConfig:
     task_teacher: str
     teacher_label_order: tuple[str, ...]
     student_config: str
+    latency_budget_ms: float
+    latency_runtime: str
+    latency_seq_len: int
+    latency_batch: int
+    latency_table: str
+    latency_candidates: tuple[str, ...]
     init_from_teacher: bool
     general_model: str
     student_init: str
@@ -109,10 +115,19 @@ class LossConfig:
     layer_weights: tuple[str, ...]
     share_hidden_projection: bool
     mask_padding: bool
+    minilm_relation_heads: int
+    minilm_teacher_layer: int
 
     @property
     def lambdas(self) -> Optional[list[float]]:
         return [float(w) for w in self.layer_weights] or None
+
+    def term_settings(self) -> dict[str, Any]:
+        """The settings `make_terms` hands each named term (each takes the ones it uses)."""
+        return {"layer_mapping": self.layer_mapping, "layer_weights": self.lambdas,
+                "mask_padding": self.mask_padding,
+                "relation_heads": self.minilm_relation_heads,
+                "teacher_layer": self.minilm_teacher_layer}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -261,6 +276,9 @@ _STAGE_PARTS = {
     "evaluate": ("task", "evaluate"),
     "export": ("task", "export"),
 }
+# --student_config=auto's settings: they shape the student only.
+_LATENCY = ("models.latency_budget_ms", "models.latency_runtime", "models.latency_seq_len",
+            "models.latency_batch", "models.latency_table", "models.latency_candidates")
 _STAGE_IGNORES = {
     "general": ("models.task_teacher", "models.teacher_label_order", "models.general_model",
                 "models.student_init", "models.classifier_head",
@@ -269,11 +287,11 @@ _STAGE_IGNORES = {
     "finetune_teacher": ("models.task_teacher", "models.teacher_label_order",
                          "models.student_config", "models.init_from_teacher",
                          "models.general_model", "models.student_init",
-                         "models.classifier_head"),
+                         "models.classifier_head") + _LATENCY,
     "augment": ("numerics.mixed_precision", "numerics.jit_compile", "models.student_config",
                 "models.init_from_teacher", "models.general_model",
                 "models.teacher_label_order", "models.student_init",
-                "models.classifier_head"),
+                "models.classifier_head") + _LATENCY,
     "task": ("models.init_from_teacher",),
 }
 

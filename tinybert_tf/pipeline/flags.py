@@ -26,6 +26,7 @@ from tinybert_tf import files
 from tinybert_tf.distill.terms import ALIASES, TERMS
 from tinybert_tf.export.formats import FORMATS
 from tinybert_tf.export.parity import DEFAULT_FORMATS
+from tinybert_tf.pipeline.autosize import DEFAULT_CANDIDATES
 from tinybert_tf.pipeline.configs import AUTO_PRECISION, INPUT_SHARDING, PRECISIONS
 from tinybert_tf.pipeline.lock import DEFAULT_STALE_MINUTES
 from tinybert_tf.pipeline.phases import PHASE_KINDS
@@ -354,7 +355,27 @@ def define_models(fv: flags.FlagValues) -> None:
                       "The task teacher's label names in its output order, when its directory "
                       "does not name them (e.g. LABEL_0, LABEL_1, ...).", flag_values=fv)
     flags.DEFINE_string("student_config", "tinybert_4l_312d",
-                        "Student shape: a preset name or a config JSON file.", flag_values=fv)
+                        "Student shape: a preset name, a config JSON file, or 'auto': the "
+                        "shape within --latency_budget_ms with the most transformer-layer "
+                        "parameters (docs/pipeline.md).", flag_values=fv)
+    flags.DEFINE_float("latency_budget_ms", 0.0, "--student_config=auto: the most one call "
+                       "of the student may take on --latency_runtime.", flag_values=fv)
+    flags.DEFINE_enum("latency_runtime", "tflite_float32",
+                      ["tflite_float32", "tflite_dynamic_int8", "tflite_int8", "saved_model"],
+                      "--student_config=auto: the runtime the student ships on, which each "
+                      "candidate is exported to and timed in.", flag_values=fv)
+    flags.DEFINE_integer("latency_seq_len", 128, "--student_config=auto: tokens per call "
+                         "timed.", flag_values=fv)
+    flags.DEFINE_integer("latency_batch", 1, "--student_config=auto: sequences per call "
+                         "timed.", flag_values=fv)
+    flags.DEFINE_string("latency_table", "",
+                        "--student_config=auto: a CSV of latencies measured on the target "
+                        "device (layers,hidden,heads,intermediate,latency_ms) instead of "
+                        "measuring here (docs/pipeline.md).", flag_values=fv)
+    flags.DEFINE_list("latency_candidates", list(DEFAULT_CANDIDATES),
+                      "--student_config=auto: the shapes measured, LAYERSxHIDDEN[xHEADS[xFFN]] "
+                      "(default: the 24 BERT miniatures of Turc et al. 2019; H/64 heads, 4H "
+                      "feed-forward).", flag_values=fv)
     flags.DEFINE_bool("init_from_teacher", False,
                       "General stage: start the student from the teacher's embeddings and "
                       "its mapped layers (--layer_mapping) instead of random weights, as "
@@ -498,6 +519,15 @@ def define_losses(fv: flags.FlagValues) -> None:
     flags.DEFINE_bool("share_hidden_projection", True,
                       "One W_h for all layers (reference code) instead of one per layer.",
                       flag_values=fv)
+    flags.DEFINE_integer("minilm_relation_heads", 48,
+                         "MiniLMv2 (minilm_rel): relation heads the concatenated Q, K and V "
+                         "of both models are split into; must divide both attention widths "
+                         "(paper: 48 for base-size teachers).", flag_values=fv)
+    flags.DEFINE_integer("minilm_teacher_layer", 0,
+                         "MiniLMv2 (minilm_rel): the teacher layer (1-based) whose relations "
+                         "the student's last layer learns; 0 = the teacher's last layer (the "
+                         "paper's choice for base-size teachers; an upper-middle layer for "
+                         "large ones).", flag_values=fv)
     flags.DEFINE_bool("mask_padding", False,
                       "Restrict intermediate losses to real tokens (a deviation from the "
                       "reference; see docs).", flag_values=fv)

@@ -35,7 +35,7 @@ from tinybert_tf import plugins
 from tinybert_tf.config import ConfigError
 from tinybert_tf.data.examples import DataError
 from tinybert_tf.models.checkpoint import CheckpointError
-from tinybert_tf.pipeline import cli, preflight, stage_io
+from tinybert_tf.pipeline import autosize, cli, preflight, stage_io
 from tinybert_tf.pipeline import flags as tb_flags
 from tinybert_tf.pipeline.cli import UsageError, environment_message  # noqa: F401
 from tinybert_tf.pipeline.configs import PipelineConfig
@@ -98,6 +98,10 @@ def run_argv(argv: Sequence[str]) -> dict[str, Any]:
 
 def run(config: PipelineConfig) -> dict[str, Any]:
     """Run (or with --dry_run, plan) the pipeline for `config`."""
+    # --student_config=auto: measure (or read) the candidates and fix the student first.
+    with contextlib.redirect_stdout(sys.stderr) if config.run.dry_run else \
+            contextlib.nullcontext():
+        config, sizing = autosize.resolve(config)
     r = config.run
     stages = preflight.resolve_stages(r.stages, config)
     if config.numerics.mixed_precision != "none":
@@ -126,6 +130,9 @@ def run(config: PipelineConfig) -> dict[str, Any]:
             raise preflight.PreflightError(errors)
         if in_use:
             plan["warnings"].append(in_use + " A real run now would be refused.")
+        if sizing is not None:
+            plan.update(student=sizing.student, candidates=sizing.candidates,
+                        student_reason=sizing.reason)
         print(json.dumps(plan, indent=1, default=str), flush=True)
         return plan
     if in_use:

@@ -287,8 +287,7 @@ class IntermediatePhase(PhaseKind):
 
     def terms(self, config, task):
         loss = config.loss
-        return make_terms(loss.loss_terms, layer_mapping=loss.layer_mapping,
-                          layer_weights=loss.lambdas, mask_padding=loss.mask_padding)
+        return make_terms(loss.loss_terms, **loss.term_settings())
 
     def epochs(self, config):
         return config.distill.intermediate_epochs

@@ -16,6 +16,11 @@ is as valid as ours.
                 masked LM (80/10/10) + next-sentence prediction, as BERT-Tiny /
                 BERT-Small (Turc et al. 2019) and the paper's BERT_TINY baseline.
                 The teacher only lends its vocabulary.
+  minilm_v1     MiniLM (Wang et al. 2020): the teacher's last-layer attention
+                distributions and value relations into the student's last layer
+                (minilm_att + minilm_val), width-free, no projections.
+  minilm_v2     MiniLMv2 (Wang et al. 2021): Q-Q, K-K, V-V relations with
+                --minilm_relation_heads heads from --minilm_teacher_layer (minilm_rel).
   first_layers  no training: the student is the teacher's embeddings and first M
                 layers (Patient KD's initialisation, Sun et al. 2019), saved as the
                 general model for task-stage phases to start from.
@@ -131,8 +136,7 @@ class TinyBertRecipe(GeneralRecipe):
 
     def terms(self, config) -> list[LossTerm]:
         loss = config.loss
-        return make_terms(loss.loss_terms, layer_mapping=loss.layer_mapping,
-                          layer_weights=loss.lambdas, mask_padding=loss.mask_padding)
+        return make_terms(loss.loss_terms, **loss.term_settings())
 
     def init_flag(self, config) -> str:
         return "--init_from_teacher"
@@ -203,3 +207,39 @@ class FirstLayersRecipe(GeneralRecipe):
             raise ValueError(f"--recipe=first_layers: the student has {student.num_layers} "
                              f"layers, the teacher only {teacher.num_layers}.")
         return list(range(student.num_layers))
+
+
+class _PlannedTermsRecipe(GeneralRecipe):
+    """A recipe whose terms check the two shapes themselves (head counts, relation
+    heads, teacher layer): preflight reports what `LossTerm.plan` refuses."""
+
+    def check(self, config, student: Optional[BertConfig], teacher) -> list[str]:
+        errors = super().check(config, student, teacher)
+        if student is None or teacher is None:
+            return errors
+        for term in self.terms(config):
+            try:
+                term.plan(student, teacher.config)
+            except ValueError as e:
+                errors.append(f"--recipe={self.name}: {e}")
+        return errors
+
+
+@register_recipe
+class MiniLMv1Recipe(_PlannedTermsRecipe):
+    name = "minilm_v1"
+    summary = ("MiniLM: last-layer attention distributions + value relations "
+               "(minilm_att + minilm_val, Wang et al. 2020)")
+
+    def terms(self, config) -> list[LossTerm]:
+        return make_terms("minilm_att,minilm_val", **config.loss.term_settings())
+
+
+@register_recipe
+class MiniLMv2Recipe(_PlannedTermsRecipe):
+    name = "minilm_v2"
+    summary = ("MiniLMv2: Q-Q, K-K, V-V relations of --minilm_teacher_layer "
+               "(minilm_rel, Wang et al. 2021)")
+
+    def terms(self, config) -> list[LossTerm]:
+        return make_terms("minilm_rel", **config.loss.term_settings())

@@ -63,6 +63,7 @@ from tinybert_tf.models.checkpoint import (
 )
 from tinybert_tf.models.labels import put_in_order
 from tinybert_tf.pipeline import (
+    autosize,
     baseline_phases,  # noqa: F401  (registers --task_phases=pkd)
     evaluation,
     report,
@@ -665,6 +666,7 @@ def evaluate(ctx: Context) -> dict[str, Any]:
         primary = f"{splits[0]}_{primary}"
     data = report.build_report(ctx.task.name, results["teacher"], results["student"], primary,
                                max_seq_len=ctx.max_seq_len)
+    data.update(autosize.report_entry(ctx.state.output_dir))  # --student_config=auto
     grid = ctx.state.done_info("task").get("grid")
     if grid:  # every --pred_grid cell's best dev score, the selected one marked
         data["pred_grid"] = grid
