@@ -14,6 +14,8 @@ import os
 import pytest
 
 from tinybert_tf.pipeline import flags as tb_flags
+from tinybert_tf.pipeline.configs import PipelineConfig
+from tinybert_tf.pipeline.preflight import resolve_stages
 
 from pipeline_helpers import REPO
 
@@ -92,3 +94,7 @@ def test_demo_config_runs_everything_on_the_embedded_default(monkeypatch):
     assert f.stages == ["all"] and f.task == "polarity" and f.teacher == "minilm-l6"
     assert f.student_config == "minilm_1l_384d" and f.init_from_teacher
     assert not f.data_dir and not f.corpus  # the data installed with the package
+    # The quantize stage runs between task and evaluate, and makes the export's int8.
+    stages = resolve_stages(f.stages, PipelineConfig.from_flags(f))
+    assert stages[stages.index("task"):] == ["task", "quantize", "evaluate", "export"]
+    assert "int8" in f.export_formats and f.quantize_steps > 0

@@ -139,6 +139,16 @@ CASES = {
                              r"--word_vectors=/nonexistent\.txt: file not found", None),
     "stray argument": (dict(), None, r"^unexpected arguments: extra; use --flag=value", None),
     "no stages": (dict(stages=[""]), None, r"^--stages: unknown stage", None),
+    "quantize without int8": (dict(stages=["task", "quantize"]), None,
+                              r"^--stages=task,quantize: the quantize stage makes the int8 "
+                              r"export's student, and this run has no int8 in "
+                              r"--export_formats=saved_model,float32", None),
+    "quantize with an mlm term": (dict(stages=["task", "quantize"], export_formats=["int8"],
+                                       quantize_loss_terms=["mlm"]), None,
+                                  r"^--quantize_loss_terms: unknown term 'mlm'; use any of "
+                                  r"pred, embd, attn, hidn", None),
+    "negative quantize steps": (dict(quantize_steps=-1), None,
+                                r"^--quantize_steps=-1: must be >= 0", None),
     "bad lock staleness": (dict(lock_stale_minutes=0.0), None,
                            r"^--lock_stale_minutes=0\.0: must be > 0", None),
     "damaged run config": (dict(), lambda tmp, out, vocab: (out.mkdir(), (out / "run_config.json")

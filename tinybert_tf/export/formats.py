@@ -49,7 +49,9 @@ class ExportContext:
     examples as text; representative: packed calibration inputs (int8) or None;
     serving_name / serving_version: the TF Serving model name (models.config)
     and an explicit version to publish (None: the next free one); options:
-    per-format settings by name (`FORMAT_OPTIONS`), e.g. keras_hub_approximate_gelu.
+    per-format settings by name (`FORMAT_OPTIONS`), e.g. keras_hub_approximate_gelu;
+    quantized: the fake-quantised student (the quantize stage's) that formats with
+    `learnt_ranges` convert instead of `model`, or None.
     """
 
     model: Any
@@ -64,6 +66,7 @@ class ExportContext:
     serving_name: str = "tinybert"
     serving_version: Optional[int] = None
     options: dict[str, Any] = dataclasses.field(default_factory=dict)
+    quantized: Any = None
 
 
 @dataclasses.dataclass
@@ -87,6 +90,7 @@ class ExportFormat:
     check(config, head, options) -> why a model of that BertConfig and head
     cannot be written in this format (empty: it can), asked before anything is
     written (`export_all`, `bin/export`, `bin/distill --dry_run`).
+    learnt_ranges: written from the quantised student when the export has one.
     """
 
     name: str
@@ -99,6 +103,7 @@ class ExportFormat:
     describe: Optional[Callable[[str], dict[str, Any]]] = None
     published: bool = False
     check: Optional[Callable[[BertConfig, Optional[str], Mapping[str, Any]], list[str]]] = None
+    learnt_ranges: bool = False
 
 
 FORMATS: dict[str, ExportFormat] = {}
@@ -244,9 +249,13 @@ def _tflite_format(flavour: str) -> ExportFormat:
     spec = tfl.FLAVOURS[flavour]
 
     def write(ctx: ExportContext, path: str) -> str:
-        rep = [ctx.representative] if ctx.representative is not None else None
-        flat = tfl.convert(ctx.model, flavour, ctx.max_seq_len, rep, task=ctx.task,
-                           is_pair=ctx.is_pair)
+        if spec.learnt_ranges and ctx.quantized is not None:
+            flat = tfl.convert(ctx.quantized, flavour, ctx.max_seq_len, task=ctx.task,
+                               is_pair=ctx.is_pair)
+        else:
+            rep = [ctx.representative] if ctx.representative is not None else None
+            flat = tfl.convert(ctx.model, flavour, ctx.max_seq_len, rep, task=ctx.task,
+                               is_pair=ctx.is_pair)
         return tfl.write_tflite(flat, path)
 
     def load(ctx: ExportContext, path: str) -> Loaded:
@@ -273,7 +282,8 @@ def _tflite_format(flavour: str) -> ExportFormat:
 
     return ExportFormat(flavour, tfl.tflite_file(flavour), write, load, spec.description,
                         timer=None if spec.text_input else timer,
-                        calibrated=spec.calibrated, describe=_describe_tflite)
+                        calibrated=spec.calibrated, describe=_describe_tflite,
+                        learnt_ranges=spec.learnt_ranges)
 
 
 def _describe_tflite(path: str) -> dict[str, Any]:

@@ -8,6 +8,12 @@ parity dict: per format, on the dev set, max |probability - Keras probability|
 (score for regression), label agreement with Keras, the task metric, the
 artefact's size, latency at batch 1, and what the format describes of its
 artefact (the SavedModel's served version, a TFLite file's metadata).
+
+With a quantised student (`quantized=`, the quantize stage's), the int8 flavour
+is converted from it with its learnt ranges, `int8_ptq` (the float model's
+post-training int8) is exported beside it, and a `keras_quantized` row gives
+the quantised student's own Keras answers; every row is compared with the
+float model's.
 """
 from __future__ import annotations
 
@@ -33,11 +39,15 @@ from tinybert_tf.export.serving import check_version
 from tinybert_tf.files import write_json_atomic
 from tinybert_tf.models.checkpoint import load_tokenizer
 from tinybert_tf.models.encoder import BertModel
+from tinybert_tf.models.quantization import is_quantized
 from tinybert_tf.tasks import TaskType, task_type
 from tinybert_tf.timing import median_ms
 
 PARITY_FILE = "parity.json"
 DEFAULT_FORMATS = ("saved_model", "float32", "float16", "dynamic_int8", "int8", "int16x8")
+# Exported beside a learnt-range flavour made from a quantised student: the float
+# model's calibrated int8, what the quantised one is measured against.
+POST_TRAINING_INT8 = "int8_ptq"
 # Not by default: text_float32 (raw text in, needs tensorflow-text ops in the app),
 # hf, keras_hub.
 
@@ -53,7 +63,8 @@ def export_all(model: BertModel, output_dir: str, *, max_seq_len: int,
                max_examples: Optional[int] = None,
                serving_name: Optional[str] = None,
                serving_version: Optional[int] = None,
-               options: Optional[Mapping[str, Any]] = None) -> dict[str, Any]:
+               options: Optional[Mapping[str, Any]] = None,
+               quantized: Optional[BertModel] = None) -> dict[str, Any]:
     """Export `model` in `formats` (rows of `formats.FORMATS`) under `output_dir`
     (the export folder, e.g. OUTPUT/export) and check parity on the dev set.
 
@@ -76,11 +87,18 @@ def export_all(model: BertModel, output_dir: str, *, max_seq_len: int,
         free one); an existing version is an ExportError, never rewritten.
       options: per-format settings (`formats.FORMAT_OPTIONS`), e.g.
         {"keras_hub_approximate_gelu": True}.
+      quantized: the fake-quantised copy of `model` (the quantize stage's student):
+        int8 is converted from it with its learnt ranges, and int8_ptq is added.
     Returns the parity dict also written to output_dir/parity.json. A format that
     cannot export this model (`ExportFormat.check`) is an ExportError before
     anything is written.
     """
     formats = fmts.check_formats(formats, "formats")
+    check_quantized(model, quantized)
+    if quantized is not None and POST_TRAINING_INT8 not in formats and any(
+            fmts.FORMATS[f].learnt_ranges for f in formats):
+        at = next(i for i, f in enumerate(formats) if fmts.FORMATS[f].learnt_ranges) + 1
+        formats = (*formats[:at], POST_TRAINING_INT8, *formats[at:])
     unknown = sorted(set(options or {}) - set(fmts.FORMAT_OPTIONS))
     if unknown:
         raise ExportError(f"options: unknown export option(s) {unknown}; known: "
@@ -120,7 +138,7 @@ def export_all(model: BertModel, output_dir: str, *, max_seq_len: int,
     ctx = fmts.ExportContext(model, task, max_seq_len, bool(is_pair), dev_a, dev_b, dev_inputs,
                              rep_inputs, num_threads,
                              fmts.serving_model_name(serving_name or task_name),
-                             serving_version, options)
+                             serving_version, options, quantized)
 
     reference = keras_outputs(model, task, dev_inputs)
     if not np.all(np.isfinite(reference)):
@@ -141,16 +159,29 @@ def export_all(model: BertModel, output_dir: str, *, max_seq_len: int,
                      "size_bytes": int(sum(v.numpy().nbytes for v in model.weights)),
                      "latency_ms_b1": median_ms(lambda: keras_fn(one).numpy(), latency_runs),
                      "path": None}
+    outputs = {}
+    if quantized is not None:
+        quantized_fn = tf.function(lambda x: quantized(x, training=False)["logits"])
+        outputs["keras_quantized"] = keras_outputs(quantized, task, dev_inputs)
+        rows["keras_quantized"] = {
+            **compare(task, reference, outputs["keras_quantized"], ctx),
+            "size_bytes": int(sum(v.numpy().nbytes for v in quantized.weights)),
+            "latency_ms_b1": median_ms(lambda: quantized_fn(one).numpy(), latency_runs),
+            "path": None, "ranges": "learnt"}
     for name in formats:
         fmt = fmts.FORMATS[name]
         path = fmt.write(ctx, os.path.join(output_dir, fmt.artefact))
         loaded = fmt.load(ctx, path)
-        outs = loaded.predict()
+        outs = outputs[name] = loaded.predict()
         rows[name] = {**compare(task, reference, outs, ctx), "size_bytes": path_size(path),
                       "latency_ms_b1": median_ms(loaded.one, latency_runs),
                       "path": _relative(path, output_dir),
                       **(fmt.describe(path) if fmt.describe else {})}
-        if dev_labels is not None:
+        if fmt.calibrated:
+            rows[name]["ranges"] = ("learnt" if fmt.learnt_ranges and quantized is not None
+                                    else "calibrated")
+    if dev_labels is not None:
+        for name, outs in outputs.items():
             rows[name]["metric"] = task_metric(metric_task, _reorder(outs, order),
                                                dev_labels)[1]
 
@@ -167,6 +198,28 @@ def export_all(model: BertModel, output_dir: str, *, max_seq_len: int,
     write_json_atomic(parity_path, parity)
     print(format_table(parity), flush=True)
     return parity
+
+
+def check_quantized(model: BertModel, quantized: Optional[BertModel]) -> None:
+    """`model` is a float task model and `quantized` (if any) its fake-quantised copy
+    (same head, labels and vocab); ExportError otherwise."""
+    if is_quantized(model):
+        raise ExportError("the model to export is fake-quantised (a quantize stage "
+                          "output): pass the float task student as the model and this one "
+                          "as quantized= (bin/export: --quantized_model_dir).")
+    if quantized is None:
+        return
+    if not is_quantized(quantized):
+        raise ExportError("quantized= is a float model; give the quantize stage's student "
+                          "(OUTPUT/quantize/model).")
+    mine = (model.head_type, model.num_labels, model.label_names, model.vocab,
+            model.bert_config.to_dict())
+    theirs = (quantized.head_type, quantized.num_labels, quantized.label_names,
+              quantized.vocab, quantized.bert_config.to_dict())
+    if mine != theirs:
+        raise ExportError("the quantised student is not a copy of the model to export (head, "
+                          "labels, vocab or config differ); export the float student it was "
+                          "quantised from.")
 
 
 def _reorder(outputs: np.ndarray, order: Optional[list[int]]) -> np.ndarray:
@@ -212,7 +265,7 @@ def compare(task: TaskType, reference: np.ndarray, outputs: np.ndarray,
 def format_table(parity: dict[str, Any]) -> str:
     """A fixed-width text table of a parity dict."""
     metric = parity.get("metric_name") or "metric"
-    head = (f"{'format':<14}{'max|Δ|':>11}{'agree':>8}{metric[:10]:>11}"
+    head = (f"{'format':<16}{'max|Δ|':>11}{'agree':>8}{metric[:10]:>11}"
             f"{'size MB':>10}{'ms @b1':>9}")
     lines = [f"export parity on {parity['num_examples']} dev examples, "
              f"seq {parity['max_seq_len']} (Δ of {parity['output']} vs Keras)", head,
@@ -220,6 +273,6 @@ def format_table(parity: dict[str, Any]) -> str:
     for name, r in parity["formats"].items():
         agree = "-" if r.get("label_agreement") is None else f"{r['label_agreement']:.1%}"
         m = "-" if r.get("metric") is None else f"{r['metric']:.4f}"
-        lines.append(f"{name:<14}{r['max_abs_diff']:>11.2e}{agree:>8}{m:>11}"
+        lines.append(f"{name:<16}{r['max_abs_diff']:>11.2e}{agree:>8}{m:>11}"
                      f"{r['size_bytes'] / 1e6:>10.2f}{r['latency_ms_b1']:>9.2f}")
     return "\n".join(lines)

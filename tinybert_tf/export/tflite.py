@@ -1,5 +1,6 @@
-"""TFLite for Android: float32, float16, dynamic-range int8, full-integer int8 and
-int16x8 (16-bit activations, 8-bit weights), and text-in float32.
+"""TFLite for Android: float32, float16, dynamic-range int8, full-integer int8
+(int8_ptq: always calibrated after training) and int16x8 (16-bit activations,
+8-bit weights), and text-in float32.
 
 Every ids flavour has the TFLite Task Library `BertNLClassifier` interface:
 inputs `input_word_ids`, `input_mask`, `input_type_ids`, int32 [1, L] (in that
@@ -44,6 +45,12 @@ Measured on the demo (docs/deploy.md): int8 keeps 80-88% of the dev labels,
 int16x8 all of them (its x86 kernels are slow reference code; the Task
 Library's runtime lacks int16 GELU/RSQRT, so it carries descriptive metadata).
 
+A fake-quantised model (the quantize stage's student, models/quantization.py)
+converts to int8 only, with the ranges its FakeQuant ops carry and no
+representative data (`_learnt_int8`); the `int8` format converts it when the
+export has one (`Flavour.learnt_ranges`), and `int8_ptq` calibrates the float
+model beside it.
+
 Full-integer quantisation and the attention mask: the encoder adds -10000 to the
 scores of padded keys (`layers.MASK_VALUE`, right for float training). In int8
 the sum "scores + mask" then spans [-10000, max score], one int8 step is ~40,
@@ -57,6 +64,7 @@ the same task). The float flavours keep -10000.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import warnings
@@ -75,6 +83,7 @@ from tinybert_tf.files import write_bytes_atomic
 from tinybert_tf.models.checkpoint import load_tokenizer
 from tinybert_tf.models.encoder import INPUT_NAMES, BertModel
 from tinybert_tf.models.layers import MASK_VALUE
+from tinybert_tf.models.quantization import is_quantized
 from tinybert_tf.tasks import TaskType
 
 
@@ -93,6 +102,9 @@ class Flavour:
     # Why the Task Library's runtime cannot run this flavour (None: it can); such a
     # flavour gets the descriptive fallback of the task's Task Library kind.
     not_in_task_library: Optional[str] = None
+    # Converted from the quantised student (models/quantization.py) with its learnt
+    # ranges when the export has one; from the float model, calibrated, otherwise.
+    learnt_ranges: bool = False
 
 
 def _float32(converter, rows) -> None:
@@ -119,6 +131,18 @@ def _int8(converter, rows) -> None:
     # feeds int32 ids and reads float scores.
 
 
+def _learnt_int8(converter, rows) -> None:
+    """A fake-quantised model (models/quantization.py): the converter quantises every
+    tensor with the ranges its FakeQuant ops carry; no calibration data.
+
+    Not `supported_ops=[TFLITE_BUILTINS_INT8]`: TF 2.20 checks for a representative
+    data set before it looks for FakeQuant ops (`_save_conversion_params_metric`
+    builds its QuantizationMode without the graph) and refuses. Every tensor has a
+    range, so nothing stays float (tests/test_quantization.py checks each op).
+    """
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+
+
 def _int16x8(converter, rows) -> None:
     converter.optimizations = [tf.lite.Optimize.DEFAULT]
     converter.representative_dataset = lambda: iter(rows)
@@ -135,8 +159,12 @@ FLAVOURS: dict[str, Flavour] = {
     "float32": Flavour("TFLite float32", _float32),
     "float16": Flavour("TFLite with float16 weights", _float16),
     "dynamic_int8": Flavour("TFLite with int8 weights, float activations", _dynamic_int8),
-    "int8": Flavour("TFLite full-integer int8 (calibrated)", _int8, calibrated=True,
-                    integer=True),
+    "int8": Flavour("TFLite full-integer int8: the quantised student's learnt ranges, or "
+                    "calibrated without one", _int8, calibrated=True, integer=True,
+                    learnt_ranges=True),
+    "int8_ptq": Flavour("TFLite full-integer int8 of the float model, calibrated after "
+                        "training (post-training quantisation)", _int8, calibrated=True,
+                        integer=True),
     "int16x8": Flavour("TFLite full-integer, int16 activations and int8 weights (calibrated)",
                        _int16x8, calibrated=True, integer=True,
                        not_in_task_library="the Task Library's TFLite runtime (tflite-support "
@@ -198,7 +226,7 @@ def model_function(model: BertModel, max_seq_len: int, batch_size: int = 1,
 
     @tf.function(input_signature=spec)
     def predict(input_word_ids, input_mask, input_type_ids):
-        if integer:
+        if integer and not is_quantized(model):  # a quantised model gathers its own mask
             # A float 0/1 mask from a two-entry table: GATHER has integer kernels,
             # the encoder's int32 -> float32 CAST has none (it would stay float).
             input_mask = tf.gather(tf.constant([0.0, 1.0]), input_mask)
@@ -207,7 +235,9 @@ def model_function(model: BertModel, max_seq_len: int, batch_size: int = 1,
         logits = model(inputs, training=False, mask_value=value, integer_friendly=integer)
         return task.tflite_outputs(tf.cast(logits["logits"], tf.float32))
 
-    return convert_variables_to_constants_v2(predict.get_concrete_function())
+    ranges = getattr(model, "quant_ranges", None)
+    with ranges.converter_trace() if ranges is not None else contextlib.nullcontext():
+        return convert_variables_to_constants_v2(predict.get_concrete_function())
 
 
 def text_model_function(model: BertModel, max_seq_len: int, is_pair: bool,
@@ -251,7 +281,17 @@ def convert(model: BertModel, fmt: str, max_seq_len: int,
     task = export_task(model, task)
     max_seq_len = check_seq_len(model, max_seq_len)
     rows = None
-    if flavour.text_input:
+    configure = flavour.configure
+    learnt = is_quantized(model)
+    if learnt and not flavour.learnt_ranges:
+        raise ExportError(f"{fmt}: the model is fake-quantised for int8 (the quantize "
+                          "stage's student); it converts to int8 only. Export the float task "
+                          "student (OUTPUT/task/model) for the other flavours.")
+    if learnt:
+        configure = _learnt_int8
+        fn = model_function(model, max_seq_len, batch_size, task=task, integer=True)
+        in_names = INPUT_NAMES
+    elif flavour.text_input:
         kind = text_metadata_kind(model, task, is_pair, fmt)
         if batch_size != 1:
             raise ExportError(f"{fmt}: the text-in flavour takes one text per call; "
@@ -267,7 +307,7 @@ def convert(model: BertModel, fmt: str, max_seq_len: int,
                             integer=flavour.integer)
         in_names = INPUT_NAMES
     converter = tf.lite.TFLiteConverter.from_concrete_functions([fn], tf.Module())
-    flavour.configure(converter, rows)
+    configure(converter, rows)
     flat = name_io(converter.convert(), list(task.tflite_outputs_names()), in_names)
     if not metadata:
         return flat

@@ -42,6 +42,7 @@ from tinybert_tf.models.model_dir import (
     read_model_vocab,
     read_safetensors,
 )
+from tinybert_tf.models.quantization import QuantizationConfig, QuantizationError
 from tinybert_tf.tokenizer import Tokenizer, write_vocab
 
 log = logging.getLogger(__name__)
@@ -94,7 +95,9 @@ def save_model(model: BertModel, directory: str,
     """Write `model` as our model directory; returns its path.
 
     Files: `config.json` (format, bert_config, head, num_labels, label_names,
-    metadata), `vocab.txt`, `model.safetensors` (weight_dict paths, float32).
+    metadata; `quantization` for a fake-quantised model), `vocab.txt`,
+    `model.safetensors` (weight_dict paths, float32; a quantised model's
+    activation ranges too).
     `attachments`: name -> (arrays, facts), tensors that travel with the model
     but are not part of it (the general model's W_e/W_h projections): written as
     NAME.safetensors, listed in config.json's "attachments" with their shapes
@@ -114,6 +117,8 @@ def save_model(model: BertModel, directory: str,
         "label_names": list(model.label_names) if model.label_names else None,
         "metadata": meta,
     }
+    if getattr(model, "quantization", None) is not None:
+        config["quantization"] = model.quantization.to_dict()
     arrays = {path: np.ascontiguousarray(np.asarray(v.numpy(), dtype=np.float32))
               for path, v in model.weight_dict().items()}
     extra = {}
@@ -332,9 +337,12 @@ def build_model(spec: CheckpointSpec, head: Optional[str] = None,
     else:
         names = list(label_names) if label_names else None
     try:
+        quantization = (QuantizationConfig.from_dict(spec.quantization,
+                                                     f"{spec.weights_file} [quantization]")
+                        if spec.quantization else None)
         model = BertModel(spec.config, head=want_head, num_labels=num_labels,
-                          label_names=names, vocab=spec.vocab)
-    except (ValueError, ConfigError) as e:
+                          label_names=names, vocab=spec.vocab, quantization=quantization)
+    except (ValueError, ConfigError, QuantizationError) as e:
         raise CheckpointError(f"{spec.weights_file}: cannot build the model: {e}") from e
 
     targets = model.weight_dict()
@@ -400,4 +408,5 @@ def _read_own(path: str) -> CheckpointSpec:
     return CheckpointSpec(config, vocab, weights, weights_file, head=head,
                           num_labels=data.get("num_labels"),
                           label_names=data.get("label_names"),
-                          metadata=data.get("metadata") or {})
+                          metadata=data.get("metadata") or {},
+                          quantization=data.get("quantization"))

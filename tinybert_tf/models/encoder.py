@@ -36,6 +36,14 @@ from tinybert_tf.models.layers import (
     initializer,
     normalize,
 )
+from tinybert_tf.models.quantization import (
+    ActivationRanges,
+    Quant,
+    QuantizationConfig,
+    QuantizationError,
+    dense,
+    tensor_weights,
+)
 
 INPUT_NAMES = ("input_word_ids", "input_mask", "input_type_ids")
 VOCAB_ASSET = "vocab.txt"  # the vocab's file in a .keras archive's assets
@@ -52,6 +60,10 @@ class BertModel(keras.Model):
       num_labels: outputs of a labelled head (classes, tags; 1 for a regressor).
       label_names: optional class names, saved with the model.
       vocab: optional WordPiece vocabulary (list of tokens), saved with the model.
+      quantization: a `QuantizationConfig` for the int8 fake-quantised encoder of
+        quantisation-aware distillation (models/quantization.py): every call then
+        computes what TFLite's full-integer kernels will, and `quant_ranges` holds
+        its activation ranges (saved with the weights).
 
     Example:
       >>> model = BertModel(get_config("tiny_4l_192d"), head="classifier", num_labels=2)
@@ -63,10 +75,14 @@ class BertModel(keras.Model):
     def __init__(self, config: BertConfig, head: Optional[str] = None,
                  num_labels: Optional[int] = None,
                  label_names: Optional[Sequence[str]] = None,
-                 vocab: Optional[Sequence[str]] = None, **kwargs):
+                 vocab: Optional[Sequence[str]] = None,
+                 quantization: Optional[QuantizationConfig] = None, **kwargs):
         kwargs.setdefault("name", "bert")
         super().__init__(**kwargs)
         head_cls = get_head(head) if head is not None else None
+        if quantization is not None and head_cls is not None and not head_cls.quantizable:
+            raise QuantizationError(f"a {head} head has no int8 form; quantise a task model "
+                                    "(classifier, regressor, token classifier, span).")
         num_labels = (head_cls.resolve_num_labels(num_labels, label_names)
                       if head_cls is not None else None)
         if label_names and num_labels is not None and len(label_names) != num_labels:
@@ -101,9 +117,19 @@ class BertModel(keras.Model):
             dtype=p, name="pooled_dense") if c.use_pooler else None)
         self.head = (head_cls.create(c, num_labels, self.token_embedding, p)
                      if head_cls is not None else None)
+        self.quantization = quantization
+        self.quant_ranges = (ActivationRanges(quantization, owner=self.name,
+                                              name="quantization")
+                             if quantization is not None else None)
         # Create every variable now, so weights can be loaded right after construction.
         extra = head_cls.build_inputs if head_cls is not None else {}
-        self(dummy_inputs(1, 2, mlm_positions=extra.get("masked_lm_positions", 0)))
+        dummy = dummy_inputs(1, 2, mlm_positions=extra.get("masked_lm_positions", 0))
+        self._int8_ready = False
+        self(dummy)
+        if quantization is not None:
+            # The int8 trace reads built layers' weights; its first call creates its points.
+            self._int8_ready = True
+            self(dummy)
 
     def call(self, inputs: dict[str, Any], training=None,
              mask_value: float = MASK_VALUE, integer_friendly: bool = False) -> dict[str, Any]:
@@ -115,37 +141,76 @@ class BertModel(keras.Model):
         integer_friendly: embeddings by plain GATHER and centred LayerNorms
         (`layers.embed` / `layers.normalize`): the same maths in ops that the
         full-integer TFLite flavours quantise to integer kernels.
+        A quantised model (`quantization`) always computes its int8 trace and
+        ignores both arguments (its mask value is calibrated).
         """
         word_ids = inputs["input_word_ids"]
         mask = inputs.get("input_mask")
         if mask is None:
             mask = ops.ones_like(word_ids)
-        x = embed(self.token_embedding, word_ids, integer_friendly)
-        x = x + self.position_embedding(x)
+        q = Quant(self.quant_ranges) if self.quant_ranges is not None and self._int8_ready \
+            else None
+        x = embed(self.token_embedding, word_ids, integer_friendly, quant=q)
+        positions = self.position_embedding(x)
+        if q is not None:  # rows of the int8 position table
+            positions = tensor_weights(positions, range_of=self.position_embedding.embeddings)
+        x = self._add(x, positions, q, "embeddings.position", training)
         if self.segment_embedding is not None:
             type_ids = inputs.get("input_type_ids")
             if type_ids is None:
                 type_ids = ops.zeros_like(word_ids)
-            x = x + embed(self.segment_embedding, type_ids, integer_friendly)
-        x = self.embeddings_dropout(normalize(self.embeddings_layer_norm, x, integer_friendly),
-                                    training=training)
+            x = self._add(x, embed(self.segment_embedding, type_ids, integer_friendly, quant=q),
+                          q, "embeddings.segment", training)
+        x = normalize(self.embeddings_layer_norm, x, integer_friendly,
+                      quant=q and q.scope("embeddings_norm"), training=training)
+        x = self.embeddings_dropout(x, training=training)
         hidden_states, scores, qkv = [x], [], []
-        for layer in self.transformer_layers:
+        for i, layer in enumerate(self.transformer_layers):
             x, s, layer_qkv = layer(x, mask, training=training, mask_value=mask_value,
-                                    integer_friendly=integer_friendly)
+                                    integer_friendly=integer_friendly,
+                                    quant=q and q.scope(f"transformer_layer_{i}"))
             hidden_states.append(x)
             scores.append(s)
             qkv.append(layer_qkv)
         cls = x[:, 0, :]
-        pooled = self.pooled_dense(cls) if self.pooled_dense is not None else cls
+        if self.pooled_dense is None:
+            pooled = cls
+        elif q is None:
+            pooled = self.pooled_dense(cls)
+        else:
+            pooled = ops.cast(dense(self.pooled_dense, cls, q.scope("pooler"), training),
+                              x.dtype)
         out = {"embeddings": hidden_states[0], "hidden_states": hidden_states,
                "attention_scores": scores, "sequence_output": x, "pooled_output": pooled,
-               "attention_queries": [q for q, _, _ in qkv],
-               "attention_keys": [k for _, k, _ in qkv],
-               "attention_values": [v for _, _, v in qkv]}
+               "attention_queries": [t[0] for t in qkv],
+               "attention_keys": [t[1] for t in qkv],
+               "attention_values": [t[2] for t in qkv]}
         if self.head is not None:
-            out["logits"] = self.head(self.head.select(out, inputs), training=training)
+            head_quant = {} if q is None else {"quant": q.scope("head")}
+            out["logits"] = self.head(self.head.select(out, inputs), training=training,
+                                      **head_quant)
         return out
+
+    @staticmethod
+    def _add(x, y, q: Optional[Quant], name: str, training):
+        """x + y (the embedding sums); in the int8 trace the sum is point `name`."""
+        if q is None:
+            return x + y
+        return ops.cast(q.act(name, ops.cast(x, "float32") + ops.cast(y, "float32"), training),
+                        x.dtype)
+
+    def quantized(self, config: Optional[QuantizationConfig] = None) -> "BertModel":
+        """A fake-quantised copy of this model (same weights, `config` or the default
+        QuantizationConfig): the student of quantisation-aware distillation. Its
+        activation ranges are unset until `quantization.calibrate`."""
+        model = BertModel(self.bert_config, head=self.head_type, num_labels=self.num_labels,
+                          label_names=self.label_names, vocab=self.vocab,
+                          quantization=config or QuantizationConfig(), name=self.name)
+        targets = model.weight_dict()
+        for path, v in self.weight_dict().items():
+            targets[path].assign(v)
+        model.metadata = dict(getattr(self, "metadata", None) or {})
+        return model
 
     # Keras's own format: `model.save("x.keras")` and `keras.models.load_model("x.keras")`
     # (with tinybert_tf imported: the class is registered as "tinybert_tf>BertModel").
@@ -156,14 +221,17 @@ class BertModel(keras.Model):
         return {"name": self.name, "trainable": self.trainable,
                 "dtype": keras.saving.serialize_keras_object(self.dtype_policy),
                 "config": self.bert_config.to_dict(), "head": self.head_type,
-                "num_labels": self.num_labels, "label_names": self.label_names}
+                "num_labels": self.num_labels, "label_names": self.label_names,
+                "quantization": self.quantization.to_dict() if self.quantization else None}
 
     @classmethod
     def from_config(cls, config):
         config = dict(config)
         dtype = config.pop("dtype", None)
+        quant = config.get("quantization")
         return cls(BertConfig.from_dict(config["config"]), head=config["head"],
                    num_labels=config["num_labels"], label_names=config["label_names"],
+                   quantization=QuantizationConfig.from_dict(quant) if quant else None,
                    name=config.get("name", "bert"), trainable=config.get("trainable", True),
                    dtype=keras.saving.deserialize_keras_object(dtype) if dtype else None)
 

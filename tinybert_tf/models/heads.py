@@ -25,6 +25,7 @@ from keras import ops
 
 from tinybert_tf import plugins
 from tinybert_tf.models.layers import activation_fn, initializer
+from tinybert_tf.models.quantization import Quant, dense
 
 HEADS: dict[str, type["Head"]] = {}
 
@@ -58,6 +59,8 @@ class Head(keras.layers.Layer):
     kind: ClassVar[str] = ""
     layer_name: ClassVar[str] = ""
     has_labels: ClassVar[bool] = True
+    # Whether `call` takes `quant` (an int8 trace for the quantize stage).
+    quantizable: ClassVar[bool] = False
     # Extra dummy inputs the encoder needs to build this head (e.g. MLM positions).
     build_inputs: ClassVar[dict[str, int]] = {}
 
@@ -90,6 +93,7 @@ class _DenseHead(Head):
 
     reads = "pooled_output"
     dense_name = "classifier"
+    quantizable = True
 
     def __init__(self, num_labels: int, dropout: float = 0.1,
                  initializer_range: float = 0.02, **kwargs):
@@ -113,8 +117,11 @@ class _DenseHead(Head):
     def select(self, outputs, inputs):
         return outputs[self.reads]
 
-    def call(self, x, training=None):
-        return getattr(self, self.dense_name)(self.dropout(x, training=training))
+    def call(self, x, training=None, quant: Optional[Quant] = None):
+        """x [..., H] -> logits [..., num_labels]; with `quant`, int8 kernel and logits."""
+        x = self.dropout(x, training=training)
+        layer = getattr(self, self.dense_name)
+        return layer(x) if quant is None else dense(layer, x, quant, training)
 
     def get_config(self):
         return {**super().get_config(), "num_labels": self.num_labels,

@@ -13,11 +13,20 @@ pre-softmax scores QK^T/sqrt(d_k) without the mask, which MHA does not return.
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 import keras
 import numpy as np
 import tensorflow as tf
 from keras import ops
+
+from tinybert_tf.models.quantization import (
+    SOFTMAX_RANGE,
+    Quant,
+    dense,
+    fixed_range,
+    tensor_weights,
+)
 
 # Added to the scores of padded keys before the softmax. The softmax runs in
 # float32, and -1e4 is finite in float16 (max 65504) and bfloat16 alike, so a
@@ -40,29 +49,36 @@ def initializer(stddev: float) -> keras.initializers.Initializer:
     return keras.initializers.TruncatedNormal(stddev=stddev)
 
 
-def embed(layer: keras.layers.Embedding, ids, integer_friendly: bool = False):
+def embed(layer: keras.layers.Embedding, ids, integer_friendly: bool = False,
+          quant: Optional[Quant] = None):
     """ids int [B, L] -> [B, L, H]: `layer(ids)`, or with `integer_friendly` the
-    same rows by a plain GATHER.
+    same rows by a plain GATHER (from the int8 table, with `quant`).
 
     Keras's TF `take` first maps negative ids (LESS/ADD/SELECT on int32), which the
     16x8 quantiser cannot calibrate; ids here are never negative. tf.gather and not
     keras.ops because every keras op adds that fix-up.
     """
+    if quant is not None:
+        return quant.rows(layer.embeddings, ids)
     if not integer_friendly or getattr(layer, "lora_enabled", False) or getattr(
             layer, "quantization_mode", None) is not None:
         return layer(ids)
     return ops.cast(tf.gather(layer.embeddings, ops.cast(ids, "int32")), layer.compute_dtype)
 
 
-def normalize(layer: keras.layers.LayerNormalization, x, integer_friendly: bool = False):
+def normalize(layer: keras.layers.LayerNormalization, x, integer_friendly: bool = False,
+              quant: Optional[Quant] = None, training=None):
     """x [..., H] -> [..., H]: `layer(x)`, or with `integer_friendly` the same maths
-    centred first, for the full-integer TFLite flavours.
+    centred first, for the full-integer TFLite flavours (with `quant`: each op's
+    output fake-quantised, gamma and beta int8).
 
     Keras computes x * (gamma * rsqrt(var)) + (beta - mean * gamma * rsqrt(var)):
     two large terms that cancel (a quantised ADD cannot resolve them) and a NEG
     with no integer kernel. Here: (x - mean) * rsqrt(mean((x - mean)^2) + eps) *
     gamma + beta, squaring by MUL (SQUARED_DIFFERENCE has no int16 kernel).
     """
+    if quant is not None:
+        return _quantized_normalize(layer, x, quant, training)
     if (not integer_friendly or layer.rms_scaling
             or tuple(np.atleast_1d(layer.axis)) not in ((-1,), (len(x.shape) - 1,))):
         return layer(x)
@@ -75,6 +91,46 @@ def normalize(layer: keras.layers.LayerNormalization, x, integer_friendly: bool 
     if layer.beta is not None:
         out = out + ops.cast(layer.beta, "float32")
     return ops.cast(out, layer.compute_dtype)
+
+
+_RSQRT_FLOOR = 1e-12  # rsqrt 1e6: far above any learnt rsqrt range, so still saturated
+
+
+def _quantized_normalize(layer: keras.layers.LayerNormalization, x, quant: Quant,
+                         training=None):
+    """`normalize`'s centred LayerNorm on int8 grids, as TFLite's kernels compute it.
+
+    The variance is a sum of squares by BATCH_MATMUL (c . c, accumulated in int32)
+    rather than MUL then MEAN: an int8 MUL rounds every square to the grid of the
+    largest one, and with BERT's outlier dimensions most squares become 0 (measured:
+    97% in the demo student's embedding LayerNorm). The 1/H of the mean moves into
+    gamma: (x - mean) * rsqrt(sum + H * eps) * (gamma * sqrt(H)) + beta, the same
+    maths.
+    """
+    if layer.rms_scaling or tuple(np.atleast_1d(layer.axis)) not in ((-1,), (len(x.shape) - 1,)):
+        raise ValueError(f"{layer.name}: only a LayerNorm over the last axis has a "
+                         "quantised form.")
+    x32 = tf.cast(x, tf.float32)
+    width = int(x32.shape[-1])
+    mean = quant.act("mean", tf.reduce_mean(x32, axis=-1, keepdims=True), training)
+    centred = quant.act("centred", x32 - mean, training)
+    rows = tf.reshape(centred, [-1, 1, width])
+    squares = tf.matmul(rows, tf.reshape(centred, [-1, width, 1]))  # [N, 1, 1]
+    total = quant.act("sum_squares", tf.reshape(squares, tf.shape(mean)), training)
+    if layer.epsilon:
+        total = quant.act("sum_squares_eps", total + width * layer.epsilon, training)
+    # A sum below half an int8 step is 0 on the grid (eps too); RSQRT then saturates
+    # to its range's top, in TFLite as here. Outside a converter trace the floor keeps
+    # that saturation's gradient 0 instead of 0 * inf = NaN.
+    root = tf.math.rsqrt(total if quant.converter_trace
+                         else tf.maximum(total, _RSQRT_FLOOR))
+    out = quant.act("normalized", centred * quant.act("rsqrt", root, training), training)
+    scale = math.sqrt(width) * (tf.cast(layer.gamma, tf.float32) if layer.gamma is not None
+                                else tf.ones((width,)))
+    out = quant.act("scaled", out * tensor_weights(scale), training)
+    if layer.beta is not None:
+        out = quant.act("output", out + tensor_weights(layer.beta), training)
+    return tf.cast(out, layer.compute_dtype)
 
 
 class PositionEmbedding(keras.layers.Layer):
@@ -142,14 +198,18 @@ class SelfAttention(keras.layers.Layer):
                                      self.head_size))
         self.built = True
 
-    def call(self, x, input_mask, training=None, mask_value: float = MASK_VALUE):
+    def call(self, x, input_mask, training=None, mask_value: float = MASK_VALUE,
+             quant: Optional[Quant] = None):
         """x: [B, L, H]; input_mask: [B, L] (1 real, 0 pad).
 
         mask_value: added to the scores of padded keys before the softmax.
+        quant: the int8 trace (`_quantized_call`; its own calibrated mask value).
         Returns (output [B, L, H], scores [B, heads, L, L], (q, k, v)) where scores
         are QK^T/sqrt(d_k) before any mask is added and q, k, v are the per-head
         projections [B, L, heads, d_k] (MiniLM's relations are built on them).
         """
+        if quant is not None:
+            return self._quantized_call(x, input_mask, quant, training)
         q = self.query(x)  # [B, L, h, d]
         k = self.key(x)
         v = self.value(x)
@@ -161,6 +221,38 @@ class SelfAttention(keras.layers.Layer):
         probs = self.dropout(ops.cast(probs, v.dtype), training=training)
         context = ops.einsum("bhqk,bkhd->bqhd", probs, v)
         return self.attention_output(context), scores, (q, k, v)
+
+    def _quantized_call(self, x, input_mask, quant: Quant, training=None):
+        """`call`'s maths as TFLite's int8 kernels compute it: Q/K/V and the output as
+        FULLY_CONNECTED with int8 kernels ([H, heads * d_k], 1/sqrt(d_k) folded into
+        Q), every matmul, the masked scores and the context on their int8 grids, the
+        softmax on its fixed one, the padded keys' mask from `quant.mask`."""
+        x = tf.cast(x, tf.float32)
+        batch, length = tf.shape(x)[0], tf.shape(x)[1]
+        width = self.num_heads * self.head_size
+
+        def project(layer, name, scale=1.0):
+            kernel = tf.reshape(tf.cast(layer.kernel, tf.float32), [-1, width]) * scale
+            bias = tf.reshape(tf.cast(layer.bias, tf.float32), [width]) * scale
+            y = quant.act(name, ops.matmul(x, quant.kernel(kernel)) + bias, training)
+            return tf.reshape(y, [batch, length, self.num_heads, self.head_size])
+
+        q = project(self.query, "query", 1.0 / math.sqrt(self.head_size))
+        k = project(self.key, "key")
+        v = project(self.value, "value")
+        scores = quant.act("scores", tf.einsum("bqhd,bkhd->bhqk", q, k), training)
+        masked = quant.act("masked_scores", scores + quant.mask(input_mask), training)
+        probs = fixed_range(tf.nn.softmax(masked, axis=-1), SOFTMAX_RANGE)
+        probs = self.dropout(probs, training=training)
+        context = quant.act("context", tf.einsum("bhqk,bkhd->bqhd", probs, v), training)
+        out = self.attention_output
+        kernel = tf.reshape(tf.cast(out.kernel, tf.float32), [width, -1])
+        y = ops.matmul(tf.reshape(context, [batch, length, width]), quant.kernel(kernel))
+        y = quant.act("output", y + tf.cast(out.bias, tf.float32), training)
+        dtype = self.compute_dtype
+        # q without the folded 1/sqrt(d_k), as `call` returns it.
+        qkv = tuple(tf.cast(t, dtype) for t in (q * math.sqrt(self.head_size), k, v))
+        return tf.cast(y, dtype), tf.cast(scores, dtype), qkv
 
     def get_config(self):
         return {**super().get_config(), "num_heads": self.num_heads,
@@ -215,12 +307,15 @@ class TransformerLayer(keras.layers.Layer):
         self.built = True
 
     def call(self, x, input_mask, training=None, mask_value: float = MASK_VALUE,
-             integer_friendly: bool = False):
+             integer_friendly: bool = False, quant: Optional[Quant] = None):
         """x: [B, L, H] -> (y [B, L, H], scores [B, heads, L, L], (q, k, v) each
         [B, L, heads, d_k]).
 
         integer_friendly: LayerNorms by `normalize` (same maths; full-integer export).
+        quant: the int8 trace (`_quantized_call`).
         """
+        if quant is not None:
+            return self._quantized_call(x, input_mask, quant, training)
         attn, scores, qkv = self.self_attention_layer(x, input_mask, training=training,
                                                  mask_value=mask_value)
         x = normalize(self.self_attention_layer_norm,
@@ -229,6 +324,24 @@ class TransformerLayer(keras.layers.Layer):
         ffn = self.feedforward_output_dense(self.feedforward_intermediate_dense(x))
         x = normalize(self.feedforward_layer_norm,
                       x + self.feedforward_dropout(ffn, training=training), integer_friendly)
+        return x, scores, qkv
+
+    def _quantized_call(self, x, input_mask, quant: Quant, training=None):
+        """`call` on int8 grids: attention, residual sums, LayerNorms and the FFN
+        (its GELU output included) each fake-quantised where TFLite quantises."""
+        attn, scores, qkv = self.self_attention_layer(x, input_mask, training=training,
+                                                      quant=quant.scope("attention"))
+        x = quant.act("attention_residual",
+                      x + self.self_attention_dropout(attn, training=training), training)
+        x = normalize(self.self_attention_layer_norm, x, quant=quant.scope("attention_norm"),
+                      training=training)
+        ffn = dense(self.feedforward_intermediate_dense, x, quant.scope("intermediate"),
+                    training)
+        ffn = dense(self.feedforward_output_dense, ffn, quant.scope("output"), training)
+        x = quant.act("output_residual", x + self.feedforward_dropout(ffn, training=training),
+                      training)
+        x = normalize(self.feedforward_layer_norm, x, quant=quant.scope("output_norm"),
+                      training=training)
         return x, scores, qkv
 
     def get_config(self):

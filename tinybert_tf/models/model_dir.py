@@ -53,7 +53,8 @@ class CheckpointSpec:
                  head: Optional[str] = None, num_labels: Optional[int] = None,
                  label_names: Optional[Sequence[str]] = None,
                  metadata: Optional[Mapping[str, Any]] = None,
-                 source_keys: Optional[Mapping[str, str]] = None):
+                 source_keys: Optional[Mapping[str, str]] = None,
+                 quantization: Optional[Mapping[str, Any]] = None):
         self.config = config
         self.vocab = vocab
         self.weights = weights
@@ -64,6 +65,8 @@ class CheckpointSpec:
         self.metadata = dict(metadata or {})
         # our path -> the key in the source file, for error messages.
         self.source_keys = dict(source_keys or {})
+        # A fake-quantised model's QuantizationConfig as a dict (models/quantization.py).
+        self.quantization = dict(quantization) if quantization else None
 
 
 

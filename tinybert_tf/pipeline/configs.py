@@ -197,6 +197,19 @@ class TaskDistillConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class QuantizeConfig:
+    """The quantize stage: quantisation-aware distillation of the task student into
+    its int8 form (the int8 export's model)."""
+
+    enabled: bool = flag("quantize")
+    steps: int = flag("quantize_steps")
+    lr: float = flag("quantize_lr")
+    batch_size: int = flag("quantize_batch_size")
+    loss_terms: tuple[str, ...] = flag("quantize_loss_terms")
+    calibration_examples: int = flag("quantize_calibration_examples")
+
+
+@dataclasses.dataclass(frozen=True)
 class EvaluateConfig:
     glue_test_predictions: bool
 
@@ -226,6 +239,7 @@ class PipelineConfig:
     finetune: FinetuneConfig
     augment: AugmentConfig
     distill: TaskDistillConfig
+    quantize: QuantizeConfig
     evaluate: EvaluateConfig
     export: ExportConfig
 
@@ -265,7 +279,7 @@ class PipelineConfig:
 _TYPES = {"run": RunOptions, "numerics": Numerics, "models": ModelsConfig, "task": TaskConfig,
           "loss": LossConfig, "optim": OptimConfig, "general": GeneralConfig,
           "finetune": FinetuneConfig, "augment": AugmentConfig, "distill": TaskDistillConfig,
-          "evaluate": EvaluateConfig, "export": ExportConfig}
+          "quantize": QuantizeConfig, "evaluate": EvaluateConfig, "export": ExportConfig}
 
 # Which configs each stage reads.
 _STAGE_PARTS = {
@@ -273,6 +287,7 @@ _STAGE_PARTS = {
     "finetune_teacher": ("numerics", "models", "task", "finetune", "optim"),
     "augment": ("numerics", "models", "task", "augment"),
     "task": ("numerics", "models", "task", "loss", "optim", "distill"),
+    "quantize": ("numerics", "task", "loss", "optim", "distill", "quantize"),
     "evaluate": ("task", "evaluate"),
     "export": ("task", "export"),
 }
@@ -293,6 +308,16 @@ _STAGE_IGNORES = {
                 "models.teacher_label_order", "models.student_init",
                 "models.classifier_head") + _LATENCY,
     "task": ("models.init_from_teacher",),
+    # The quantize stage reads the task student and the task data; its own terms,
+    # steps and rate are its flags.
+    "quantize": ("loss.loss_terms", "loss.hard_label_weight", "loss.pkd_alpha",
+                 "loss.pkd_beta", "loss.layer_mapping", "loss.layer_weights",
+                 "loss.share_hidden_projection", "distill.task_phases",
+                 "distill.intermediate_epochs", "distill.intermediate_lr",
+                 "distill.pred_epochs", "distill.pred_lr", "distill.pkd_epochs",
+                 "distill.pkd_lr", "distill.finetune_epochs", "distill.finetune_lr",
+                 "distill.pred_grid", "distill.batch_size", "distill.max_steps",
+                 "distill.eval_every"),
 }
 
 

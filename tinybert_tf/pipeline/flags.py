@@ -491,6 +491,29 @@ def define_task_distillation(fv: flags.FlagValues) -> None:
 
 
 @_group
+def define_quantize(fv: flags.FlagValues) -> None:
+    """The quantize stage (quantisation-aware distillation to a full-integer student)."""
+    flags.DEFINE_bool("quantize", True, "Run the quantize stage when --export_formats has "
+                      "int8: the float task student teaches its int8 fake-quantised copy, "
+                      "and the int8 TFLite flavour is converted from it with its learnt "
+                      "ranges (--noquantize: int8 is calibrated after training).",
+                      flag_values=fv)
+    flags.DEFINE_integer("quantize_steps", 300, "Optimizer steps of quantisation-aware "
+                         "distillation (0 = calibrate the ranges only).", flag_values=fv)
+    flags.DEFINE_float("quantize_lr", 2e-5, "Peak learning rate of the quantize stage "
+                       "(linear warm-up over --warmup_proportion, then decay).",
+                       flag_values=fv)
+    flags.DEFINE_integer("quantize_batch_size", 32, "Global batch size of the quantize "
+                         "stage.", flag_values=fv)
+    flags.DEFINE_list("quantize_loss_terms", ["pred"], "Loss terms of the quantize stage, "
+                      "the float student teaching: pred (soft cross-entropy, or MSE for a "
+                      "score), and any of embd, attn, hidn (identity projections).",
+                      flag_values=fv)
+    flags.DEFINE_integer("quantize_calibration_examples", 256, "Training rows (a seeded "
+                         "sample) whose float activations set the int8 ranges before "
+                         "training.", flag_values=fv)
+
+
 def define_evaluation(fv: flags.FlagValues) -> None:
     flags.DEFINE_bool("glue_test_predictions", False,
                       "Evaluate stage: also write the student's predictions on the GLUE test "
@@ -566,7 +589,8 @@ def _first_time(fv: flags.FlagValues, what: str) -> bool:
 
 DISTILL_GROUPS = (define_run, define_numerics, define_distribution, define_task_data,
                   define_models, define_general, define_finetune, define_augment,
-                  define_task_distillation, define_losses, define_optimizer, define_evaluation,
+                  define_task_distillation, define_losses, define_optimizer, define_quantize,
+                  define_evaluation,
                   define_export)
 
 
@@ -631,6 +655,9 @@ def define_export_tool_flags(fv: flags.FlagValues = FLAGS) -> None:
     define_export(fv)
     _loose(flags.DEFINE_string, "model_dir", None, "The task model directory to export "
            "(config.json + vocab.txt + weights, with a task head).", fv=fv)
+    _loose(flags.DEFINE_string, "quantized_model_dir", "", "The quantize stage's int8 "
+           "student of --model_dir (OUTPUT/quantize/model): int8 is converted from it with "
+           "its learnt ranges, int8_ptq (post-training int8) beside it.", fv=fv)
     _loose(flags.DEFINE_string, "output_dir", None, "Where to write: OUTPUT/export/.", fv=fv)
     _loose(flags.DEFINE_string, "serving_model_name", "", "TF Serving model name written to "
            "OUTPUT/export/serving/models.config (empty: the task name).", fv=fv)

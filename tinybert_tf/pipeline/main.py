@@ -40,6 +40,7 @@ from tinybert_tf.pipeline import flags as tb_flags
 from tinybert_tf.pipeline.cli import UsageError, environment_message  # noqa: F401
 from tinybert_tf.pipeline.configs import PipelineConfig
 from tinybert_tf.pipeline.lock import FileLock, LockError, read_holder
+from tinybert_tf.pipeline.quantize_stage import quantize
 from tinybert_tf.pipeline.stages import CHIEF_ONLY_STAGES, STAGE_FUNCTIONS, STAGES, Context
 from tinybert_tf.pipeline.state import LOCK_FILE, OutputDirError, RunState
 from tinybert_tf.pipeline.strategy import make_strategy
@@ -47,6 +48,9 @@ from tinybert_tf.pipeline.summary import artefacts_table
 from tinybert_tf.tasks.catalog import resolve_task
 
 log = logging.getLogger("tinybert_tf")
+
+# What runs each stage (stages.py; the quantize stage builds on it).
+STAGE_RUNNERS = {**STAGE_FUNCTIONS, "quantize": quantize}
 
 # Errors that reach the user as one line naming the flag or file (exit code 2).
 USER_ERRORS = (ValueError, FileNotFoundError, ConfigError, DataError, CheckpointError)
@@ -196,7 +200,7 @@ def _run_stages(ctx: Context, stages: Sequence[str],
         # what ran before it in this process (resume and stage-by-stage runs match).
         keras.utils.set_random_seed(config.numerics.seed + STAGES.index(stage))
         start = time.time()
-        info = STAGE_FUNCTIONS[stage](ctx) or {}
+        info = STAGE_RUNNERS[stage](ctx) or {}
         info["seconds"] = round(time.time() - start, 1)
         if ctx.chief:
             if lock is not None:

@@ -26,8 +26,10 @@ from tinybert_tf.distill.projections import expected_shapes
 from tinybert_tf.distill.terms import layer_weights, resolve_names
 from tinybert_tf.export.formats import FORMATS, check_formats, format_problems
 from tinybert_tf.models.checkpoint import CheckpointError, ModelInfo, inspect_model
+from tinybert_tf.models.heads import HEADS
 from tinybert_tf.models.labels import label_order, output_names
 from tinybert_tf.pipeline import phases as P
+from tinybert_tf.pipeline import quantize_stage as Q
 from tinybert_tf.pipeline import stage_io
 from tinybert_tf.pipeline import stages as S
 from tinybert_tf.pipeline.configs import PipelineConfig
@@ -55,18 +57,27 @@ def resolve_stages(requested: Sequence[str], config: PipelineConfig) -> list[str
     """`--stages` -> the ordered list to run. `all` drops the stages an ablation skips:
     general with --general_model or --student_init=random, finetune_teacher with
     --task_teacher, augment with --nouse_augmented, --augmented_file or task phases that
-    read none."""
+    read none, quantize with --noquantize or without int8 in --export_formats."""
     names = [s.strip() for s in requested if s.strip()]
     if names == ["all"]:
         m = config.models
         skip = {"general": m.general_given, "finetune_teacher": bool(m.task_teacher),
                 "augment": not P.reads_augmented(config)
-                or bool(config.distill.augmented_file)}
+                or bool(config.distill.augmented_file),
+                "quantize": not S.has_quantize_stage(config)}
         return [s for s in S.STAGES if not skip.get(s)]
     unknown = [s for s in names if s not in S.STAGES]
     if unknown or not names:
         raise PreflightError([f"--stages: unknown stage(s) {unknown}; use a comma list of "
                               f"{', '.join(S.STAGES)} or 'all'."])
+    if "quantize" in names and not S.has_quantize_stage(config):
+        raise PreflightError([
+            f"--stages={','.join(names)}: the quantize stage makes the int8 export's "
+            "student, and this run has "
+            + ("--noquantize" if not config.quantize.enabled else
+               f"no int8 in --export_formats={','.join(config.export.formats)}")
+            + "; drop quantize from --stages, or give --quantize with int8 in "
+            "--export_formats."])
     return [s for s in S.STAGES if s in names]
 
 
@@ -76,7 +87,12 @@ def _ranges(c: PipelineConfig) -> list[tuple[str, Any, Callable[[Any], bool], st
     """(flag, value, ok, what is allowed) for every numeric flag."""
     pos, nonneg = (lambda v: v > 0), (lambda v: v >= 0)
     g, f, d, a, r, o = c.general, c.finetune, c.distill, c.augment, c.run, c.optim
+    q = c.quantize
     return [
+        ("--quantize_steps", q.steps, nonneg, ">= 0 (0 = calibrate only)"),
+        ("--quantize_lr", q.lr, pos, "> 0"),
+        ("--quantize_batch_size", q.batch_size, pos, "> 0"),
+        ("--quantize_calibration_examples", q.calibration_examples, pos, ">= 1"),
         ("--general_batch_size", g.batch_size, pos, "> 0"),
         ("--teacher_batch_size", f.batch_size, pos, "> 0"),
         ("--task_batch_size", d.batch_size, pos, "> 0"),
@@ -315,7 +331,8 @@ def check(ctx: S.Context, stages: Sequence[str], count_corpus: bool = False
     if needs & {"general", "finetune_teacher", "augment"} or (m.random_student and "task" in needs
                                                              and not m.task_teacher):
         teacher = _model(checks, m.teacher, "--teacher")
-    elif not m.task_teacher and needs & {"task", "evaluate", "export"} - missing_outputs:
+    elif not m.task_teacher and needs & {"task", "quantize", "evaluate", "export"} \
+            - missing_outputs:
         # These stages tokenise with --teacher's vocab (the fine-tuned teacher keeps it).
         teacher = _model(checks, m.teacher, "--teacher")
     task_teacher = None
@@ -361,6 +378,16 @@ def check(ctx: S.Context, stages: Sequence[str], count_corpus: bool = False
         checks.errors.extend(checks.run(lambda: recipe.check(c, student_cfg, teacher)) or [])
     # Loss terms and layer maps against the models they will join.
     checks.run(lambda: resolve_names(c.loss.loss_terms))
+    if "quantize" in needs:
+        checks.run(lambda: resolve_names(c.quantize.loss_terms, "--quantize_loss_terms",
+                                         allowed=Q.QUANTIZE_TERMS))
+        head = checks.run(lambda: ctx.student_task_type.head)
+        if head in HEADS and not HEADS[head].quantizable:
+            checks.errors.append(
+                f"--classifier_head={m.classifier_head}: the student's {head} head has no "
+                "int8 form, so the quantize stage (run when --export_formats has int8) "
+                "cannot train its int8 copy; add --noquantize (int8 is then calibrated "
+                "after training) or use --classifier_head=pooler.")
     pairs = []
     if "general" in needs and student_cfg is not None and teacher is not None:
         pairs.append((student_cfg, teacher.config))
@@ -380,7 +407,7 @@ def check(ctx: S.Context, stages: Sequence[str], count_corpus: bool = False
                                    f"{t_cfg.num_heads}: the attention loss compares "
                                    "head-averaged maps.")
     # Sequence lengths against position tables.
-    task_stages = needs & {"finetune_teacher", "task", "evaluate", "export"}
+    task_stages = needs & {"finetune_teacher", "task", "quantize", "evaluate", "export"}
     for info, flag in ((teacher, "--teacher"), (task_teacher, "--task_teacher"),
                        (general_model, "--general_model")):
         if info is None:
@@ -427,7 +454,7 @@ def check(ctx: S.Context, stages: Sequence[str], count_corpus: bool = False
     # Data and phases (unless a flag or model they are built from is already known to be
     # bad: the task tokenizer is --task_teacher's or --teacher's, the corpus's --teacher's).
     tokenizer_ok = (task_teacher if m.task_teacher else teacher) is not None or not (
-        needs & {"finetune_teacher", "task"})
+        needs & {"finetune_teacher", "task", "quantize"})
     if not weight_errors:
         task_models = ((task_student, vocab_model.config)
                        if task_student is not None and vocab_model is not None else None)
@@ -517,7 +544,8 @@ def _upstream_errors(checks: _Checks, ctx: S.Context, stages: Sequence[str]) -> 
 
 def _explicit_flag(stage: str) -> str:
     return {"general": "--general_model=DIR", "finetune_teacher": "--task_teacher=DIR",
-            "augment": "--nouse_augmented", "task": "a finished task stage"}.get(stage, stage)
+            "augment": "--nouse_augmented", "task": "a finished task stage",
+            "quantize": "--noquantize"}.get(stage, stage)
 
 
 def _describe(info: ModelInfo) -> dict[str, Any]:
@@ -618,7 +646,7 @@ def _phases(checks: _Checks, ctx: S.Context, needs: set, count_corpus: bool,
             checks.run(lambda: S.corpus_lib.source_facts(S._corpus_source(ctx)), "--corpus: ")
         if count is not None:
             specs.append(checks.run(lambda: S.general_phase(ctx, count)))
-    if needs & {"finetune_teacher", "task", "evaluate", "export", "augment"}:
+    if needs & {"finetune_teacher", "task", "quantize", "evaluate", "export", "augment"}:
         train = checks.run(lambda: ctx.examples("train"), "")
         # A folder or flag at fault shows in the train split already: say it once.
         dev = (checks.run(lambda: ctx.examples(ctx.task.dev_splits[0]), "")
@@ -627,7 +655,7 @@ def _phases(checks: _Checks, ctx: S.Context, needs: set, count_corpus: bool,
             checks.run(lambda: ctx.task.source.augment_table(), "augment: ")
         # Sizing needs the task tokenizer; only training stages need sizes.
         n_train = (checks.run(lambda: S.rows(ctx, train)) if train is not None and tokenizer_ok
-                   and needs & {"finetune_teacher", "task"} else None)
+                   and needs & {"finetune_teacher", "task", "quantize"} else None)
         if n_train is not None and "finetune_teacher" in needs:
             specs.append(checks.run(lambda: S.finetune_phase(ctx, n_train)))
         if "task" in needs and n_train is not None:
@@ -658,6 +686,8 @@ def _phases(checks: _Checks, ctx: S.Context, needs: set, count_corpus: bool,
             if warning and any(spec.projections == "new" for spec in phases):
                 checks.warnings.append(warning)
             specs.extend(phases)
+        if "quantize" in needs and n_train is not None:
+            specs.append(checks.run(lambda: _quantize_phase(ctx, n_train)))
     out = []
     for spec in specs:
         if spec is None:
@@ -672,6 +702,20 @@ def _phases(checks: _Checks, ctx: S.Context, needs: set, count_corpus: bool,
                 "raise the batch or lower --grad_accum_steps.")
         out.append(spec.describe())
     return out
+
+
+def _quantize_phase(ctx: S.Context, n_train: int) -> P.PhaseSpec:
+    """The quantize stage's phase: on the augmented rows when they are written (else
+    sized on the original rows, noted)."""
+    if not Q.reads_augmented(ctx.config):
+        return Q.quantize_phase(ctx, n_train)
+    if (ctx.state.is_done("augment") or ctx.config.distill.augmented_file) \
+            and files.exists(ctx.augmented_path()):
+        return Q.quantize_phase(ctx, S.rows(ctx, ctx.examples("train_aug")))
+    spec = Q.quantize_phase(ctx, n_train)
+    spec.note += (f"; the augmented set is not written yet: epochs assume the {n_train} "
+                  "original rows")
+    return spec
 
 
 def _existing_parent(path: str) -> str:

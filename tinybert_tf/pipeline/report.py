@@ -13,32 +13,36 @@ from tinybert_tf.data.metrics import is_defined
 
 
 def build_report(task: str, teacher: dict[str, Any], student: dict[str, Any],
-                 primary_metric: str, max_seq_len: int) -> dict[str, Any]:
+                 primary_metric: str, max_seq_len: int,
+                 quantized: dict[str, Any] | None = None) -> dict[str, Any]:
     """The DESIGN.md report: both models' facts and the student/teacher ratios.
 
     ratios.params / ratios.flops: how many times smaller the student is;
     ratios.speedup: teacher latency / student latency (batch 1, this machine);
     ratios.retained: student metric / teacher metric on `primary_metric`.
+    quantized: the quantize stage's int8 fake-quantised student (its Keras
+    simulation: its latency is not the int8 file's, which parity.json has);
+    `quantized_student` and ratios.quantized_retained (its metric / the float
+    student's) are added.
     An undefined dev metric (NaN, e.g. Pearson of one example) is null, named in
     `notes`; `retained` is then null too, never a ratio of undefined values.
     """
     notes = []
-    for who, facts in (("teacher", teacher), ("student", student)):
-        undefined = [k for k, v in facts["dev"].items() if not is_defined(v)]
+    models = {"teacher": teacher, "student": student, "quantized student": quantized}
+    for who, facts in list(models.items()):
+        undefined = [k for k, v in facts["dev"].items()
+                     if not is_defined(v)] if facts is not None else []
         if undefined:
-            facts = dict(facts, dev={k: (v if is_defined(v) else None)
-                                     for k, v in facts["dev"].items()})
+            models[who] = dict(facts, dev={k: (v if is_defined(v) else None)
+                                           for k, v in facts["dev"].items()})
             notes.append(f"{who} dev {', '.join(undefined)} undefined (NaN: e.g. a "
                          "correlation of fewer than two dev examples or of constant values)")
-        if who == "teacher":
-            teacher = facts
-        else:
-            student = facts
+    teacher, student, quantized = models.values()
     t_metric = teacher["dev"].get(primary_metric)
     s_metric = student["dev"].get(primary_metric)
     retained = (s_metric / t_metric) if is_defined(t_metric) and is_defined(s_metric) \
         and t_metric else None
-    return {
+    out = {
         "task": task,
         "max_seq_len": max_seq_len,
         "primary_metric": primary_metric,
@@ -52,6 +56,13 @@ def build_report(task: str, teacher: dict[str, Any], student: dict[str, Any],
         },
         **({"notes": notes} if notes else {}),
     }
+    if quantized is not None:
+        q_metric = quantized["dev"].get(primary_metric)
+        out["quantized_student"] = quantized
+        out["ratios"]["quantized_retained"] = (
+            q_metric / s_metric if is_defined(s_metric) and is_defined(q_metric)
+            and s_metric else None)
+    return out
 
 
 def ratio_words(ratio: float, better: str, worse: str) -> str:
@@ -86,6 +97,13 @@ def summary_table(report: dict[str, Any]) -> str:
     lines = [f"== {report['task']}: student vs teacher =="]
     for row in rows:
         lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+    q = report.get("quantized_student")
+    if q is not None:
+        value = q["dev"].get(metric)
+        kept = r.get("quantized_retained")
+        lines.append(f"int8 student (quantize stage, Keras simulation): dev {metric} "
+                     + ("-" if value is None else f"{value:.4f}")
+                     + ("" if kept is None else f" ({100 * kept:.1f}% of the float student)"))
     lines += [f"note: {n}" for n in report.get("notes", [])]
     return "\n".join(lines)
 

@@ -27,8 +27,9 @@ from typing import Any, Callable, Optional
 from tinybert_tf import files, plugins
 from tinybert_tf.data import corpus as corpus_lib
 from tinybert_tf.export.formats import FORMATS
+from tinybert_tf.export.parity import POST_TRAINING_INT8
 from tinybert_tf.models.checkpoint import CheckpointError, resolve
-from tinybert_tf.pipeline.stages import STAGES, Context, upstream
+from tinybert_tf.pipeline.stages import STAGES, Context, has_quantize_stage, upstream
 from tinybert_tf.pipeline.state import read_facts
 
 
@@ -122,6 +123,11 @@ def _task_reads(ctx: Context) -> dict[str, Any]:
             "general_model": model_path(m.general_model)}
 
 
+def _quantize_reads(ctx: Context) -> dict[str, Any]:
+    """The task data (the task student and the augmented file are earlier stages')."""
+    return {"data": task_data(ctx)}
+
+
 def _evaluate_reads(ctx: Context) -> dict[str, Any]:
     return {"data": task_data(ctx), "task_teacher": model_path(ctx.config.models.task_teacher)}
 
@@ -132,7 +138,9 @@ def _export_reads(ctx: Context) -> dict[str, Any]:
 
 def _export_outputs(ctx: Context) -> dict[str, str]:
     out = {ctx.state.path("export", "parity.json"): "content"}
-    for name in ctx.config.export.formats:
+    # With the quantize stage, int8_ptq is written beside the learnt-range int8.
+    ptq = [POST_TRAINING_INT8] if has_quantize_stage(ctx.config) else []
+    for name in [*ctx.config.export.formats, *ptq]:
         fmt = FORMATS.get(name)
         if fmt is not None and not fmt.published:
             out[ctx.state.path("export", fmt.artefact)] = "exists"
@@ -153,6 +161,8 @@ register_stage_io("augment", StageIO(
     _augment_reads, lambda ctx: {ctx.augmented_path(): "content"}))
 register_stage_io("task", StageIO(
     _task_reads, lambda ctx: {ctx.state.path("task", "model"): "content"}))
+register_stage_io("quantize", StageIO(
+    _quantize_reads, lambda ctx: {ctx.state.path("quantize", "model"): "content"}))
 register_stage_io("evaluate", StageIO(
     _evaluate_reads, lambda ctx: {ctx.state.path("report.json"): "exists",
                                   ctx.state.path("evaluate", "metrics.json"): "content"}))

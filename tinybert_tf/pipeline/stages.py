@@ -8,6 +8,8 @@
   task             TD: the phases of --task_phases (pipeline/phases.py; default intermediate
                    layers on the (augmented) task data, then the prediction layer), the last
                    one once per --pred_grid cell; the best dev checkpoint is the task model
+  quantize         the task student teaches its int8 fake-quantised copy (quantisation-aware
+                   distillation; pipeline/quantize_stage.py), the int8 export's model
   evaluate         dev metrics, params, FLOPs, latency -> report.json, loss_curves.png
                    (+ GLUE server files with --glue_test_predictions)
   export           every --export_formats artefact + parity.json under OUTPUT/export
@@ -52,6 +54,7 @@ from tinybert_tf.distill.distilbert import (
 )
 from tinybert_tf.distill.distiller import Distiller
 from tinybert_tf.distill.terms import HardLabelTerm, LossTerm
+from tinybert_tf.export.formats import FORMATS
 from tinybert_tf.export.parity import export_all
 from tinybert_tf.files import read_json, write_json_atomic
 from tinybert_tf.models import BertModel
@@ -86,7 +89,7 @@ from tinybert_tf.tasks.catalog import Task
 
 log = logging.getLogger("tinybert_tf")
 
-STAGES = ("general", "finetune_teacher", "augment", "task", "evaluate", "export")
+STAGES = ("general", "finetune_teacher", "augment", "task", "quantize", "evaluate", "export")
 # Stages that train nothing: under multi_worker only the chief runs them.
 CHIEF_ONLY_STAGES = ("augment", "evaluate", "export")
 
@@ -151,6 +154,9 @@ class Context:
         the task's default head."""
         return self.task.type.with_head_style(self.config.models.classifier_head)
 
+    def quantized_path(self) -> str:
+        return self.state.path("quantize", "model")
+
 
 def upstream(stage: str, config: PipelineConfig) -> list[str]:
     """The earlier stages whose output `stage` reads under `config`."""
@@ -160,11 +166,22 @@ def upstream(stage: str, config: PipelineConfig) -> list[str]:
                ([] if m.task_teacher else ["finetune_teacher"]) + \
                (["augment"] if reads_augmented(config)
                 and not config.distill.augmented_file else [])
+    quantized = ["quantize"] if has_quantize_stage(config) else []
+    if stage == "quantize":
+        return ["task"] + (["augment"] if reads_augmented(config)
+                           and not config.distill.augmented_file else [])
     if stage == "evaluate":
-        return ([] if m.task_teacher else ["finetune_teacher"]) + ["task"]
+        return ([] if m.task_teacher else ["finetune_teacher"]) + ["task"] + quantized
     if stage == "export":
-        return ["task"]
+        return ["task"] + quantized
     return []
+
+
+def has_quantize_stage(config: PipelineConfig) -> bool:
+    """Whether the run makes a quantised student: --quantize, and an export format that
+    converts one (int8) among --export_formats. Evaluate and export then read it."""
+    return config.quantize.enabled and any(
+        FORMATS[f].learnt_ranges for f in config.export.formats if f in FORMATS)
 
 
 def rows(ctx: Context, examples) -> int:
@@ -308,12 +325,17 @@ def _run(ctx: Context, phase: Phase) -> dict[str, Any]:
 
 
 def _distiller(ctx: Context, student, teacher, spec: PhaseSpec,
-               label_metrics=()) -> Distiller:
+               label_metrics=(), prepare: Optional[Callable[[Distiller], None]] = None
+               ) -> Distiller:
+    """The phase's Distiller, compiled with its optimizer (after `prepare(distiller)`,
+    e.g. to fix its projections)."""
     o, loss = ctx.config.optim, ctx.config.loss
     distiller = Distiller(student=student, teacher=teacher, terms=spec.terms,
                           clip_norm=o.clip_norm or None, grad_accum_steps=o.grad_accum_steps,
                           share_hidden_projection=loss.share_hidden_projection,
                           label_metrics=list(label_metrics))
+    if prepare is not None:
+        prepare(distiller)
     distiller.compile(optimizer=spec.optimizer(o.weight_decay),
                       jit_compile=ctx.config.numerics.jit_compile)
     return distiller
@@ -648,6 +670,8 @@ def _cached_teacher_logits(ctx: Context, teacher: BertModel, distiller: Distille
 def evaluate(ctx: Context) -> dict[str, Any]:
     r = ctx.config.run
     models = {"teacher": load_task_teacher(ctx), "student": load_model(ctx.student_path())}
+    if has_quantize_stage(ctx.config):
+        models["quantized_student"] = load_model(ctx.quantized_path())
     splits = ctx.task.dev_splits
     results: dict[str, Any] = {}
     for who, model in models.items():
@@ -665,7 +689,11 @@ def evaluate(ctx: Context) -> dict[str, Any]:
     if len(splits) > 1:
         primary = f"{splits[0]}_{primary}"
     data = report.build_report(ctx.task.name, results["teacher"], results["student"], primary,
-                               max_seq_len=ctx.max_seq_len)
+                               max_seq_len=ctx.max_seq_len,
+                               quantized=results.get("quantized_student"))
+    data["models"] = {"teacher": ctx.teacher_path(), "student": ctx.student_path(),
+                      **({"quantized_student": ctx.quantized_path()}
+                         if "quantized_student" in models else {})}
     data.update(autosize.report_entry(ctx.state.output_dir))  # --student_config=auto
     grid = ctx.state.done_info("task").get("grid")
     if grid:  # every --pred_grid cell's best dev score, the selected one marked
@@ -690,6 +718,7 @@ def evaluate(ctx: Context) -> dict[str, Any]:
 def export(ctx: Context) -> dict[str, Any]:
     e, r = ctx.config.export, ctx.config.run
     student = load_model(ctx.student_path())
+    quantized = load_model(ctx.quantized_path()) if has_quantize_stage(ctx.config) else None
     dev = ctx.examples(ctx.task.dev_splits[0])
     train = ctx.examples("train")
 
@@ -703,7 +732,7 @@ def export(ctx: Context) -> dict[str, Any]:
         is_pair=ctx.task.is_pair, task=ctx.task.type, task_name=ctx.task.name,
         latency_runs=r.export_latency_runs,
         num_threads=r.export_threads or None, max_examples=r.export_max_examples or None,
-        options=e.options())
+        options=e.options(), quantized=quantized)
     report_path = ctx.state.path("report.json")
     data = read_json(report_path, default=None)
     if data is not None and ctx.chief:
@@ -714,6 +743,8 @@ def export(ctx: Context) -> dict[str, Any]:
     return {"formats": list(e.formats), "serving_version": served.get("version")}
 
 
+# The quantize stage's function is in quantize_stage.py (it builds on this module);
+# main.py runs STAGE_FUNCTIONS and it.
 STAGE_FUNCTIONS = {
     "general": general,
     "finetune_teacher": finetune_teacher,

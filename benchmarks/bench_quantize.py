@@ -1,0 +1,275 @@
+"""The quantize stage's int8 student against post-training int8: agreement, metric, latency.
+
+Runs `bin/distill` with the flags after `--` (every stage, the quantize stage
+included: --export_formats must hold int8) into OUTPUT/run, then measures, for
+each ids TFLite flavour the export wrote (float32, int8 = the quantised
+student with its learnt ranges, int8_ptq = the float student calibrated after
+training, ...):
+
+  - label agreement with the float Keras student and the task metric on the dev
+    set (from parity.json), and agreement on --heldout sentences of the
+    Wikipedia sample shipped in gensim (pairs of consecutive sentences for a
+    pair task): text no stage trained or calibrated on;
+  - batch-1 latency, median of --latency_runs calls, the flavours interleaved
+    call by call so machine load hits them alike, at 1 and at all threads;
+  - for a single-text classifier, the real TFLite Task Library (BertNLClassifier,
+    tests/tasklib.py's isolated venv) on the int8 files: its labels against the
+    interpreter's and the float student's;
+  - with --seeds, the quantize stage again per extra seed (its own folder, the
+    same task student and data), for the spread of the int8 agreement.
+
+Writes OUTPUT/bench_quantize.json and prints the tables.
+
+Usage (the demo; about 20 minutes on 2 idle cores, 3 seeds):
+  python benchmarks/bench_quantize.py --output_dir=runs/bench_quantize --seeds=1,2 \\
+      -- --flagfile=configs/demo.cfg
+The 4-layer 312-wide preset on the polarity sentences (about 30 minutes):
+  python benchmarks/bench_quantize.py --output_dir=runs/bench_quantize_4l --seeds=1,2 \\
+      -- --flagfile=configs/demo.cfg --student_config=tinybert_4l_312d --noinit_from_teacher
+Another task: add its flags after `--` (e.g. --task=wiki_pairs, or --task=sst-2
+--data_dir=...).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from typing import Any, Optional
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from tinybert_tf.data.corpus import iter_documents  # noqa: E402
+from tinybert_tf.export import TFLiteRunner, convert_tflite  # noqa: E402
+from tinybert_tf.export.common import keras_outputs  # noqa: E402
+from tinybert_tf.export.tflite import FLAVOURS  # noqa: E402
+from tinybert_tf.files import read_json, write_json_atomic  # noqa: E402
+from tinybert_tf.models.checkpoint import load_model, load_tokenizer  # noqa: E402
+from tinybert_tf.pipeline.main import parse_argv, run_argv  # noqa: E402
+from tinybert_tf.pipeline.quantize_stage import quantize  # noqa: E402
+from tinybert_tf.pipeline.stages import STAGES, Context  # noqa: E402
+from tinybert_tf.pipeline.state import RunState  # noqa: E402
+from tinybert_tf.tasks.catalog import resolve_task  # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "tests"))
+import tasklib  # noqa: E402  (the Task Library's isolated venv; tests/tasklib.py)
+
+
+def heldout_texts(n: int, pair: bool) -> list:
+    """`n` sentences (pairs of consecutive ones) of the Wikipedia sample in gensim."""
+    out: list = []
+    for doc in iter_documents(None):
+        sentences = [s for s in doc if len(s.split()) >= 4]
+        if pair:
+            out += list(zip(sentences[:-1:2], sentences[1::2]))
+        else:
+            out += sentences
+        if len(out) >= n:
+            break
+    return out[:n]
+
+
+def agreement(task, reference: np.ndarray, outputs: np.ndarray) -> Optional[float]:
+    return task.agreement(reference, outputs, None)
+
+
+def interleaved_latency(runners: dict[str, TFLiteRunner], one: dict[str, np.ndarray],
+                        runs: int) -> dict[str, float]:
+    """Median batch-1 ms per runner, the runners called in turn each round."""
+    times: dict[str, list[float]] = {k: [] for k in runners}
+    for r in runners.values():
+        for _ in range(5):
+            r(one)
+    for _ in range(runs):
+        for name, r in runners.items():
+            t = time.perf_counter()
+            r(one)
+            times[name].append((time.perf_counter() - t) * 1e3)
+    return {k: float(np.median(v)) for k, v in times.items()}
+
+
+def task_library(paths: dict[str, str], texts: list[str], labels: list[str],
+                 interpreter: dict[str, np.ndarray], float_labels: np.ndarray
+                 ) -> dict[str, Any]:
+    """BertNLClassifier on each file: agreement with the interpreter and the float
+    student (labels), max |Δ| of probabilities against the interpreter."""
+    reason = tasklib.unavailable_reason()
+    if reason:
+        return {"skipped": reason}
+    out = {}
+    for name, path in paths.items():
+        got = np.array([[s[label] for label in labels] for s in tasklib.classify(path, texts)])
+        out[name] = {"agrees_with_interpreter": float(np.mean(
+                         got.argmax(1) == interpreter[name].argmax(1))),
+                     "agrees_with_float_student": float(np.mean(got.argmax(1) == float_labels)),
+                     "max_abs_diff_vs_interpreter": float(np.max(np.abs(
+                         got - interpreter[name])))}
+    return out
+
+
+def seed_run(flags: list[str], run_dir: str, seed: int, root: str) -> str:
+    """The quantize stage with `seed` in its own folder (task and augment outputs linked
+    from `run_dir`); returns the quantised model's path."""
+    out = os.path.join(root, f"seed_{seed}")
+    os.makedirs(out, exist_ok=True)
+    for stage in ("task", "augment"):
+        link = os.path.join(out, stage)
+        if os.path.isdir(os.path.join(run_dir, stage)) and not os.path.lexists(link):
+            os.symlink(os.path.join(run_dir, stage), link)
+    config = parse_argv(["bin/distill", *flags, f"--output_dir={out}", f"--seed={seed}"])
+    state = RunState(out)
+    if not state.is_done("quantize"):
+        ctx = Context(config, resolve_task(config.task), state, tf.distribute.get_strategy())
+        keras.utils.set_random_seed(seed + STAGES.index("quantize"))
+        info = quantize(ctx)
+        state.mark_done("quantize", info, config.stage_settings("quantize"), {})
+    return state.path("quantize", "model")
+
+
+def main() -> None:
+    argv = sys.argv[1:]
+    distill_flags = argv[argv.index("--") + 1:] if "--" in argv else []
+    own = argv[:argv.index("--")] if "--" in argv else argv
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--output_dir", required=True)
+    parser.add_argument("--seeds", default="", help="extra quantize-stage seeds, e.g. 1,2")
+    parser.add_argument("--heldout", type=int, default=1000)
+    parser.add_argument("--latency_runs", type=int, default=200)
+    args = parser.parse_args(own)
+    root = os.path.abspath(args.output_dir)
+    run_dir = os.path.join(root, "run")
+    started = time.time()
+    run_argv(["bin/distill", *distill_flags, f"--output_dir={run_dir}"])
+    pipeline_s = time.time() - started
+    parity = read_json(os.path.join(run_dir, "export", "parity.json"))
+    report = read_json(os.path.join(run_dir, "report.json"))
+    done = {s: read_json(os.path.join(run_dir, s, "stage_done.json"), default={})
+            for s in STAGES}
+    rows = parity["formats"]
+    if "int8" not in rows or "int8_ptq" not in rows:
+        raise SystemExit("the run exported no quantised int8 (int8 and int8_ptq rows in "
+                         "parity.json): keep int8 in --export_formats and --quantize.")
+
+    config = parse_argv(["bin/distill", *distill_flags, f"--output_dir={run_dir}"])
+    task = resolve_task(config.task)
+    student = load_model(os.path.join(run_dir, "task", "model"))
+    length = parity["max_seq_len"]
+    tokenizer = load_tokenizer(student, length)
+    is_pair = bool(parity["is_pair"])
+    texts = heldout_texts(args.heldout, is_pair) if task.type.kind in (
+        "classification", "regression") else []
+    held = None
+    if texts:
+        a = [t[0] for t in texts] if is_pair else texts
+        b = [t[1] for t in texts] if is_pair else None
+        held = task.type.export_inputs(tokenizer, a, b, length)
+        reference = keras_outputs(student, task.type, held)
+    export_dir = os.path.join(run_dir, "export")
+    files = {name: os.path.join(export_dir, r["path"]) for name, r in rows.items()
+             if name in FLAVOURS and not FLAVOURS[name].text_input}
+    runners = {name: TFLiteRunner(path, num_threads=1) for name, path in files.items()}
+    table: dict[str, dict[str, Any]] = {}
+    for name in files:
+        r = rows[name]
+        table[name] = {"dev_agreement": r["label_agreement"], "dev_metric": r.get("metric"),
+                       "max_abs_diff": r["max_abs_diff"], "size_mb": r["size_bytes"] / 1e6,
+                       "ranges": r.get("ranges")}
+        if held is not None:
+            outs = task.type.from_tflite(runners[name].predict(held))
+            table[name]["heldout_agreement"] = agreement(task.type, reference, outs)
+
+    dev = task.examples(task.dev_splits[0])
+    dev_a = [ex.text_a for ex in dev]
+    dev_b = [ex.text_b for ex in dev] if is_pair else None
+    dev_inputs = task.type.export_inputs(tokenizer, dev_a, dev_b, length)
+    one = {k: v[:1] for k, v in dev_inputs.items()}
+    timed = [n for n in ("float32", "dynamic_int8", "int8_ptq", "int8") if n in runners]
+    latency = {"1": interleaved_latency({n: runners[n] for n in timed}, one, args.latency_runs)}
+    all_threads = {n: TFLiteRunner(files[n]) for n in timed}
+    latency[str(next(iter(all_threads.values())).num_threads)] = interleaved_latency(
+        all_threads, one, args.latency_runs)
+    for threads, values in latency.items():
+        for name, ms in values.items():
+            table[name][f"ms_b1_{threads}t"] = ms
+
+    library = None
+    if task.type.kind == "classification" and not is_pair and student.bert_config.lower_case:
+        interp = {n: runners[n].predict(dev_inputs) for n in ("int8", "int8_ptq")}
+        float_labels = keras_outputs(student, task.type, dev_inputs).argmax(1)
+        library = task_library({n: files[n] for n in interp}, dev_a,
+                               list(task.type.label_names), interp, float_labels)
+
+    seeds = {}
+    for seed in [int(s) for s in args.seeds.split(",") if s.strip()]:
+        path = seed_run(distill_flags, run_dir, seed, root)
+        flat = convert_tflite(load_model(path), "int8", length, task=task.type,
+                              is_pair=is_pair, metadata=False)
+        runner = TFLiteRunner(flat)
+        outs = task.type.from_tflite(runner.predict(dev_inputs))
+        ref_dev = keras_outputs(student, task.type, dev_inputs)
+        labels = [ex.label for ex in dev]
+        seeds[seed] = {"dev_agreement": agreement(task.type, ref_dev, outs),
+                       "dev_metric": task.type.score_labels(outs, labels)[
+                           task.type.primary_metric]}
+        if held is not None:
+            seeds[seed]["heldout_agreement"] = agreement(
+                task.type, reference, task.type.from_tflite(runner.predict(held)))
+    seeds[int(config.numerics.seed)] = {k: table["int8"].get(k) for k in
+                                        ("dev_agreement", "dev_metric", "heldout_agreement")}
+
+    result = {"flags": distill_flags, "task": parity["task"], "max_seq_len": length,
+              "dev_examples": parity["num_examples"], "heldout_examples": len(texts),
+              "metric": parity["metric_name"], "keras": rows["keras"],
+              "keras_quantized": rows.get("keras_quantized"), "flavours": table,
+              "task_library": library, "seeds": seeds,
+              "student_config": student.bert_config.to_dict(),
+              "report": {k: report.get(k) for k in ("student", "quantized_student", "ratios")},
+              "stage_seconds": {s: d.get("seconds") for s, d in done.items() if d},
+              "pipeline_seconds": pipeline_s, "cpu_count": os.cpu_count()}
+    write_json_atomic(os.path.join(root, "bench_quantize.json"), result)
+    print(format_result(result), flush=True)
+
+
+def format_result(result: dict[str, Any]) -> str:
+    metric = result["metric"] or "metric"
+    threads = sorted({k for r in result["flavours"].values() for k in r if k.startswith("ms_")})
+    head = (f"{'flavour':<14}{'ranges':>11}{'dev agree':>11}{'dev ' + metric[:8]:>14}"
+            f"{'held-out':>10}" + "".join(f"{t[6:]:>10}" for t in threads) + f"{'MB':>8}")
+    lines = [f"task {result['task']}, seq {result['max_seq_len']}, {result['dev_examples']} dev "
+             f"examples, {result['heldout_examples']} held-out sentences; ms @ batch 1 "
+             f"(threads), {result['cpu_count']} CPUs", head, "-" * len(head)]
+    keras_metric = result["keras"].get("metric")
+    lines.append(f"{'keras float':<14}{'':>11}{'100.0%':>11}"
+                 f"{'-' if keras_metric is None else f'{keras_metric:.4f}':>14}")
+    for name, r in result["flavours"].items():
+        def pct(v):
+            return "-" if v is None else f"{v:.1%}"
+        m = r.get("dev_metric")
+        lines.append(f"{name:<14}{r.get('ranges') or '':>11}{pct(r['dev_agreement']):>11}"
+                     f"{'-' if m is None else f'{m:.4f}':>14}"
+                     f"{pct(r.get('heldout_agreement')):>10}"
+                     + "".join(f"{r.get(t, float('nan')):>10.2f}" for t in threads)
+                     + f"{r['size_mb']:>8.2f}")
+    seeds = result["seeds"]
+    if seeds:
+        dev = [v["dev_agreement"] for v in seeds.values() if v.get("dev_agreement") is not None]
+        held = [v["heldout_agreement"] for v in seeds.values()
+                if v.get("heldout_agreement") is not None]
+        lines.append(f"int8 over quantize-stage seeds {sorted(seeds)}: dev agreement "
+                     f"{np.mean(dev):.1%} (min {np.min(dev):.1%})"
+                     + (f", held-out {np.mean(held):.2%} (min {np.min(held):.2%})"
+                        if held else ""))
+    if result["task_library"]:
+        lines.append(f"Task Library BertNLClassifier: {json.dumps(result['task_library'])}")
+    lines.append(f"stage seconds: {json.dumps(result['stage_seconds'])}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()

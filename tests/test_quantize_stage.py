@@ -1,0 +1,120 @@
+"""The quantize stage (issue 25): planned, run and resumed like every stage; evaluate
+reports its int8 student, and export converts int8 from it with its learnt ranges,
+next to the float student's post-training int8."""
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+from tinybert_tf.export import FORMATS
+from tinybert_tf.files import read_json
+from tinybert_tf.models.checkpoint import load_model
+from tinybert_tf.pipeline.main import main
+
+from pipeline_helpers import argv, load_weights, run, tiny_flags, write_teacher
+from quant_helpers import activation_params, expected_params, float_ops
+
+STEPS = 6
+
+
+@pytest.fixture(scope="module")
+def flags(tmp_path_factory, tiny_vocab):
+    """task -> quantize -> evaluate -> export on tiny models (prediction phase only)."""
+    tmp = tmp_path_factory.mktemp("quantize")
+    teacher = write_teacher(str(tmp / "task_teacher"), tiny_vocab, head="classifier")
+    return tiny_flags(tmp, tiny_vocab, task_teacher=teacher, general_model="none",
+                      use_augmented=False, task_phases=["prediction"], pred_epochs=1,
+                      export_formats=["int8"], quantize_steps=STEPS, quantize_batch_size=4,
+                      quantize_calibration_examples=8, quantize_lr=1e-3, latency_runs=1,
+                      export_latency_runs=1)
+
+
+@pytest.fixture(scope="module")
+def finished(flags):
+    results = run(flags)
+    return flags, results
+
+
+def test_dry_run_plans_the_quantize_phase_after_task(flags, tmp_path, capsys):
+    ns = type(flags)(**{**vars(flags), "dry_run": True, "output_dir": str(tmp_path / "o")})
+    assert main(["bin/distill", *argv(ns)]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["stages"] == ["task", "quantize", "evaluate", "export"]
+    (phase,) = [p for p in plan["phases"] if p["stage"] == "quantize"]
+    assert phase["phase"] == "qat" and phase["steps"] == STEPS
+    assert phase["global_batch"] == 4 and phase["learning_rate"]["peak"] == 1e-3
+    assert [t["name"] for t in phase["loss_terms"]] == ["pred"]
+    assert "teacher: the float task student" in phase["note"]
+    # A student head with no int8 form: refused before anything runs, naming the fix.
+    pre = type(ns)(**{**vars(ns), "classifier_head": "pre_classifier"})
+    assert main(["bin/distill", *argv(pre)]) != 0
+    assert "pre_classifier head has no int8 form" in capsys.readouterr().err
+    # --noquantize: `all` leaves it out and int8 is calibrated after training.
+    for off in (ns, pre):
+        off = type(off)(**{**vars(off), "quantize": False})
+        assert main(["bin/distill", *argv(off)]) == 0
+        assert "quantize" not in json.loads(capsys.readouterr().out)["stages"]
+
+
+def test_the_stage_publishes_its_int8_student_read_by_evaluate_and_export(finished):
+    ns, results = finished
+    out = ns.output_dir
+    assert list(results) == ["task", "quantize", "evaluate", "export"]
+    assert results["quantize"]["steps"] == STEPS
+    done = read_json(os.path.join(out, "quantize", "stage_done.json"))
+    assert set(done["inputs"]) == {"task"}
+    # Its record keeps what it read and published (a changed file makes it stale).
+    assert set(done["reads"]) == {"data"} and "quantize/model" in done["outputs"]
+    exported = read_json(os.path.join(out, "export", "stage_done.json"))["outputs"]
+    assert exported[f"export/{FORMATS['int8_ptq'].artefact}"] == "exists"
+    for stage in ("evaluate", "export"):
+        assert "quantize" in read_json(os.path.join(out, stage, "stage_done.json"))["inputs"]
+    quantized = load_model(os.path.join(out, "quantize", "model"))
+    assert quantized.quantization is not None
+    report = read_json(os.path.join(out, "report.json"))
+    assert report["models"]["quantized_student"] == os.path.join(out, "quantize", "model")
+    assert report["models"]["student"] == os.path.join(out, "task", "model")
+    assert "accuracy" in report["quantized_student"]["dev"]
+    assert report["ratios"]["quantized_retained"] is not None
+    rows = read_json(os.path.join(out, "export", "parity.json"))["formats"]
+    assert set(rows) == {"keras", "keras_quantized", "int8", "int8_ptq"}
+    assert rows["int8"]["ranges"] == "learnt" and rows["int8_ptq"]["ranges"] == "calibrated"
+    assert rows["int8"]["task_library"] == "BertNLClassifier"  # metadata kept
+    for name in ("keras_quantized", "int8", "int8_ptq"):
+        assert 0.0 <= rows[name]["label_agreement"] <= 1.0  # against the float student
+    # The int8 file is the quantised student's: its every learnt range, no float op.
+    path = os.path.join(out, "export", "model_int8.tflite")
+    assert float_ops(path) == []
+    with open(path, "rb") as f:
+        got = activation_params(f.read())
+    for name, var in quantized.quant_ranges.points.items():
+        scale, zero = expected_params(*var.numpy())
+        assert any(abs(s - scale) <= 1e-6 * scale and z == zero for s, z in got), name
+
+
+def test_the_stage_resumes_from_its_checkpoint_to_the_same_weights(finished, tmp_path,
+                                                                   capsys):
+    ns, _ = finished
+    copy = str(tmp_path / "copy")
+    shutil.copytree(ns.output_dir, copy, symlinks=True)
+    stage = os.path.join(copy, "quantize")
+    for name in ("stage_done.json", "model", os.path.join("qat", "phase_done.json")):
+        path = os.path.join(stage, name)
+        shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+    ckpt = os.path.join(stage, "qat", "ckpt")
+    for name in os.listdir(ckpt):
+        if name.startswith(f"ckpt-{STEPS}."):
+            os.remove(os.path.join(ckpt, name))
+    with open(os.path.join(ckpt, "checkpoint"), "w") as f:
+        f.write('model_checkpoint_path: "ckpt-3"\nall_model_checkpoint_paths: "ckpt-3"\n')
+    again = type(ns)(**{**vars(ns), "output_dir": copy, "stages": ["quantize"]})
+    capsys.readouterr()
+    assert run(again)["quantize"]["steps"] == STEPS
+    assert "ckpt-3 (step 3)" in capsys.readouterr().out  # resumed, not started afresh
+    want = load_weights(os.path.join(ns.output_dir, "quantize", "model"))
+    got = load_weights(os.path.join(stage, "model"))
+    assert sorted(got) == sorted(want)
+    for key in want:
+        np.testing.assert_array_equal(got[key], want[key], err_msg=key)
