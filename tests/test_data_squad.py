@@ -10,7 +10,7 @@ import string
 import numpy as np
 import pytest
 
-from tinybert_tf.data import squad, squad_metrics
+from tinybert_tf.data import squad, squad_answers, squad_metrics
 from tinybert_tf.data.examples import DataError
 from tinybert_tf.data.squad import SquadExample
 from tinybert_tf.tokenizer import Tokenizer
@@ -411,8 +411,8 @@ def _distract(feats, owner, other, how):
 @pytest.mark.parametrize("how", ["question", "end_before_start", "too_long", "not_max_context"])
 def test_postprocess_rejects_spans_run_squad_rules_out(nearby, how):
     ex, feats, owner, other = nearby
-    out = squad.postprocess([ex], feats, *_distract(feats, owner, other, how), n_best_size=5,
-                            max_answer_len=6)
+    out = squad_answers.postprocess([ex], feats, *_distract(feats, owner, other, how),
+                                    n_best_size=5, max_answer_len=6)
     assert out.predictions == {"q1": "Paris, France"}
     best = out.nbest["q1"][0]
     assert best["text"] == "Paris, France" and best["start_logit"] == best["end_logit"] == 5.0
@@ -423,15 +423,15 @@ def test_postprocess_rejects_spans_run_squad_rules_out(nearby, how):
 
 def test_postprocess_takes_the_best_span_and_keeps_original_casing(nearby):
     ex, feats, owner, other = nearby
-    out = squad.postprocess([ex], feats, *_distract(feats, owner, other, "control"),
-                            n_best_size=5)
+    out = squad_answers.postprocess([ex], feats, *_distract(feats, owner, other, "control"),
+                                    n_best_size=5)
     assert out.predictions == {"q1": "Paris"}
     texts = [c["text"] for c in out.nbest["q1"]]
     assert texts[:2] == ["Paris", "Paris, France"]
     assert len(set(texts)) == len(texts) <= 5
     assert math.isclose(sum(c["probability"] for c in out.nbest["q1"]), 1.0)
     starts, ends = _distract(feats, owner, other, "question")
-    short = squad.postprocess([ex], feats, starts, ends, max_answer_len=2)
+    short = squad_answers.postprocess([ex], feats, starts, ends, max_answer_len=2)
     assert short.predictions["q1"] != "Paris, France"  # 4 pieces: over max_answer_len
 
 
@@ -443,7 +443,7 @@ def test_postprocess_answer_is_a_slice_of_the_original_context(bert_tok):
     ends[0, _end_piece(feat, NEARBY.index("»") + 1)] = 3.0
     pieces = _pieces(bert_tok, feat)
     assert "cafe" in pieces and "«" in pieces  # lower-cased, accent-stripped pieces ...
-    out = squad.postprocess([ex], [feat], starts, ends)
+    out = squad_answers.postprocess([ex], [feat], starts, ends)
     assert out.predictions == {"q1": "café «Le Petit Pain»"}  # ... original text
 
 
@@ -459,13 +459,13 @@ def test_postprocess_v2_null_score_difference_and_threshold(bert_tok):
         ends[k, _end_piece(feats[k], context.index("1998") + 4)] = 3.0
     starts[0, 0], ends[0, 0] = 1.0, 1.0   # null 2 < best 7: answer
     starts[1, 0], ends[1, 0] = 6.0, 5.0   # null 11 > best 7: no answer
-    out = squad.postprocess([answerable, unanswerable], feats, starts, ends, version="2.0")
+    out = squad_answers.postprocess([answerable, unanswerable], feats, starts, ends, version="2.0")
     assert out.predictions == {"a": "3 May 1998", "b": ""}
     assert out.best_non_null == {"a": "3 May 1998", "b": "3 May 1998"}
     assert out.null_score_diff == {"a": pytest.approx(2.0 - 7.0), "b": pytest.approx(11.0 - 7.0)}
     assert "" in [c["text"] for c in out.nbest["a"]]
-    lenient = squad.postprocess([answerable, unanswerable], feats, starts, ends, version="2.0",
-                                null_threshold=5.0)
+    lenient = squad_answers.postprocess([answerable, unanswerable], feats, starts, ends,
+                                        version="2.0", null_threshold=5.0)
     assert lenient.predictions == {"a": "3 May 1998", "b": "3 May 1998"}
 
 
@@ -473,9 +473,9 @@ def test_postprocess_checks_logit_shapes(tiny_tok):
     ex = SquadExample("q1", "", "who ?", "the cat .", [("cat", 4)])
     feats = squad.make_features([ex], tiny_tok, max_seq_len=16)
     with pytest.raises(ValueError, match=r"must both be \[num_features=1, max_seq_len\]"):
-        squad.postprocess([ex], feats, np.zeros((2, 16)), np.zeros((2, 16)))
+        squad_answers.postprocess([ex], feats, np.zeros((2, 16)), np.zeros((2, 16)))
     with pytest.raises(ValueError, match="logits have 8 positions, features have 16"):
-        squad.postprocess([ex], feats, np.zeros((1, 8)), np.zeros((1, 8)))
+        squad_answers.postprocess([ex], feats, np.zeros((1, 8)), np.zeros((1, 8)))
 
 
 def _oracle_logits(examples, feats, length):
@@ -497,8 +497,8 @@ def test_oracle_logits_score_100_end_to_end(bert_tok, tmp_path, path, version):
     examples = squad.read_squad(path, version)
     feats = squad.make_features(examples, bert_tok, max_seq_len=48, doc_stride=12,
                                 max_query_len=16)
-    out = squad.postprocess(examples, feats, *_oracle_logits(examples, feats, 48),
-                            version=version)
+    out = squad_answers.postprocess(examples, feats, *_oracle_logits(examples, feats, 48),
+                                    version=version)
     assert set(out.predictions) == {e.qas_id for e in examples}
     result = squad_metrics.evaluate(squad.gold_answers(examples), out.predictions, version)
     assert result["exact_match"] == result["f1"] == 100.0
@@ -654,7 +654,7 @@ def test_postprocess_null_differences_drive_the_threshold_search(bert_tok):
     # A model that leans to "no answer": score_null is 25 for answerable questions (best
     # span 20: difference 5) and 45 for unanswerable ones (best span 0: difference 45).
     starts[:, 0] += 25.0
-    out = squad.postprocess(examples, feats, starts, ends, version="2.0")
+    out = squad_answers.postprocess(examples, feats, starts, ends, version="2.0")
     gold = squad.gold_answers(examples)
     assert set(out.predictions.values()) == {""}
     assert out.null_score_diff == {q: 5.0 if gold[q] else 45.0 for q in gold}
@@ -666,8 +666,8 @@ def test_postprocess_null_differences_drive_the_threshold_search(bert_tok):
     assert result["exact_match"] == pytest.approx(600 / 7)
     assert result["best_exact"] == result["best_f1"] == 100.0
     assert result["best_exact_thresh"] == result["best_f1_thresh"] == 5.0
-    rerun = squad.postprocess(examples, feats, starts, ends, version="2.0",
-                              null_threshold=result["best_f1_thresh"])
+    rerun = squad_answers.postprocess(examples, feats, starts, ends, version="2.0",
+                                      null_threshold=result["best_f1_thresh"])
     assert squad_metrics.evaluate(gold, rerun.predictions, "2.0")["exact_match"] == 100.0
 
 

@@ -42,6 +42,10 @@ from tinybert_tf.tasks import Classification, Regression
 from tinybert_tf.tokenizer import pack_texts
 
 import tasklib
+from numerics import NOISE, assert_parity_agrees, assert_same_labels, decided
+
+# Every test here compares an export with Keras (make test-isa).
+pytestmark = pytest.mark.numerics
 
 L = 16
 NEUTRAL = "the a movie film is was plot actor story cat dog sat on mat very".split()
@@ -107,7 +111,8 @@ def exported(tmp_path_factory, tiny_vocab):
     parity = export_all(model, out, max_seq_len=L, dev_texts=dev, dev_labels=dev_labels,
                         representative_texts=train[:64], latency_runs=2, formats=FORMATS)
     return {"model": model, "dir": out, "parity": parity, "dev": dev, "labels": dev_labels,
-            "saved_model": os.path.join(out, parity["formats"]["saved_model"]["path"])}
+            "saved_model": os.path.join(out, parity["formats"]["saved_model"]["path"]),
+            "keras": keras_probs(model, dev)}
 
 
 def float_ops(path):
@@ -205,11 +210,16 @@ def test_layout_and_parity_json(exported):
 
 
 def test_float_formats_match_keras(exported):
-    rows = exported["parity"]["formats"]
-    assert rows["saved_model"]["max_abs_diff"] < 1e-5
-    assert rows["float32"]["max_abs_diff"] < 1e-4
-    assert rows["float16"]["label_agreement"] >= 0.99
-    assert rows["dynamic_int8"]["label_agreement"] >= 0.95
+    """Probabilities within each format's tolerance, and Keras's label on every dev
+    example that no difference of that size can flip (numerics.assert_parity_agrees)."""
+    rows, want = exported["parity"]["formats"], exported["keras"]
+    assert_parity_agrees(rows["saved_model"], want, 1e-5, name="saved_model")
+    assert_parity_agrees(rows["float32"], want, 1e-4, name="float32")
+    assert_parity_agrees(rows["float16"], want, 1e-2, name="float16")
+    # Dynamic-range int8 moves probabilities further: at least 95 % of the labels stay,
+    # not counting examples that sit within rounding of a tie in Keras.
+    ties = float(np.mean(~decided(want, NOISE)))
+    assert rows["dynamic_int8"]["label_agreement"] >= 0.95 - ties
 
 
 def test_full_integer_flavours_have_no_float_op(exported):
@@ -218,8 +228,7 @@ def test_full_integer_flavours_have_no_float_op(exported):
     for fmt in ("int8", "int16x8"):
         assert float_ops(os.path.join(exported["dir"], f"model_{fmt}.tflite")) == [], fmt
     rows = exported["parity"]["formats"]
-    assert rows["int16x8"]["label_agreement"] == 1.0
-    assert rows["int16x8"]["max_abs_diff"] < 0.01
+    assert_parity_agrees(rows["int16x8"], exported["keras"], 0.01, name="int16x8")
 
 
 def test_int8_agrees_with_keras_labels(exported):
@@ -228,8 +237,12 @@ def test_int8_agrees_with_keras_labels(exported):
     runner = TFLiteRunner(os.path.join(exported["dir"], "model_int8.tflite"))
     out = runner.predict(pack_texts(load_tokenizer(model, L), dev, None, L))
     agreement = np.mean(out.argmax(-1) == ref.argmax(-1))
-    assert agreement >= 0.95
-    assert exported["parity"]["formats"]["int8"]["label_agreement"] == pytest.approx(agreement)
+    # Parity computed Keras's probabilities in other batches: an example within rounding
+    # of a tie may count either way there.
+    ties = float(np.mean(~decided(ref, NOISE)))
+    assert agreement >= 0.95 - ties
+    assert exported["parity"]["formats"]["int8"]["label_agreement"] == pytest.approx(
+        agreement, abs=ties + 1e-12)
     # Weights really are int8: most tensors are INT8, fully connected layers included.
     assert "FULLY_CONNECTED" in operators(os.path.join(exported["dir"], "model_int8.tflite"))
 
@@ -421,17 +434,17 @@ def test_every_tflite_file_carries_metadata_for_its_client(exported):
 
 def test_task_library_loads_the_exported_files_and_matches_keras(task_library, exported):
     """BertNLClassifier on the files export_all wrote: same probabilities as the
-    interpreter (float flavours: as Keras), same labels as Keras."""
+    interpreter (float flavours: as Keras), and Keras's label wherever the quantised
+    flavour's difference from Keras cannot flip it (numerics.assert_same_labels)."""
     model, texts = exported["model"], exported["dev"][:16]
-    want = keras_probs(model, texts)
+    want = exported["keras"][:16]
     x = pack_texts(load_tokenizer(model, L), texts, None, L)
-    for fmt, atol in (("float32", 1e-5), ("dynamic_int8", 1e-4), ("int8", 0.15)):
+    for fmt, atol, keras_atol in (("float32", 1e-5, 1e-4), ("dynamic_int8", 1e-4, 0.1),
+                                  ("int8", 0.15, 0.25)):
         path = os.path.join(exported["dir"], f"model_{fmt}.tflite")
         got = np.array([[s["neg"], s["pos"]] for s in tasklib.classify(path, texts)])
         np.testing.assert_allclose(got, TFLiteRunner(path).predict(x), atol=atol, err_msg=fmt)
-        np.testing.assert_array_equal(got.argmax(1), want.argmax(1), err_msg=fmt)
-        if fmt == "float32":
-            np.testing.assert_allclose(got, want, atol=1e-4)
+        assert_same_labels(got, want, keras_atol, err_msg=fmt)
 
 
 def test_text_tflite_matches_the_saved_model_text_signature(exported):

@@ -6,11 +6,10 @@ import json
 import os
 
 import pytest
-from test_own_data import write_reviews_csv
 
 from tinybert_tf.pipeline.main import run_argv
 
-from pipeline_helpers import REPO, read_json, write_corpus, write_teacher
+from pipeline_helpers import REPO, read_json, write_corpus, write_reviews_csv, write_teacher
 
 QUICKSTART = os.path.join(REPO, "configs", "quickstart_text_classification.cfg")
 

@@ -19,6 +19,7 @@ from tinybert_tf.pipeline import stages
 from tinybert_tf.pipeline.main import main, parse_argv, run_argv
 from tinybert_tf.pipeline.preflight import PreflightError, resolve_stages
 
+from numerics import NOISE, decided
 from pipeline_helpers import REPO, argv, load_weights, read_json, run, tiny_flags
 
 MNLI = os.path.join(REPO, "tests", "fixtures", "glue", "MNLI")
@@ -48,6 +49,7 @@ def _mnli_flags(tmp, vocab, teacher, **overrides):
                       pred_epochs=1, **overrides)
 
 
+@pytest.mark.numerics
 def test_hf_teacher_in_its_own_label_order_is_matched_by_name(hf_mnli_teacher, tmp_path,
                                                               tiny_vocab):
     ns = _mnli_flags(tmp_path, tiny_vocab, hf_mnli_teacher)
@@ -65,7 +67,11 @@ def test_hf_teacher_in_its_own_label_order_is_matched_by_name(hf_mnli_teacher, t
     logits = raw(x, training=False)["logits"].numpy()
     ours = logits[:, [HF_ORDER.index(n) for n in OUR_ORDER]]
     want = float(np.mean(ours.argmax(-1) == np.array([e.label for e in dev])))
-    assert report["teacher"]["dev"]["dev_matched_accuracy"] == pytest.approx(want)
+    # The run computed the same logits in other batches: a question within rounding of a
+    # tie may go either way.
+    ties = float(np.mean(~decided(ours, NOISE)))
+    assert report["teacher"]["dev"]["dev_matched_accuracy"] == pytest.approx(want,
+                                                                             abs=ties + 1e-9)
     # Read position by position, the same teacher would predict other classes here.
     assert (ours.argmax(-1) != logits.argmax(-1)).any()
     student = load_model(os.path.join(ns.output_dir, "task", "model"))
@@ -194,9 +200,8 @@ def _student_json(tmp_path, vocab) -> str:
     return str(path)
 
 
-def test_overwriting_a_stage_redoes_every_stage_made_from_it(tmp_path, tiny_vocab):
-    ns = tiny_flags(tmp_path, tiny_vocab)
-    run(ns)
+def test_overwriting_a_stage_redoes_every_stage_made_from_it(sst2_run, tmp_path):
+    ns = sst2_run.copy(tmp_path / "out")  # every stage finished
     out = ns.output_dir
     ran = [s for s in stages.STAGES if s != "quantize"]  # no int8 export, no quantize
     before = {s: read_json(os.path.join(out, s, "stage_done.json"))["fingerprint"]

@@ -17,6 +17,9 @@ from tinybert_tf.models.checkpoint import load_model, load_tokenizer
 from tinybert_tf.models.encoder import BertModel
 from tinybert_tf.models.hf_io import export_hf
 
+# Our encoder is compared with a float64 NumPy BERT (make test-isa).
+pytestmark = pytest.mark.numerics
+
 
 def numpy_bert(w, ids, mask, types, num_layers, num_heads, eps=1e-12, prefix=""):
     """Hugging Face BERT in float64 NumPy. w: HF key -> array ([out, in] Linear

@@ -21,14 +21,15 @@ What the paper's Appendix B does, with BERT's SQuAD recipe:
   the intermediate phase used augmented data (paper, Appendix B).
 - Prediction: logits of all windows of a question -> n-best spans
   (`--n_best_size`, `--max_answer_len`) -> the answer text, a slice of the
-  original context (`data.squad.postprocess`).
+  original context (`data.squad_answers.postprocess`).
 - Metrics: the official EM / F1 on the 0-100 scale (`exact_match`, `f1`;
   primary `f1`). SQuAD 2.0 adds total, HasAns_*, NoAns_*, best_exact /
   best_f1 with their thresholds, and `null_threshold`: the official script's
   best-F1 threshold on the null-score difference, searched over the dev set's
-  best non-empty answers. exact_match / f1 (and predictions.json) are at that
-  threshold, so they equal best_exact / best_f1 up to ties: like BERT's
-  reported v2.0 numbers, they are tuned on dev.
+  best non-empty answers, moved halfway to the next larger difference so it
+  never sits on a question's score (`_effective_threshold`). exact_match / f1
+  (and predictions.json) are at that threshold, so they equal best_exact /
+  best_f1 up to ties: like BERT's reported v2.0 numbers, they are tuned on dev.
 - The threshold is stored with the model: `model_metadata(metrics)` gives
   config.json's metadata a "squad" entry (version, null_threshold, window
   settings) whenever the task and teacher stages save a model, and serving
@@ -50,9 +51,10 @@ from typing import Any, Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
-from tinybert_tf.data import squad, squad_metrics
+from tinybert_tf.data import squad, squad_answers, squad_metrics
 from tinybert_tf.data.examples import DataError
-from tinybert_tf.data.squad import SquadExample, SquadFeature, SquadPredictions
+from tinybert_tf.data.squad import SquadExample, SquadFeature
+from tinybert_tf.data.squad_answers import SquadPredictions
 from tinybert_tf.data.squad_source import squad_source
 from tinybert_tf.distill import losses
 from tinybert_tf.files import write_json_atomic
@@ -232,9 +234,9 @@ class SpanQA(TaskType):
 
     def postprocess(self, examples, feats, logits: np.ndarray,
                     null_threshold: float = 0.0) -> SquadPredictions:
-        return squad.postprocess(examples, feats, logits[..., 0], logits[..., 1],
-                                 self.n_best_size, self.max_answer_len, self.version,
-                                 null_threshold)
+        return squad_answers.postprocess(examples, feats, logits[..., 0], logits[..., 1],
+                                         self.n_best_size, self.max_answer_len,
+                                         self.version, null_threshold)
 
     def answers(self, predictions: SquadPredictions, examples: Sequence[SquadExample]
                 ) -> tuple[dict[str, str], dict[str, float]]:
@@ -343,22 +345,31 @@ class SpanQA(TaskType):
 
 def _effective_threshold(search: dict[str, float], gold: dict[str, list[str]],
                          diffs: dict[str, float]) -> float:
-    """The null threshold that gives the official search's best F1 on these scores.
+    """The null threshold that gives the official search's best F1 on these scores,
+    placed between two score differences, never on one.
 
-    The official script reports 0.0 when answering no question is best: right for
-    its probabilities in [0, 1], wrong for BERT's null-score differences (which may
-    be negative), so that case becomes "below every difference". A threshold of
-    +inf (only questions without any valid span above it) becomes the largest
-    finite difference.
+    The official search returns the difference of the last question it answers, so
+    that question sits exactly on the threshold and a rounding change of 1e-8 (another
+    CPU's kernels, another runtime) flips its answer. The same dev answers come from
+    any threshold from that difference up to (not including) the next larger one; we
+    take the midpoint, so every dev question keeps a margin of half the gap to its
+    neighbour. Two more cases: the official script reports 0.0 when answering no
+    question is best (right for its probabilities in [0, 1], wrong for BERT's
+    null-score differences, which may be negative), and +inf when every question with
+    a valid span is answered; they become 1.0 below the smallest and 1.0 above the
+    largest finite difference.
     """
-    finite = [d for d in diffs.values() if math.isfinite(d)]
+    finite = sorted({d for d in diffs.values() if math.isfinite(d)})
+    if not finite:
+        return 0.0  # no question has a valid span: every threshold answers "" everywhere
     nothing = 100.0 * sum(1 for q in gold if not gold[q]) / len(gold)
-    threshold = search["best_f1_thresh"]
     if search["best_f1"] <= nothing:
-        return min(finite, default=0.0) - 1.0
-    if not math.isfinite(threshold):
-        return max(finite, default=0.0)
-    return float(threshold)
+        return finite[0] - 1.0
+    threshold = search["best_f1_thresh"]
+    above = [d for d in finite if d > threshold]
+    if not math.isfinite(threshold) or not above:
+        return finite[-1] + 1.0
+    return float(threshold + (above[0] - threshold) / 2.0)
 
 
 def _examples_and_features(questions: Sequence[str], contexts: Sequence[str],
