@@ -15,6 +15,7 @@ import pytest
 
 from tinybert_tf.pipeline import flags as tb_flags
 from tinybert_tf.pipeline.configs import PipelineConfig
+from tinybert_tf.pipeline.flagfiles import expand_flagfiles
 from tinybert_tf.pipeline.preflight import resolve_stages
 
 from pipeline_helpers import REPO
@@ -32,7 +33,7 @@ def parse(name: str, monkeypatch, tmp_path=None):
     outside the repository: nested flagfiles resolve against the including file."""
     monkeypatch.chdir(tmp_path or "/")
     values = tb_flags.distill_flags()  # a fresh FlagValues: the process-wide FLAGS stay as is
-    values(tb_flags.expand_flagfiles(
+    values(expand_flagfiles(
         ["bin/distill", f"--flagfile={os.path.join(REPO, 'configs', name)}"]))
     return values
 

@@ -15,7 +15,7 @@ import pytest
 import tensorflow as tf
 
 from tinybert_tf import files
-from tinybert_tf.data import corpus, pretokenize, pretrain, tfrecords
+from tinybert_tf.data import corpus, pretokenize, pretrain, sentence_split, tfrecords
 from tinybert_tf.data.examples import DataError
 from tinybert_tf.tokenizer import Tokenizer
 
@@ -61,7 +61,7 @@ def text_corpus(tmp_path_factory):
 def test_sentence_splitter():
     text = ('Dr. Smith met J. R. Tolkien in the U.S. in 1950. He said "Hello!" Then they left? '
             'Yes. The value is 3.5 today, e.g. here. 2010 was a year.')
-    assert corpus.split_sentences(text) == [
+    assert sentence_split.split_sentences(text) == [
         "Dr. Smith met J. R. Tolkien in the U.S. in 1950.", 'He said "Hello!"',
         "Then they left?", "Yes.", "The value is 3.5 today, e.g. here.", "2010 was a year."]
 

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from tinybert_tf.pipeline.flags import FlagfileError, expand_flagfiles
+from tinybert_tf.pipeline.flagfiles import FlagfileError, expand_flagfiles
 from tinybert_tf.pipeline.main import main
 
 

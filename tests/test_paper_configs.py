@@ -12,6 +12,7 @@ import pytest
 from tinybert_tf.distill.projections import Projections
 from tinybert_tf.models.checkpoint import load_model, save_model
 from tinybert_tf.pipeline import flags as tb_flags
+from tinybert_tf.pipeline.flagfiles import expand_flagfiles
 from tinybert_tf.pipeline.main import main
 
 from pipeline_helpers import REPO, write_student_config, write_task, write_teacher
@@ -25,7 +26,7 @@ GRID = [(16, 1e-5), (16, 2e-5), (16, 3e-5), (32, 1e-5), (32, 2e-5), (32, 3e-5)]
 def parse(name: str, monkeypatch):
     monkeypatch.chdir("/")  # nested flagfiles resolve against the including file
     values = tb_flags.distill_flags()
-    values(tb_flags.expand_flagfiles(["bin/distill",
+    values(expand_flagfiles(["bin/distill",
                                       f"--flagfile={os.path.join(PAPER, name + '.cfg')}"]))
     return values
 

@@ -15,7 +15,7 @@ from tinybert_tf.config import BertConfig
 from tinybert_tf.models import BertModel
 from tinybert_tf.models.checkpoint import load_model, save_model
 from tinybert_tf.models.hf_io import export_hf
-from tinybert_tf.pipeline import stages
+from tinybert_tf.pipeline import context, stages
 from tinybert_tf.pipeline.main import main, parse_argv, run_argv
 from tinybert_tf.pipeline.preflight import PreflightError, resolve_stages
 
@@ -203,7 +203,7 @@ def _student_json(tmp_path, vocab) -> str:
 def test_overwriting_a_stage_redoes_every_stage_made_from_it(sst2_run, tmp_path):
     ns = sst2_run.copy(tmp_path / "out")  # every stage finished
     out = ns.output_dir
-    ran = [s for s in stages.STAGES if s != "quantize"]  # no int8 export, no quantize
+    ran = [s for s in context.STAGES if s != "quantize"]  # no int8 export, no quantize
     before = {s: read_json(os.path.join(out, s, "stage_done.json"))["fingerprint"]
               for s in ran}
     old_student = load_weights(os.path.join(out, "task", "model"))
@@ -273,7 +273,7 @@ def test_dry_run_prints_the_plan_and_reads_no_weights(tmp_path, tiny_vocab, monk
     assert main(["bin/distill", *argv(ns)]) == 0
     plan = json.loads(capsys.readouterr().out)
     # tiny_flags export no int8, so `all` leaves the quantize stage out.
-    assert plan["stages"] == [s for s in stages.STAGES if s != "quantize"]
+    assert plan["stages"] == [s for s in context.STAGES if s != "quantize"]
     phases = {(p["stage"], p["phase"]) for p in plan["phases"]}
     assert phases == {("general", "distill"), ("finetune_teacher", "train"),
                       ("task", "intermediate"), ("task", "prediction")}

@@ -397,9 +397,10 @@ def test_bad_squad_file_is_one_error_and_nothing_is_written(squad2_run, tmp_path
                                        ("td_squad20.cfg", "squad2.0")])
 def test_squad_configs_carry_berts_windows_and_the_paper_schedule(name, task, monkeypatch):
     from tinybert_tf.pipeline import flags as tb_flags
+    from tinybert_tf.pipeline.flagfiles import expand_flagfiles
     monkeypatch.chdir(REPO)
     f = tb_flags.distill_flags()
-    f(tb_flags.expand_flagfiles(["bin/distill", f"--flagfile=configs/{name}"]))
+    f(expand_flagfiles(["bin/distill", f"--flagfile=configs/{name}"]))
     assert f.task == task and f.max_seq_len == 384 and f.doc_stride == 128
     assert f.max_query_len == 64 and f.n_best_size == 20 and f.max_answer_len == 30
     assert (f.teacher_lr, f.teacher_batch_size, f.teacher_epochs) == (3e-5, 32, 2)

@@ -31,7 +31,7 @@ import tensorflow as tf
 from absl import flags
 
 from tinybert_tf import plugins
-from tinybert_tf.pipeline.flags import expand_flagfiles
+from tinybert_tf.pipeline.flagfiles import expand_flagfiles
 from tinybert_tf.pipeline.lock import os_fix
 
 EXIT_OK = 0

@@ -15,24 +15,21 @@ format or task registered by user code is as valid as ours.
 """
 from __future__ import annotations
 
-import os
-import posixpath
 import weakref
-from typing import Any, Optional, Sequence
+from typing import Any
 
 from absl import flags
 
-from tinybert_tf import files
 from tinybert_tf.distill.terms import ALIASES, TERMS
 from tinybert_tf.export.formats import FORMATS
 from tinybert_tf.export.parity import DEFAULT_FORMATS
 from tinybert_tf.pipeline.autosize import DEFAULT_CANDIDATES
 from tinybert_tf.pipeline.configs import AUTO_PRECISION, INPUT_SHARDING, PRECISIONS
+from tinybert_tf.pipeline.context import STAGES
 from tinybert_tf.pipeline.lock import DEFAULT_STALE_MINUTES
 from tinybert_tf.pipeline.phases import PHASE_KINDS
 from tinybert_tf.pipeline.precision import TEACHER_PRECISIONS
 from tinybert_tf.pipeline.recipes import RECIPES
-from tinybert_tf.pipeline.stages import STAGES
 from tinybert_tf.pipeline.strategy import DEFAULT_PEER_TIMEOUT, STRATEGIES
 from tinybert_tf.tasks.catalog import task_names
 
@@ -56,108 +53,6 @@ REMOVED_FLAGS = {
 def _terms_help() -> str:
     aliases = "; ".join(f"{a} = {','.join(v)}" for a, v in ALIASES.items())
     return f"any of {', '.join(sorted(TERMS))} ({aliases})"
-
-
-# --- flagfiles ----------------------------------------------------------------------
-
-class FlagfileError(ValueError):
-    """A flagfile that cannot be read: names the file (and the line that included it)."""
-
-
-_FLAGFILE_PREFIXES = ("--flagfile=", "-flagfile=")
-
-
-def expand_flagfiles(argv: Sequence[str]) -> list[str]:
-    """argv with every `--flagfile=PATH` replaced by the flags it holds, recursively.
-
-    absl resolves a flagfile named inside another flagfile against the current
-    folder, so a config that includes `td_common.cfg` works only from one folder.
-    Here a nested path is resolved against the including file's folder first
-    (then, for flagfiles written for absl's rule, the current folder), so the
-    shipped configs run from anywhere. File format as absl's: one flag per line,
-    blank lines and lines starting with `#` or `//` ignored; a UTF-8 byte-order
-    mark (Windows editors write one) is dropped. Arguments after `--` are kept
-    as they are. argv[0] is the program name.
-
-    Raises FlagfileError naming the missing file, the flagfile and line that
-    named it, and every place looked in; or an include cycle.
-    """
-    out: list[str] = list(argv[:1])
-    args = list(argv[1:])
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        if arg == "--":
-            out.extend(args[i:])
-            break
-        path = _flagfile_path(arg)
-        if path is None and arg in ("--flagfile", "-flagfile") and i + 1 < len(args):
-            path, i = args[i + 1], i + 1
-        if path is None:
-            out.append(arg)
-        else:
-            out.extend(_read_flagfile(path, None, ()))
-        i += 1
-    return out
-
-
-def _flagfile_path(arg: str) -> Optional[str]:
-    for prefix in _FLAGFILE_PREFIXES:
-        if arg.startswith(prefix):
-            return arg[len(prefix):]
-    return None
-
-
-def _locate(path: str, including: Optional[str], where: str) -> str:
-    """The flagfile `path` names: absolute/URL as is; a relative path against the
-    including file's folder, then the current folder."""
-    path = os.path.expanduser(path)
-    if files.is_remote(path) or os.path.isabs(path):
-        candidates = [path]
-    else:
-        candidates = []
-        if including is not None:
-            base = (posixpath.dirname(including) if files.is_remote(including)
-                    else os.path.dirname(os.path.abspath(including)))
-            candidates.append(posixpath.join(base, path) if files.is_remote(base)
-                              else os.path.join(base, path))
-        candidates.append(os.path.abspath(path))
-    for candidate in candidates:
-        if files.isfile(candidate):
-            return candidate
-    looked = " or ".join(dict.fromkeys(candidates))
-    raise FlagfileError(f"Unable to open flagfile {path}{where}: no such file (looked for "
-                        f"{looked}); fix the path (a flagfile named inside another is "
-                        "relative to that file's folder).")
-
-
-def _read_flagfile(path: str, including: Optional[str], chain: tuple[str, ...],
-                   line_no: int = 0) -> list[str]:
-    where = f" (named at {including}:{line_no})" if including else ""
-    found = _locate(path, including, where)
-    if found in chain:
-        cycle = " -> ".join((*chain, found))
-        raise FlagfileError(f"{found}{where}: flagfiles include each other ({cycle}); "
-                            "remove one of the --flagfile lines.")
-    try:
-        text = files.read_text(found)
-    except UnicodeDecodeError as e:
-        raise FlagfileError(f"{found}: not UTF-8 text ({e.reason} at byte {e.start}); "
-                            "save the flagfile as UTF-8.") from None
-    except OSError as e:
-        raise FlagfileError(f"Unable to open flagfile {found}{where}: "
-                            f"{e.strerror or e}.") from None
-    flags_out: list[str] = []
-    for n, raw in enumerate(text.removeprefix("\ufeff").splitlines(), start=1):
-        line = raw.strip()
-        if not line or line.startswith("#") or line.startswith("//"):
-            continue
-        nested = _flagfile_path(line)
-        if nested is not None:
-            flags_out.extend(_read_flagfile(nested, found, (*chain, found), n))
-        else:
-            flags_out.append(line)
-    return flags_out
 
 
 # --- groups -------------------------------------------------------------------------

@@ -39,9 +39,11 @@ from tinybert_tf.pipeline import autosize, cli, preflight, stage_io
 from tinybert_tf.pipeline import flags as tb_flags
 from tinybert_tf.pipeline.cli import UsageError, environment_message  # noqa: F401
 from tinybert_tf.pipeline.configs import PipelineConfig
+from tinybert_tf.pipeline.context import CHIEF_ONLY_STAGES, STAGES, Context
+from tinybert_tf.pipeline.flagfiles import expand_flagfiles
 from tinybert_tf.pipeline.lock import FileLock, LockError, read_holder
 from tinybert_tf.pipeline.quantize_stage import quantize
-from tinybert_tf.pipeline.stages import CHIEF_ONLY_STAGES, STAGE_FUNCTIONS, STAGES, Context
+from tinybert_tf.pipeline.stages import STAGE_FUNCTIONS
 from tinybert_tf.pipeline.state import LOCK_FILE, OutputDirError, RunState
 from tinybert_tf.pipeline.strategy import make_strategy
 from tinybert_tf.pipeline.summary import artefacts_table
@@ -69,7 +71,7 @@ def parse_argv(argv: Sequence[str]) -> PipelineConfig:
     """argv (argv[0] = program name, --flagfile allowed) -> the typed configs."""
     fv = tb_flags.distill_flags()
     try:
-        rest = fv(tb_flags.expand_flagfiles(argv))
+        rest = fv(expand_flagfiles(argv))
     except flags.UnrecognizedFlagError as e:
         name = getattr(e, "flagname", "") or ""
         hint = tb_flags.REMOVED_FLAGS.get(name.removeprefix("no"))

@@ -44,6 +44,7 @@ from tinybert_tf.files import read_json, write_json_atomic
 from tinybert_tf.pipeline import flags as tb_flags
 from tinybert_tf.pipeline import main as distill_main
 from tinybert_tf.pipeline import paper_tables, preflight
+from tinybert_tf.pipeline.flagfiles import expand_flagfiles
 from tinybert_tf.pipeline.paper_tables import Cell, Column, PaperTable
 from tinybert_tf.tasks.catalog import resolve_task
 
@@ -120,7 +121,7 @@ def parse(argv: Sequence[str], config_dir: str = CONFIG_DIR) -> Options:
     """bin/reproduce's argv -> Options; bin/distill's flags pass through to every run."""
     fv = tb_flags.reproduce_flags()
     try:
-        rest = fv(tb_flags.expand_flagfiles(argv))
+        rest = fv(expand_flagfiles(argv))
     except flags.Error as e:
         raise ReproduceError(str(e).removeprefix("ERROR:: ")) from None
     if len(rest) > 1:
