@@ -309,8 +309,11 @@ def test_missing_or_broken_saved_model_is_refused(tmp_path, exported):
         publish_version(str(tmp_path / "bad"), str(tmp_path / "m"))
     with pytest.raises(ExportError, match="base folder ABOVE"):
         publish_version(exported[1], exported[1])  # a SavedModel given as the serving root
-    with pytest.raises(ExportError, match="gs://bucket/m: publish_version needs local paths"):
-        publish_version(exported[1], "gs://bucket/m")
+    # A remote serving root is fine (published whole, see serving.py); a remote source is
+    # refused before anything is read or written.
+    with pytest.raises(ExportError, match="gs://bucket/sm: publish_version copies a local "
+                       "SavedModel folder"):
+        publish_version("gs://bucket/sm", str(tmp_path / "m"))
     assert not (tmp_path / "m").exists()
 
 

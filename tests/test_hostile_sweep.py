@@ -154,8 +154,12 @@ CASES = {
     "damaged run config": (dict(), lambda tmp, out, vocab: (out.mkdir(), (out / "run_config.json")
                                                             .write_text(""), {})[-1],
                            r"run_config\.json: damaged \(empty\); delete it", None),
+    # A folder whose run produced something (a finished phase): a run that failed before
+    # producing anything blocks no corrected command (test_recipes).
     "another config": (dict(dry_run=False), lambda tmp, out, vocab: (
-        out.mkdir(), (out / "run_config.json").write_text('{"seed": 1}'), {})[-1],
+        (out / "task" / "intermediate").mkdir(parents=True),
+        (out / "task" / "intermediate" / "phase_done.json").write_text("{}"),
+        (out / "run_config.json").write_text('{"seed": 1}'), {})[-1],
         r"holds a run with a different config \(--seed: 1 there, 42 now", None),
     "busy output dir": (dict(dry_run=False), None, r"^--output_dir=.* is in use by another run: "
                         r".*pid \d+, started", None),

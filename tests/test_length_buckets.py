@@ -182,7 +182,10 @@ def test_masked_losses_and_update_of_a_bucketed_batch_are_the_padded_ones(models
 
 def test_two_mirrored_replicas_on_bucketed_batches_make_the_padded_update(models, padded):
     assert len(tf.config.list_logical_devices("CPU")) >= 2, "conftest sets 2 CPU devices"
-    mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    # Reduction on one device, as the pipeline does on CPUs: collective instance keys
+    # collide between strategies made in one process (pipeline/strategy.py).
+    mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"],
+                                              cross_device_ops=tf.distribute.ReductionToOneDevice())
     # The global-count normaliser: counts (real tokens, pairs, examples) are all-reduced.
     _assert_same_step(padded, _step(models, _cut(_batch()), strategy=mirrored))
 

@@ -345,7 +345,9 @@ def test_ranges_average_over_replicas_under_a_distribution_strategy():
     devices = tf.config.list_logical_devices("CPU")[:2]
     if len(devices) < 2:
         pytest.skip("needs the two logical CPU devices of conftest.py")
-    strategy = tf.distribute.MirroredStrategy([d.name for d in devices])
+    # Reduction on one device, as the pipeline does on CPUs (pipeline/strategy.py).
+    strategy = tf.distribute.MirroredStrategy([d.name for d in devices],
+                                              cross_device_ops=tf.distribute.ReductionToOneDevice())
     with strategy.scope():
         ranges = ActivationRanges(QuantizationConfig(ema_decay=0.5))
         ranges.activation("p", tf.zeros((1,)))

@@ -77,7 +77,7 @@ def _toy_argv(tmp, vocab):
             "general_batch_size", "general_epochs", "general_max_steps", "teacher_epochs",
             "teacher_lr", "teacher_batch_size", "max_seq_len", "task_batch_size",
             "pred_epochs", "finetune_epochs", "pred_grid", "eval_every", "latency_runs",
-            "eval_batch_size", "checkpoint_every")
+            "eval_batch_size", "checkpoint_every", "export_formats")  # no int8: no quantize
     return [a for a in argv(ns) if a.lstrip("-").split("=")[0].removeprefix("no") in keep]
 
 

@@ -126,8 +126,12 @@ def epoch_input(task_type: TaskType, examples: Sequence[Any], tokenizer, max_seq
     if padding.boundaries and lengths is None:
         raise ValueError("length-bucketed epochs need the rows' lengths")
 
+    # Examples are rows (cut to whole batches here) unless one example gives several
+    # rows (QA windows): then the dataset drops the last partial batch of rows itself.
+    per_batch = batch_size if cache_lib.one_row_per_example(task_type) else 1
+
     def make(epoch: int) -> tf.data.Dataset:
-        order = epoch_rows(len(examples), batch_size, seed, epoch,
+        order = epoch_rows(len(examples), per_batch, seed, epoch,
                            lengths if padding.boundaries else None)
         bucketed = {"length_buckets": padding.boundaries} if padding.boundaries else {}
         ds = task_type.dataset([examples[i] for i in order], tokenizer, max_seq_len,
