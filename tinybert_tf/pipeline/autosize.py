@@ -23,7 +23,6 @@ per shape: `layers,hidden,heads,intermediate,latency_ms`.
 from __future__ import annotations
 
 import dataclasses
-import io
 import json
 import posixpath
 import tempfile
@@ -36,6 +35,7 @@ from tinybert_tf.config import BertConfig
 from tinybert_tf.export.benchmark import random_inputs, synthetic_vocab
 from tinybert_tf.export.formats import FORMATS
 from tinybert_tf.models.encoder import BertModel
+from tinybert_tf.pipeline.report import save_png
 from tinybert_tf.timing import median_ms
 
 AUTO = "auto"
@@ -239,12 +239,7 @@ def plot(sizing: Sizing, path: str) -> str:
     ax.set_ylabel(f"latency (ms), {sizing.request['runtime']}")
     ax.set_title(f"batch {sizing.request['batch']}, {sizing.request['seq_len']} tokens")
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    png = io.BytesIO()
-    fig.savefig(png, dpi=90, format="png")
-    plt.close(fig)
-    files.write_bytes_atomic(path, png.getvalue())
-    return path
+    return save_png(fig, path)
 
 
 def write(sizing: Sizing, folder: str, base: BertConfig) -> str:

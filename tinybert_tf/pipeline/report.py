@@ -149,6 +149,13 @@ def plot_loss_curves(output_dir: str, path: str) -> str | None:
         ax.set_xlabel("step")
         ax.set_yscale("log")
         ax.legend(fontsize=7)
+    return save_png(fig, path)
+
+
+def save_png(fig, path: str) -> str:
+    """Write a matplotlib figure to `path` as a PNG, whole or not at all, and close it
+    (the loss curves, the latency-budget plot and bin/reproduce's tables)."""
+    import matplotlib.pyplot as plt  # imported only where a figure is drawn, as above
     fig.tight_layout()
     png = io.BytesIO()
     fig.savefig(png, dpi=90, format="png")

@@ -46,6 +46,7 @@ from tinybert_tf.pipeline import main as distill_main
 from tinybert_tf.pipeline import paper_tables, preflight
 from tinybert_tf.pipeline.flagfiles import expand_flagfiles
 from tinybert_tf.pipeline.paper_tables import Cell, Column, PaperTable
+from tinybert_tf.pipeline.report import save_png
 from tinybert_tf.tasks.catalog import resolve_task
 
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
@@ -425,12 +426,7 @@ def plot(data: dict[str, Any], path: str) -> str:
     ax.set_ylabel("average score")
     ax.set_title(f"Table {data['table']}: {data['title']}", fontsize=9)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    png = io.BytesIO()
-    fig.savefig(png, dpi=90, format="png")
-    plt.close(fig)
-    files.write_bytes_atomic(path, png.getvalue())
-    return path
+    return save_png(fig, path)
 
 
 # --- the command ----------------------------------------------------------------------
