@@ -69,8 +69,10 @@ def test_nothing_fits_or_a_malformed_table_is_one_error(content, budget, message
                                                         tiny_vocab, capsys):
     table = tmp_path / "latency.csv"
     table.write_text(content, encoding="utf-8")
+    # Terms that take any head count: every row is a candidate (no row is excluded).
     ns = tiny_flags(tmp_path, tiny_vocab, stages=["general"], dry_run=True,
-                    student_config="auto", latency_table=str(table), latency_budget_ms=budget)
+                    student_config="auto", latency_table=str(table), latency_budget_ms=budget,
+                    loss_terms=["embd", "hidn"])
     assert main(["bin/distill", *argv(ns)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert any(message in line for line in err), err
@@ -97,7 +99,8 @@ def test_a_second_run_with_the_same_flags_reuses_the_choice(tmp_path, monkeypatc
 
     monkeypatch.setattr(autosize, "measure", fake)
     argv_ = ["bin/distill", f"--output_dir={tmp_path}", "--student_config=auto",
-             "--latency_budget_ms=5", "--latency_candidates=1x16x2x32,2x16x2x32,1x32x2x64"]
+             "--loss_terms=embd,hidn", "--latency_budget_ms=5",
+             "--latency_candidates=1x16x2x32,2x16x2x32,1x32x2x64"]
     first, sizing = autosize.resolve(parse_argv(argv_), log=lambda line: None)
     again, _ = autosize.resolve(parse_argv(argv_), log=lambda line: None)
     assert len(calls) == 3 and first == again
@@ -106,3 +109,138 @@ def test_a_second_run_with_the_same_flags_reuses_the_choice(tmp_path, monkeypatc
     autosize.resolve(parse_argv(argv_[:-2] + ["--latency_budget_ms=8", argv_[-1]]),
                      log=lambda line: None)
     assert len(calls) == 6  # another budget: measured again
+
+
+# --- the teacher's head count, when the general stage's terms compare heads one to one ---
+# The embedded teacher (minilm-l6) has 12 heads; its config is read, not its weights.
+TEACHER_HEADS = 12
+
+
+def _fake_measure(monkeypatch, latencies):
+    """autosize.measure replaced by a table of latencies by shape name; returns the calls."""
+    calls = []
+
+    def fake(shape, runtime, seq_len, batch, **kwargs):
+        calls.append(shape.name)
+        return latencies[shape.name]
+
+    monkeypatch.setattr(autosize, "measure", fake)
+    return calls
+
+
+def _auto(tmp_path, *flags):
+    return parse_argv(["bin/distill", f"--output_dir={tmp_path}", "--student_config=auto",
+                       *flags])
+
+
+@pytest.mark.parametrize("flags,why", [
+    ((), "--loss_terms attn compares the teacher's 12 heads one to one"),
+    (("--recipe=minilm_v1",),
+     "--recipe=minilm_v1 minilm_att, minilm_val compare the teacher's 12 heads one to one"),
+])
+def test_terms_that_compare_heads_give_every_candidate_the_teachers_heads(
+        flags, why, tmp_path, monkeypatch):
+    # Hand calculation: LxH takes 12 heads, H rounded to the nearest multiple of 12
+    # (128/12 = 10.7 -> 11 x 12 = 132; 256/12 = 21.3 -> 252; 512/12 = 42.7 -> 516;
+    # 768 = 64 x 12 stays), feed-forward 4H; 4x312x12x1200 names the teacher's heads
+    # and stays; 3x256x4 names 4 heads and is excluded, not measured.
+    calls = _fake_measure(monkeypatch, {"2x132x12x528": 1.0, "4x252x12x1008": 3.0,
+                                        "4x516x12x2064": 9.0, "6x768x12x3072": 30.0,
+                                        "4x312x12x1200": 4.0})
+    config = _auto(tmp_path, *flags, "--latency_budget_ms=10",
+                   "--latency_candidates=2x128,4x256,4x512,6x768,4x312x12x1200,3x256x4")
+    assert autosize.head_rule(config) is not None
+    resolved, sizing = autosize.resolve(config, log=lambda line: None)
+    rows = {c["name"]: c for c in sizing.candidates}
+    assert list(rows) == ["2x132x12x528", "4x252x12x1008", "4x516x12x2064", "6x768x12x3072",
+                          "4x312x12x1200", "3x256x4x1024"]
+    assert sorted(calls) == sorted(list(rows)[:5])  # the excluded shape is not measured
+    assert rows["2x132x12x528"]["adjusted"] == (
+        f"2x128 takes the teacher's 12 heads (not 2), hidden 128 -> 132 = 12 x 11, "
+        f"feed-forward 528: {why}")
+    assert "hidden 512 -> 516 = 12 x 43" in rows["4x516x12x2064"]["adjusted"]
+    assert "adjusted" not in rows["6x768x12x3072"] and "adjusted" not in rows["4x312x12x1200"]
+    assert rows["3x256x4x1024"]["excluded"] == f"4 heads; {why}"
+    assert rows["3x256x4x1024"]["latency_ms"] is None
+    assert not rows["3x256x4x1024"]["chosen"]
+    # Within 10 ms: 2x132, 4x252, 4x516, 4x312; 4x516 has the most transformer parameters.
+    assert _params(4, 516, 2064) > _params(4, 312, 1200) > _params(4, 252, 1008)
+    assert sizing.student["name"] == "4x516x12x2064"
+    assert sizing.student["params"] == _params(4, 516, 2064)
+    assert f"every candidate has the teacher's 12 heads ({why})" in sizing.reason
+    assert "128 -> 132, 256 -> 252, 512 -> 516" in sizing.reason
+    assert "1 with another head count excluded" in sizing.reason
+    chosen = json.loads(open(resolved.models.student_config).read())
+    assert (chosen["num_heads"], chosen["hidden_size"]) == (TEACHER_HEADS, 516)
+
+
+def test_a_table_row_with_other_heads_is_excluded_with_its_reason(tmp_path, monkeypatch):
+    table = tmp_path / "latency.csv"
+    table.write_text("layers,hidden,heads,intermediate,latency_ms\n"
+                     "4,312,12,1200,5.0\n4,256,4,1024,3.0\n6,384,12,1536,9.0\n"
+                     "6,512,8,2048,8.0\n", encoding="utf-8")
+    calls = _fake_measure(monkeypatch, {})
+    _, sizing = autosize.resolve(_auto(tmp_path, "--latency_budget_ms=10",
+                                       f"--latency_table={table}"), log=lambda line: None)
+    assert calls == []
+    why = "--loss_terms attn compares the teacher's 12 heads one to one"
+    assert [c.get("excluded") for c in sizing.candidates] == [
+        None, f"4 heads; {why}", None, f"8 heads; {why}"]
+    # 6x512x8 fits and has the most parameters, but 8 heads: 6x384x12 is chosen.
+    assert _params(6, 512, 2048) > _params(6, 384, 1536)
+    assert [c["within_budget"] for c in sizing.candidates] == [True] * 4
+    assert [c["chosen"] for c in sizing.candidates] == [False, False, True, False]
+    assert "of the 2 of 2 candidates" in sizing.reason
+    assert "2 with another head count excluded" in sizing.reason
+
+
+@pytest.mark.parametrize("flags", [("--recipe=minilm_v2",), ("--recipe=distilbert",),
+                                   ("--loss_terms=embd,hidn",)])
+def test_terms_that_take_any_head_count_keep_the_h64_grid(flags, tmp_path, monkeypatch):
+    calls = _fake_measure(monkeypatch, {"2x128x2x512": 1.0, "4x256x4x1024": 3.0})
+    config = _auto(tmp_path, *flags, "--latency_budget_ms=10",
+                   "--latency_candidates=2x128,4x256")
+    assert autosize.head_rule(config) is None
+    _, sizing = autosize.resolve(config, log=lambda line: None)
+    assert calls == ["2x128x2x512", "4x256x4x1024"]
+    assert not any("adjusted" in c or "excluded" in c for c in sizing.candidates)
+    assert sizing.student["name"] == "4x256x4x1024" and "heads" not in sizing.reason
+    assert sizing.request["teacher_heads"] is None
+
+
+@pytest.mark.parametrize("source,message", [
+    ("--latency_candidates=2x128x2,4x256x4x1024",
+     "--latency_candidates: every shape names a head count other than the teacher's 12, and "
+     "--loss_terms attn compares the teacher's 12 heads one to one; write the shapes "
+     "LAYERSxHIDDEN (they then take 12 heads) or LxHx12, or train without attn (e.g. "
+     "--recipe=minilm_v2"),
+    ("table", "latency.csv: no row has the teacher's 12 heads, and --loss_terms attn "
+              "compares the teacher's 12 heads one to one; add rows of 12-head shapes"),
+])
+def test_nothing_left_with_the_teachers_heads_is_one_error(source, message, tmp_path,
+                                                          monkeypatch, capsys):
+    table = tmp_path / "latency.csv"
+    table.write_text(TABLE, encoding="utf-8")  # 2, 4 and 8 heads
+    if source == "table":
+        source = f"--latency_table={table}"
+    calls = _fake_measure(monkeypatch, {})
+    out = tmp_path / "out"
+    assert main(["bin/distill", f"--output_dir={out}", "--student_config=auto",
+                 "--latency_budget_ms=10", source, "--dry_run"]) == 2
+    err = capsys.readouterr().err
+    assert message in err, err
+    assert calls == [] and not os.path.exists(out / autosize.FOLDER / "config.json")
+
+
+def test_another_recipe_measures_again(tmp_path, monkeypatch):
+    """The reuse key holds the head rule: the same --latency_* flags under another recipe
+    (other terms, other candidates or another reason) are measured again."""
+    calls = _fake_measure(monkeypatch, {"2x132x12x528": 1.0, "2x128x2x512": 1.0})
+    flags = ("--latency_budget_ms=5", "--latency_candidates=2x128")
+    for recipe, measured in (("tinybert", 1), ("tinybert", 1), ("minilm_v1", 2),
+                             ("minilm_v2", 3)):
+        _, sizing = autosize.resolve(_auto(tmp_path, f"--recipe={recipe}", *flags),
+                                     log=lambda line: None)
+        assert len(calls) == measured, recipe
+    assert calls == ["2x132x12x528", "2x132x12x528", "2x128x2x512"]
+    assert sizing.student["name"] == "2x128x2x512"

@@ -29,6 +29,8 @@ from tinybert_tf.distill.terms import LossTerm, register_term
 class _LastLayerTerm(LossTerm):
     """Shared checks of the v1 terms: the last layers, equal head counts."""
 
+    compares_teacher_heads = True
+
     def __init__(self, weight: float = 1.0):
         super().__init__(weight)
         self.heads = 0

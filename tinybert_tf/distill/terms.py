@@ -69,11 +69,17 @@ class LossTerm:
     any). When every teacher-reading term names its keys and the batch carries
     each as `teacher_<key>` (e.g. cached `teacher_logits`), the Distiller skips
     the teacher's forward pass and hands the terms those tensors instead.
+
+    `compares_teacher_heads=True` says the term compares the student's attention
+    heads one to one with the teacher's, so it wants a student with the teacher's
+    head count (`attn` falls back to head-averaged maps, MiniLM v1 refuses other
+    counts); `--student_config=auto` then sizes only students with that count.
     """
 
     name: ClassVar[str] = ""
     needs_teacher: ClassVar[bool] = True
     teacher_outputs: ClassVar[Optional[tuple[str, ...]]] = None
+    compares_teacher_heads: ClassVar[bool] = False
     # Whether `sum` and `count` read real positions only, so a batch padded to any
     # length gives the same value: then a phase may batch by length (data/buckets.py).
     # A term that does not say is assumed to depend on the padding.
@@ -273,6 +279,7 @@ class AttentionTerm(_LayerTerm):
 
     name = "attn"
     teacher_outputs = ("attention_scores",)
+    compares_teacher_heads = True  # head i to head i; other counts: head-averaged maps
 
     def plan(self, student_config, teacher_config) -> None:
         super().plan(student_config, teacher_config)

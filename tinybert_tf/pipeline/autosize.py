@@ -17,6 +17,14 @@ evidence). The choice, every candidate and the reason go into the plan
 (`student`, `candidates`), `OUTPUT/auto_student/` (config.json, sizing.json,
 latency.png) and report.json.
 
+Heads: when a loss term of the general stage (the `--recipe`'s terms, e.g.
+`--loss_terms`) compares attention heads one to one with the teacher's
+(`LossTerm.compares_teacher_heads`: TinyBERT's `attn`, MiniLM v1's `minilm_att`
+and `minilm_val`), every candidate gets the teacher's head count (read from its
+config, no weights): a LAYERSxHIDDEN shape takes it, its hidden size rounded to
+the nearest multiple (128 -> 132 for 12 heads), feed-forward 4H; a shape or table
+row that names another count is excluded, its candidate row saying why.
+
 Table format (CSV, `#` comments and blank lines ignored), header then one row
 per shape: `layers,hidden,heads,intermediate,latency_ms`.
 """
@@ -34,7 +42,9 @@ from tinybert_tf import files
 from tinybert_tf.config import BertConfig
 from tinybert_tf.export.benchmark import random_inputs, synthetic_vocab
 from tinybert_tf.export.formats import FORMATS
+from tinybert_tf.models.checkpoint import inspect_model
 from tinybert_tf.models.encoder import BertModel
+from tinybert_tf.pipeline.recipes import get_recipe
 from tinybert_tf.pipeline.report import save_png
 from tinybert_tf.timing import median_ms
 
@@ -75,6 +85,119 @@ class Shape:
     def as_dict(self) -> dict[str, int]:
         return {"layers": self.layers, "hidden": self.hidden, "heads": self.heads,
                 "intermediate": self.intermediate}
+
+
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+    """A shape to choose from: its latency (None: not measured), the H/64 shape it was
+    `given` as and why it was `adjusted`, or why it is `excluded` from the choice."""
+
+    shape: Shape
+    latency_ms: Optional[float] = None
+    given: Optional[Shape] = None
+    adjusted: str = ""
+    excluded: str = ""
+
+    def row(self, budget_ms: float, chosen: bool) -> dict[str, Any]:
+        """The candidate's entry of the plan's `candidates`."""
+        ms = self.latency_ms
+        row = {"shape": self.shape.as_dict(), "name": self.shape.name,
+               "params": self.shape.transformer_params,
+               "latency_ms": None if ms is None else round(ms, 4),
+               "within_budget": None if ms is None else ms <= budget_ms, "chosen": chosen}
+        row.update({k: v for k, v in (("adjusted", self.adjusted),
+                                      ("excluded", self.excluded)) if v})
+        return row
+
+
+@dataclasses.dataclass(frozen=True)
+class HeadRule:
+    """The general stage's `terms` (chosen by `flag`) compare attention heads one to
+    one with the teacher's: every candidate needs the teacher's `heads`."""
+
+    heads: int
+    terms: tuple[str, ...]
+    flag: str
+
+    @property
+    def why(self) -> str:
+        verb = "compares" if len(self.terms) == 1 else "compare"
+        return (f"{self.flag} {', '.join(self.terms)} {verb} the teacher's {self.heads} "
+                "heads one to one")
+
+    def fit(self, text: str, where: str = "--latency_candidates") -> Candidate:
+        """`text` under the rule: LAYERSxHIDDEN takes the teacher's heads, its hidden
+        size rounded to the nearest multiple of them (halves up), feed-forward 4H; a
+        shape that names its heads keeps them (and is excluded if they differ)."""
+        plain = parse_shape(text, where)
+        if len(text.strip().lower().split("x")) > 2:
+            return self.check(Candidate(plain))
+        a = self.heads
+        hidden = a * max(1, (2 * plain.hidden + a) // (2 * a))
+        shape = Shape(plain.layers, hidden, a, 4 * hidden)
+        if shape == plain:
+            return Candidate(shape)
+        return Candidate(shape, given=plain, adjusted=(
+            f"{plain.layers}x{plain.hidden} takes the teacher's {a} heads (not "
+            f"{plain.heads}), hidden {plain.hidden} -> {hidden} = {a} x {hidden // a}, "
+            f"feed-forward {4 * hidden}: {self.why}"))
+
+    def check(self, candidate: Candidate) -> Candidate:
+        """`candidate`, excluded (with the reason) when its head count is not the teacher's."""
+        if candidate.shape.heads == self.heads:
+            return candidate
+        return dataclasses.replace(candidate,
+                                   excluded=f"{candidate.shape.heads} heads; {self.why}")
+
+    def nothing_left(self, m) -> str:
+        """The error when every candidate of `m` (`ModelsConfig`) is excluded."""
+        a = self.heads
+        if m.latency_table:
+            where = f"--latency_table={m.latency_table}: no row has the teacher's {a} heads"
+            fix = f"add rows of {a}-head shapes (hidden a multiple of {a})"
+        else:
+            where = (f"--latency_candidates: every shape names a head count other than the "
+                     f"teacher's {a}")
+            fix = f"write the shapes LAYERSxHIDDEN (they then take {a} heads) or LxHx{a}"
+        return (f"{where}, and {self.why}; {fix}, or train without "
+                f"{', '.join(self.terms)} (e.g. --recipe=minilm_v2, whose minilm_rel takes "
+                "any head count).")
+
+    def note(self, candidates: Sequence[Candidate]) -> str:
+        """What the rule did to `candidates`, for the reason."""
+        text = f"; every candidate has the teacher's {self.heads} heads ({self.why})"
+        widths = sorted({(c.given.hidden, c.shape.hidden) for c in candidates
+                         if c.given is not None and c.given.hidden != c.shape.hidden})
+        if any(c.adjusted for c in candidates):
+            text += (f": LAYERSxHIDDEN shapes took them, hidden sizes rounded to multiples "
+                     f"of {self.heads}")
+            text += f" ({', '.join(f'{a} -> {b}' for a, b in widths)})" if widths else ""
+        excluded = sum(bool(c.excluded) for c in candidates)
+        if excluded:
+            text += f"; {excluded} with another head count excluded"
+        return text
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"heads": self.heads, "terms": list(self.terms), "flag": self.flag}
+
+
+def head_rule(config) -> Optional[HeadRule]:
+    """The `HeadRule` of the run's general stage (config: `PipelineConfig`), or None: its
+    terms take any head count, or the recipe, its terms or the teacher cannot be read
+    (preflight then reports that)."""
+    try:
+        recipe = get_recipe(config.general.recipe)
+        terms = recipe.terms(config)
+    except ValueError:
+        return None
+    names = tuple(t.name for t in terms if t.compares_teacher_heads)
+    if not names:
+        return None
+    try:  # the teacher's config.json alone, as preflight reads it
+        heads = inspect_model(config.models.teacher).config.num_heads
+    except (ValueError, OSError):  # CheckpointError and ConfigError are ValueErrors
+        return None
+    return HeadRule(heads, names, recipe.terms_flag(config))
 
 
 def parse_shape(text: str, where: str = "--latency_candidates") -> Shape:
@@ -166,56 +289,68 @@ class Sizing:
                 "candidates": self.candidates, "reason": self.reason}
 
 
-def choose(measured: Sequence[tuple[Shape, float]], budget_ms: float,
-           request: dict[str, Any]) -> Sizing:
-    """Apply the rule (module docstring) to (shape, latency_ms) pairs."""
+def choose(candidates: Sequence[Candidate], budget_ms: float, request: dict[str, Any],
+           rule: Optional[HeadRule] = None) -> Sizing:
+    """Apply the rule (module docstring) to the measured candidates not excluded."""
     if not budget_ms > 0:
         raise ValueError("--student_config=auto needs --latency_budget_ms > 0: the latency "
                          "one call may take on --latency_runtime.")
-    within = [(s, ms) for s, ms in measured if ms <= budget_ms]
+    eligible = [c for c in candidates if not c.excluded]
+    within = [c for c in eligible if c.latency_ms <= budget_ms]
     if not within:
-        fastest, ms = min(measured, key=lambda p: p[1])
+        fastest = min(eligible, key=lambda c: c.latency_ms)
         raise ValueError(
             f"--latency_budget_ms={budget_ms:g}: no candidate fits; the fastest, "
-            f"{fastest.name}, takes {ms:.3g} ms on {request['runtime']} (batch "
-            f"{request['batch']}, {request['seq_len']} tokens). Raise the budget or add "
-            "smaller shapes to --latency_candidates (or to --latency_table).")
-    best, best_ms = max(within, key=lambda p: (p[0].transformer_params, p[0].layers, -p[1]))
-    rows = [{"shape": s.as_dict(), "name": s.name, "params": s.transformer_params,
-             "latency_ms": round(ms, 4), "within_budget": ms <= budget_ms,
-             "chosen": s == best and ms == best_ms} for s, ms in measured]
-    reason = (f"{best.name} has the most transformer-layer parameters "
-              f"({best.transformer_params:,}) of the {len(within)} of {len(measured)} "
-              f"candidates within {budget_ms:g} ms ({best_ms:.3g} ms on "
-              f"{request['runtime']})")
-    return Sizing(request, rows, {**best.as_dict(), "name": best.name,
-                                  "params": best.transformer_params,
-                                  "latency_ms": round(best_ms, 4)}, reason)
+            f"{fastest.shape.name}, takes {fastest.latency_ms:.3g} ms on {request['runtime']} "
+            f"(batch {request['batch']}, {request['seq_len']} tokens). Raise the budget or "
+            "add smaller shapes to --latency_candidates (or to --latency_table).")
+    best = max(within, key=lambda c: (c.shape.transformer_params, c.shape.layers,
+                                      -c.latency_ms))
+    rows = [c.row(budget_ms, c is best) for c in candidates]
+    shape = best.shape
+    reason = (f"{shape.name} has the most transformer-layer parameters "
+              f"({shape.transformer_params:,}) of the {len(within)} of {len(eligible)} "
+              f"candidates within {budget_ms:g} ms ({best.latency_ms:.3g} ms on "
+              f"{request['runtime']})") + (rule.note(candidates) if rule else "")
+    return Sizing(request, rows, {**shape.as_dict(), "name": shape.name,
+                                  "params": shape.transformer_params,
+                                  "latency_ms": round(best.latency_ms, 4)}, reason)
 
 
 def size_student(models_config, base: Optional[BertConfig] = None,
-                 log=print) -> Sizing:
-    """Measure (or read) every candidate and choose (models_config: `ModelsConfig`)."""
+                 log=print, heads: Optional[HeadRule] = None) -> Sizing:
+    """Measure (or read) every candidate and choose (models_config: `ModelsConfig`;
+    `heads`: the general stage's `HeadRule`, if any)."""
     m = models_config
     if m.latency_runtime not in RUNTIMES:
         raise ValueError(f"--latency_runtime={m.latency_runtime}: use one of "
                          f"{', '.join(RUNTIMES)}.")
-    request = _request(m)
+    request = _request(m, heads)
     if not m.latency_budget_ms > 0:
         choose([], m.latency_budget_ms, request)  # raises the budget error
     if m.latency_table:
-        measured = read_table(m.latency_table)
+        candidates = [Candidate(s, ms) for s, ms in read_table(m.latency_table)]
+        if heads is not None:
+            candidates = [heads.check(c) for c in candidates]
     else:
-        shapes = [parse_shape(c) for c in m.latency_candidates]
-        if not shapes:
+        candidates = [heads.fit(text) if heads is not None else Candidate(parse_shape(text))
+                      for text in m.latency_candidates]
+        if not candidates:
             raise ValueError("--latency_candidates: empty; name at least one shape.")
-        measured = []
-        for shape in shapes:
-            ms = measure(shape, m.latency_runtime, m.latency_seq_len, m.latency_batch,
+        # Rounded widths may meet (4x128 and 4x132 both give 4x132x12x528): measure once.
+        unique: dict[Shape, Candidate] = {}
+        for c in candidates:
+            unique.setdefault(c.shape, c)
+        candidates = list(unique.values())
+    if heads is not None and all(c.excluded for c in candidates):
+        raise ValueError(heads.nothing_left(m))
+    for i, c in enumerate(candidates):
+        if c.latency_ms is None and not c.excluded:
+            ms = measure(c.shape, m.latency_runtime, m.latency_seq_len, m.latency_batch,
                          base=base)
-            log(f"[auto student] {shape.name:<18} {ms:9.3f} ms on {m.latency_runtime}")
-            measured.append((shape, ms))
-    return choose(measured, m.latency_budget_ms, request)
+            log(f"[auto student] {c.shape.name:<18} {ms:9.3f} ms on {m.latency_runtime}")
+            candidates[i] = dataclasses.replace(c, latency_ms=ms)
+    return choose(candidates, m.latency_budget_ms, request, heads)
 
 
 def plot(sizing: Sizing, path: str) -> str:
@@ -225,11 +360,15 @@ def plot(sizing: Sizing, path: str) -> str:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 4))
-    for fits, colour, label in ((True, "tab:green", "within budget"),
-                                (False, "tab:grey", "over budget")):
-        pts = [c for c in sizing.candidates if c["within_budget"] == fits]
-        ax.scatter([c["params"] / 1e6 for c in pts], [c["latency_ms"] for c in pts],
-                   c=colour, label=label, s=22)
+    measured = [c for c in sizing.candidates if c["latency_ms"] is not None]
+    for kind, colour, marker, label in (("fits", "tab:green", "o", "within budget"),
+                                        ("over", "tab:grey", "o", "over budget"),
+                                        ("excluded", "tab:grey", "x", "excluded (heads)")):
+        pts = [c for c in measured if ("excluded" if c.get("excluded") else
+                                       "fits" if c["within_budget"] else "over") == kind]
+        if pts:
+            ax.scatter([c["params"] / 1e6 for c in pts], [c["latency_ms"] for c in pts],
+                       c=colour, marker=marker, label=label, s=22)
     chosen = sizing.student
     ax.scatter([chosen["params"] / 1e6], [chosen["latency_ms"]], marker="*", s=180,
                c="tab:red", label=f"chosen {chosen['name']}")
@@ -274,25 +413,29 @@ def resolve(config, log=print):
     if m.student_config != AUTO:
         return config, None
     folder = posixpath.join(config.run.output_dir, FOLDER)
-    sizing = _reuse(folder, m) or size_student(m, log=log)
+    rule = head_rule(config)
+    sizing = _reuse(folder, m, rule) or size_student(m, log=log, heads=rule)
     log(f"[auto student] {sizing.reason}")
     path = write(sizing, folder, BertConfig())
     models = dataclasses.replace(m, student_config=path)
     return dataclasses.replace(config, models=models), sizing
 
 
-def _request(m) -> dict[str, Any]:
+def _request(m, rule: Optional[HeadRule] = None) -> dict[str, Any]:
+    """What the choice depends on: the --latency_* flags and the general stage's head
+    rule (another recipe, --loss_terms or teacher may change the candidates)."""
     return {"budget_ms": m.latency_budget_ms, "runtime": m.latency_runtime,
             "seq_len": m.latency_seq_len, "batch": m.latency_batch,
             "table": m.latency_table or None,
-            "candidates": None if m.latency_table else list(m.latency_candidates)}
+            "candidates": None if m.latency_table else list(m.latency_candidates),
+            "teacher_heads": rule.as_dict() if rule is not None else None}
 
 
-def _reuse(folder: str, m) -> Optional[Sizing]:
+def _reuse(folder: str, m, rule: Optional[HeadRule]) -> Optional[Sizing]:
     path = posixpath.join(folder, "sizing.json")
     if not files.isfile(path):
         return None
     data = json.loads(files.read_text(path))
-    if data.get("request") != _request(m):
+    if data.get("request") != _request(m, rule):
         return None
     return Sizing(data["request"], data["candidates"], data["student"], data["reason"])

@@ -279,7 +279,9 @@ def define_models(fv: flags.FlagValues) -> None:
     flags.DEFINE_list("latency_candidates", list(DEFAULT_CANDIDATES),
                       "--student_config=auto: the shapes measured, LAYERSxHIDDEN[xHEADS[xFFN]] "
                       "(default: the 24 BERT miniatures of Turc et al. 2019; H/64 heads, 4H "
-                      "feed-forward).", flag_values=fv)
+                      "feed-forward; the teacher's heads, H rounded to a multiple of them, "
+                      "when --loss_terms or --recipe compares heads one to one).",
+                      flag_values=fv)
     flags.DEFINE_bool("init_from_teacher", False,
                       "General stage: start the student from the teacher's embeddings and "
                       "its mapped layers (--layer_mapping) instead of random weights, as "

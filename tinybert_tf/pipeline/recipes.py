@@ -65,6 +65,11 @@ class GeneralRecipe:
         """The loss terms of the stage (config: the run's `PipelineConfig`)."""
         raise NotImplementedError(f"{type(self).__name__}.terms")
 
+    def terms_flag(self, config) -> str:
+        """The flag that chooses the stage's loss terms (for messages): the recipe
+        itself, or a flag of its own (TinyBERT's --loss_terms)."""
+        return f"--recipe={self.name}"
+
     def init_layers(self, config, student: BertConfig, teacher: BertConfig) -> Layers:
         """0-based teacher layers the student starts from ("every_other", a list), or
         None for a random start."""
@@ -137,6 +142,9 @@ class TinyBertRecipe(GeneralRecipe):
     def terms(self, config) -> list[LossTerm]:
         loss = config.loss
         return make_terms(loss.loss_terms, **loss.term_settings())
+
+    def terms_flag(self, config) -> str:
+        return "--loss_terms"
 
     def init_flag(self, config) -> str:
         return "--init_from_teacher"
