@@ -191,3 +191,31 @@ def squad2_export(tmp_path_factory, squad2_run):
     ns = with_flags(squad2_run.ns, stages=["export"])
     _, results = shared_folder(tmp_path_factory, "squad2_export", lambda _: run(ns))
     return PipelineRun(ns, results, squad2_run.folder)
+
+
+MNLI_FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "glue", "MNLI")
+HF_MNLI_ORDER = ["entailment", "neutral", "contradiction"]  # run_glue.py's MNLI order
+
+
+@pytest.fixture(scope="session")
+def mnli_run(tmp_path_factory, tiny_vocab):
+    """MNLI (tests/fixtures/glue/MNLI): task (prediction phase, two epochs) and evaluate,
+    from a Hugging Face-format task teacher in HF's label order (`HF_MNLI_ORDER`, seed 21)
+    at `run.task_teacher`: selection on dev_matched, both dev sets reported, teacher
+    columns matched by name."""
+    def flags(tmp):
+        import keras
+
+        from tinybert_tf.config import BertConfig
+        from tinybert_tf.models import BertModel
+        from tinybert_tf.models.hf_io import export_hf
+        keras.utils.set_random_seed(21)
+        config = BertConfig(vocab_size=len(tiny_vocab), hidden_size=32, num_layers=2,
+                            num_heads=4, intermediate_size=64, max_position_embeddings=64)
+        teacher = export_hf(BertModel(config, vocab=tiny_vocab, head="classifier",
+                                      label_names=HF_MNLI_ORDER), str(tmp / "mnli_teacher"))
+        return tiny_flags(tmp, tiny_vocab, stages=["task", "evaluate"], task="mnli",
+                          data_dir=MNLI_FIXTURES, task_teacher=teacher, general_model="none",
+                          use_augmented=False, task_phases=["prediction"], task_batch_size=2,
+                          max_seq_len=32, pred_epochs=2)
+    return shared_run(tmp_path_factory, "mnli", flags)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import pathlib
 import shutil
 
 import numpy as np
@@ -91,10 +92,12 @@ def test_stage_can_start_from_explicit_models(finished, tmp_path):
     """Task distillation from an explicit general model and fine-tuned teacher."""
     tmp, ns, _ = finished
     out = tmp_path / "td_only"
+    # One prediction-phase step: enough to start from both models and save the student.
     ns2 = type(ns)(**{**vars(ns), "output_dir": str(out), "stages": ["task"],
                       "general_model": os.path.join(ns.output_dir, "general", "model"),
                       "task_teacher": os.path.join(ns.output_dir, "finetune_teacher", "model"),
-                      "use_augmented": False})
+                      "use_augmented": False, "task_phases": ["prediction"],
+                      "task_max_steps": 1})
     results = run(ns2)
     assert list(results) == ["task"]
     assert os.path.isfile(out / "task" / "model" / "model.safetensors")
@@ -235,27 +238,12 @@ def test_prediction_phase_keeps_the_best_dev_checkpoint(finished):
 
 
 @pytest.mark.numerics
-def test_mnli_selects_on_matched_and_reports_mismatched(finished, tmp_path, tiny_vocab):
-    """MNLI: the prediction phase selects on dev_matched; evaluate reports both dev sets."""
-    import keras
-
-    from tinybert_tf.config import BertConfig
-    from tinybert_tf.models import BertModel
-    from tinybert_tf.models.checkpoint import save_model
-    tmp, ns, _ = finished
-    keras.utils.set_random_seed(5)
-    config = BertConfig(vocab_size=len(tiny_vocab), hidden_size=32, num_layers=2, num_heads=4,
-                        intermediate_size=64, max_position_embeddings=64)
-    teacher_dir = str(tmp_path / "mnli_teacher")
-    save_model(BertModel(config, vocab=tiny_vocab, head="classifier", num_labels=3,
-                         label_names=["contradiction", "entailment", "neutral"]), teacher_dir)
-    fixtures = os.path.join(os.path.dirname(__file__), "fixtures", "glue", "MNLI")
-    out = tmp_path / "mnli"
-    ns2 = type(ns)(**{**vars(ns), "output_dir": str(out), "stages": ["task", "evaluate"],
-                      "task": "mnli", "data_dir": fixtures, "task_teacher": teacher_dir,
-                      "general_model": "none", "use_augmented": False, "task_batch_size": 2,
-                      "max_seq_len": 32, "intermediate_epochs": 1, "pred_epochs": 2})
-    run(ns2)
+def test_mnli_selects_on_matched_and_reports_mismatched(mnli_run):
+    """MNLI: the prediction phase selects on dev_matched; evaluate reports both dev sets
+    (the session's MNLI run, conftest.mnli_run: task and evaluate, two prediction epochs)."""
+    ns = mnli_run.ns
+    fixtures = ns.data_dir
+    out = pathlib.Path(ns.output_dir)
     done = read_json(str(out / "task" / "prediction" / "phase_done.json"))
     assert len(done["evals"]) == 2 and set(done["best"]) == {"accuracy", "step"}
     report = read_json(str(out / "report.json"))

@@ -50,15 +50,15 @@ def _mnli_flags(tmp, vocab, teacher, **overrides):
 
 
 @pytest.mark.numerics
-def test_hf_teacher_in_its_own_label_order_is_matched_by_name(hf_mnli_teacher, tmp_path,
-                                                              tiny_vocab):
-    ns = _mnli_flags(tmp_path, tiny_vocab, hf_mnli_teacher)
-    run(ns)
+def test_hf_teacher_in_its_own_label_order_is_matched_by_name(mnli_run):
+    """On the session's MNLI run (conftest.mnli_run), whose task teacher is a Hugging Face
+    directory in HF's label order."""
+    ns = mnli_run.ns
     report = read_json(os.path.join(ns.output_dir, "report.json"))
     # Independently: the raw teacher's logits, columns picked by name into our order.
     from tinybert_tf.models.checkpoint import load_tokenizer
     from tinybert_tf.tasks import TaskConfig, resolve_task
-    raw = load_model(hf_mnli_teacher)
+    raw = load_model(ns.task_teacher)
     assert raw.label_names == HF_ORDER
     task = resolve_task(TaskConfig(task="mnli", data_dir=MNLI))
     dev = task.examples("dev_matched")
@@ -226,8 +226,10 @@ def test_a_cased_teacher_gives_a_cased_student(tmp_path, tiny_vocab):
     teacher = str(tmp_path / "cased")
     save_model(BertModel(_config(tiny_vocab, lower_case=False), vocab=tiny_vocab,
                          head="classifier", label_names=["0", "1"]), teacher)
+    # One prediction-phase step: the student's casing is set before it trains.
     ns = tiny_flags(tmp_path, tiny_vocab, stages=["task"], task_teacher=teacher,
-                    general_model="none", use_augmented=False)
+                    general_model="none", use_augmented=False, task_phases=["prediction"],
+                    task_max_steps=1)
     run(ns)
     assert load_model(os.path.join(ns.output_dir, "task", "model")).bert_config.lower_case \
         is False
@@ -317,7 +319,8 @@ def test_a_failed_check_leaves_the_folder_free_for_the_fix(tmp_path, tiny_vocab)
     with pytest.raises(Exception, match="--task=sst3"):
         run(bad)
     assert not os.path.exists(os.path.join(bad.output_dir, "run_config.json"))
-    good = type(bad)(**{**vars(bad), "task": "sst-2", "teacher_epochs": 1})
+    good = type(bad)(**{**vars(bad), "task": "sst-2", "teacher_epochs": 1,
+                        "teacher_max_steps": 1})
     run(good)
     assert os.path.isfile(os.path.join(good.output_dir, "finetune_teacher", "stage_done.json"))
     shutil.rmtree(good.output_dir)
