@@ -344,7 +344,7 @@ def test_squad11_distils_from_a_given_teacher_and_reports_em_f1(squad2_run, tmp_
     ns1 = type(ns)(**{**vars(ns), "output_dir": str(tmp_path / "v1"), "task": "squad1.1",
                       "train_file": V1, "validation_file": V1, "use_augmented": False,
                       "stages": ["task", "evaluate"], "task_phases": ["prediction"],
-                      "pred_epochs": 1,
+                      "pred_epochs": 1, "task_max_steps": 2,
                       "task_teacher": os.path.join(ns.output_dir, "finetune_teacher", "model")})
     run(ns1)
     dev = read_json(os.path.join(ns1.output_dir, "report.json"))["student"]["dev"]
