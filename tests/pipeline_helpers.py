@@ -427,3 +427,28 @@ def shared_run(tmp_path_factory, name: str,
 
     folder, data = shared_folder(tmp_path_factory, name, build)
     return PipelineRun(types.SimpleNamespace(**data["flags"]), data["results"], folder)
+
+
+# --- bin/ tools in this process ------------------------------------------------------------
+
+def load_tool(name: str) -> types.ModuleType:
+    """bin/NAME loaded as a module (its flags are defined once per process), so a test
+    runs its `main` here instead of paying a fresh TensorFlow import in a subprocess."""
+    import importlib.machinery
+    import importlib.util
+    loader = importlib.machinery.SourceFileLoader(f"bin_{name}", os.path.join(REPO, "bin", name))
+    module = importlib.util.module_from_spec(importlib.util.spec_from_loader(loader.name, loader))
+    loader.exec_module(module)
+    return module
+
+
+def run_tool(name: str, *args: str) -> int:
+    """The exit code of `bin/NAME ARGS...` run in this process as its `__main__` runs it
+    (help, flag parsing, errors as one line on stderr); its flags are reset afterwards."""
+    from tinybert_tf.pipeline import cli
+    tool = load_tool(name)
+    try:
+        return cli.run_tool(f"bin/{name}", tool.main, [f"bin/{name}", *args], tool.FLAGS,
+                            tool.__doc__)
+    finally:
+        tool.FLAGS.unparse_flags()

@@ -7,8 +7,6 @@ import itertools
 import json
 import os
 import re
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -19,7 +17,7 @@ from tinybert_tf.data import corpus, pretokenize, pretrain, sentence_split, tfre
 from tinybert_tf.data.examples import DataError
 from tinybert_tf.tokenizer import Tokenizer
 
-from pipeline_helpers import REPO
+from pipeline_helpers import run_tool
 
 WORDS = ["the", "cat", "dog", "sat", "on", "mat", "movie", "film", "good", "bad", "great",
          "plot", "actor", "story", "fun", "boring", "run", "ran", "play", "hello", "world"]
@@ -481,18 +479,20 @@ def test_pretokenize_writes_the_metadata_last_and_cleans_up(tok, text_corpus, tm
         corpus.count_sequences(str(empty), tok, 24)
 
 
-def test_bin_pretokenize_reports_a_bad_corpus_in_one_line(tiny_vocab_file, tmp_path):
+def test_bin_pretokenize_reports_a_bad_corpus_in_one_line(tiny_vocab_file, tmp_path, capfd):
+    """bin/pretokenize's main in this process (what `python bin/pretokenize` runs after its
+    imports); the error is raised in one of its two spawned workers and crosses back."""
     bad = tmp_path / "wiki.txt.bz2"
     bad.write_bytes(bz2.compress(_many_docs_text())[:-200])
     out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, os.path.join(REPO, "bin", "pretokenize"),
-                           f"--corpus={bad}", f"--vocab={tiny_vocab_file}",
-                           f"--output={out / 'c'}", "--num_shards=2", "--num_workers=2",
-                           "--max_seq_len=24"], capture_output=True, text=True, timeout=300,
-                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
-    assert proc.returncode == 2, proc.stderr
-    ours = [line for line in proc.stderr.splitlines() if line.startswith("bin/pretokenize:")]
-    assert len(ours) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    capfd.readouterr()
+    code = run_tool("pretokenize", f"--corpus={bad}", f"--vocab={tiny_vocab_file}",
+                    f"--output={out / 'c'}", "--num_shards=2", "--num_workers=2",
+                    "--max_seq_len=24")
+    stderr = capfd.readouterr().err
+    assert code == 2, stderr
+    ours = [line for line in stderr.splitlines() if line.startswith("bin/pretokenize:")]
+    assert len(ours) == 1 and "Traceback" not in stderr, stderr
     assert re.match(rf"bin/pretokenize: error: {re.escape(str(bad))}: bzip2 data truncated or "
                     r"corrupt after \d+ lines", ours[0]), ours[0]
     assert not out.exists() or os.listdir(out) == []

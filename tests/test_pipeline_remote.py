@@ -40,7 +40,9 @@ def _ram(name: str) -> str:
 
 
 def test_whole_pipeline_with_corpus_task_data_and_output_on_ram(tmp_path, tiny_vocab):
-    ns = tiny_flags(tmp_path, tiny_vocab, export_formats=["float32"])
+    # Every stage writes there; one task phase and one teacher epoch are enough for that.
+    ns = tiny_flags(tmp_path, tiny_vocab, export_formats=["float32"],
+                    task_phases=["prediction"], teacher_epochs=1)
     root = _ram("e2e")
     ns.data_dir = _upload(ns.data_dir, f"{root}/task")
     ns.corpus = _upload(ns.corpus, f"{root}/corpus.txt")

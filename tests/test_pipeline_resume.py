@@ -1,6 +1,9 @@
 """A task-distillation run killed with SIGKILL mid-phase, or stopped with SIGTERM (a
 preemption: checkpoint at the next step boundary, exit code 75), and re-run ends
-with the same weights as an uninterrupted run of the same command."""
+with the same weights as an uninterrupted run of the same command.
+
+Only the interrupted runs need a process of their own (a signal, a kill); the
+uninterrupted run and the re-runs run in this one, as `bin/distill` runs them."""
 from __future__ import annotations
 
 import glob
@@ -16,8 +19,9 @@ from pipeline_helpers import (
     REPO,
     distill_command,
     load_weights,
-    run_distill,
+    run,
     tiny_flags,
+    with_flags,
     write_flagfile,
     write_teacher,
 )
@@ -29,16 +33,17 @@ def _first_checkpoint(out: str):
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory, tiny_vocab):
-    """The flagfile of a short task-distillation run and its uninterrupted weights."""
+    """The flag values and flagfile of a short task-distillation run (one phase: two
+    epochs of 6 steps, a checkpoint every 2; the epoch-end evaluation leaves seconds
+    to interrupt it after its first checkpoint) and its uninterrupted weights."""
     tmp = tmp_path_factory.mktemp("resume")
     teacher = write_teacher(str(tmp / "task_teacher"), tiny_vocab, head="classifier")
     ns = tiny_flags(tmp, tiny_vocab, stages=["task"], general_model="none",
-                    task_teacher=teacher, use_augmented=False, intermediate_epochs=3,
+                    task_teacher=teacher, use_augmented=False, task_phases=["prediction"],
                     pred_epochs=2, checkpoint_every=2)
     flagfile = write_flagfile(ns, str(tmp / "ref.cfg"))
-    ref = run_distill(flagfile, f"--output_dir={tmp / 'ref'}")
-    assert ref.returncode == 0, ref.stderr[-3000:]
-    return flagfile, load_weights(str(tmp / "ref" / "task" / "model"))
+    run(with_flags(ns, output_dir=str(tmp / "ref")))
+    return ns, flagfile, load_weights(str(tmp / "ref" / "task" / "model"))
 
 
 def _interrupt(flagfile: str, out, sig: int) -> subprocess.CompletedProcess:
@@ -56,10 +61,13 @@ def _interrupt(flagfile: str, out, sig: int) -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
 
 
-def _resume_and_compare(flagfile: str, out, expected) -> str:
-    resumed = run_distill(flagfile, f"--output_dir={out}")
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    text = resumed.stderr + resumed.stdout
+def _resume_and_compare(ns, out, expected, capfd) -> str:
+    """The same command re-run (in this process) on `out`: it resumes and ends with
+    the `expected` weights; returns what it printed."""
+    capfd.readouterr()
+    run(with_flags(ns, output_dir=str(out)))
+    captured = capfd.readouterr()
+    text = captured.err + captured.out
     assert "resumed from" in text
     b = load_weights(str(out / "task" / "model"))
     assert expected.keys() == b.keys()
@@ -68,19 +76,20 @@ def _resume_and_compare(flagfile: str, out, expected) -> str:
     return text
 
 
-def test_resume_after_sigkill_matches_uninterrupted_run(tmp_path, reference):
-    flagfile, expected = reference
+def test_resume_after_sigkill_matches_uninterrupted_run(tmp_path, reference, capfd):
+    ns, flagfile, expected = reference
     _interrupt(flagfile, tmp_path / "killed", signal.SIGKILL)
-    _resume_and_compare(flagfile, tmp_path / "killed", expected)
+    _resume_and_compare(ns, tmp_path / "killed", expected, capfd)
 
 
-def test_sigterm_saves_a_checkpoint_exits_75_and_the_resume_matches(tmp_path, reference):
-    flagfile, expected = reference
+def test_sigterm_saves_a_checkpoint_exits_75_and_the_resume_matches(tmp_path, reference,
+                                                                   capfd):
+    ns, flagfile, expected = reference
     out = tmp_path / "preempted"
     stopped = _interrupt(flagfile, out, signal.SIGTERM)
     assert stopped.returncode == 75, stopped.stderr[-3000:]
     assert "SIGTERM: stopping at the next step boundary" in stopped.stderr
     step = int(stopped.stderr.split("stopped by SIGTERM at step ")[1].split(",")[0])
     assert glob.glob(str(out / "task" / "*" / "ckpt" / f"ckpt-{step}.index"))
-    text = _resume_and_compare(flagfile, out, expected)
+    text = _resume_and_compare(ns, out, expected, capfd)
     assert f"(step {step})" in text

@@ -9,6 +9,7 @@ selects a checkpoint."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 
 import keras
@@ -130,10 +131,26 @@ def test_sigterm_stops_at_a_step_boundary_and_the_resume_matches(tmp_path, refer
     _assert_same(_weights(resumed), _weights(reference))
 
 
-def test_truncated_latest_checkpoint_falls_back_to_the_previous_one(tmp_path, reference,
-                                                                    capsys):
+@pytest.fixture(scope="module")
+def four_steps(tmp_path_factory):
+    """A phase stopped after step 4, inside epoch 2 (checkpoints every 2 steps and at
+    the end of epoch 1; the last three kept: ckpt-2, ckpt-3, ckpt-4). Tests resume
+    copies of its folder."""
+    directory = str(tmp_path_factory.mktemp("four") / "stage" / "phase")
+    _run(_phase(directory, max_steps=STEPS_PER_EPOCH + 1), checkpoint_every=2,
+         keep_checkpoints=3)
+    return directory
+
+
+def _copy(four_steps: str, tmp_path) -> str:
     directory = str(tmp_path / "stage" / "phase")
-    _run(_phase(directory, max_steps=4), checkpoint_every=2, keep_checkpoints=3)
+    shutil.copytree(four_steps, directory)
+    return directory
+
+
+def test_truncated_latest_checkpoint_falls_back_to_the_previous_one(tmp_path, reference,
+                                                                    four_steps, capsys):
+    directory = _copy(four_steps, tmp_path)
     data = os.path.join(directory, "ckpt", "ckpt-4.data-00000-of-00001")
     with open(data, "r+b") as f:  # a save cut short (disk full, killed copy)
         f.truncate(os.path.getsize(data) // 2)
@@ -147,9 +164,9 @@ def test_truncated_latest_checkpoint_falls_back_to_the_previous_one(tmp_path, re
 
 
 def test_a_resume_mid_epoch_skips_the_bucketed_batches_already_trained_on(tmp_path, reference,
-                                                                         capsys):
-    directory = str(tmp_path / "stage" / "phase")
-    _run(_phase(directory, max_steps=STEPS_PER_EPOCH + 1), checkpoint_every=2)
+                                                                         four_steps, capsys):
+    directory = _copy(four_steps, tmp_path)
+    capsys.readouterr()
     resumed = _phase(directory)
     assert _run(resumed, checkpoint_every=2)["steps"] == STEPS_PER_EPOCH * EPOCHS
     assert f"(step {STEPS_PER_EPOCH + 1})" in capsys.readouterr().out  # inside epoch 2
