@@ -191,3 +191,14 @@ def squad2_export(tmp_path_factory, squad2_run):
     ns = with_flags(squad2_run.ns, stages=["export"])
     _, results = shared_folder(tmp_path_factory, "squad2_export", lambda _: run(ns))
     return PipelineRun(ns, results, squad2_run.folder)
+
+
+@pytest.fixture(scope="session")
+def quickstart_run(tmp_path_factory, tiny_vocab):
+    """configs/quickstart_text_classification.cfg as shipped, every stage from general to
+    export on the review CSVs, with toy models and step caps (`quickstart_argv`); run
+    from the flagfile, as a newcomer runs it. Its CSV classification serves
+    tests/test_own_data.py too."""
+    from pipeline_helpers import quickstart_argv, shared_argv_run
+    return shared_argv_run(tmp_path_factory, "quickstart",
+                           lambda tmp: quickstart_argv(tmp, tiny_vocab))
