@@ -16,13 +16,14 @@ two cores, so a test pays only for what no fixture below already gives it):
 
     fixture          task (data)                          stages
     sst2_run         sst-2 (GLUE TSV)                     every stage, from general
-    csv_run          text_classification (CSV)            teacher .. export
+    quickstart_run   text_classification (CSV), the       general .. export
+                     shipped quickstart flagfile
     pair_run         text_classification (JSON-lines      task .. export (SavedModel)
                      pairs, three classes)
     regression_run   text_regression (TSV)                task .. export (SavedModel)
-    ner_run          token_classification (CoNLL)         teacher .. export
     squad2_run       squad2.0 (tests/fixtures/squad)      teacher .. evaluate
     squad2_export    the export stage of squad2_run       export
+    mnli_run         mnli (tests/fixtures/glue/MNLI)      task (prediction) .. evaluate
 
   Each is a `pipeline_helpers.PipelineRun`: `.ns` (its flag values), `.results`,
   `.output_dir`. They are READ-ONLY: a test that runs the pipeline again on one
@@ -62,9 +63,7 @@ from pipeline_helpers import (  # noqa: E402
     squad_vocab,
     tiny_flags,
     with_flags,
-    write_conll,
     write_pairs_jsonl,
-    write_reviews_csv,
     write_scores_tsv,
     write_teacher,
 )
@@ -120,16 +119,6 @@ def sst2_run(tmp_path_factory, tiny_vocab):
     return shared_run(tmp_path_factory, "sst2", lambda tmp: tiny_flags(tmp, tiny_vocab))
 
 
-@pytest.fixture(scope="session")
-def csv_run(tmp_path_factory, tiny_vocab):
-    """Classification from CSV with string labels; augmentation and both TD phases."""
-    def flags(tmp):
-        return tiny_flags(tmp, tiny_vocab, **FAST, task="text_classification",
-                          train_file=write_reviews_csv(tmp / "train.csv", 24, 0),
-                          validation_file=write_reviews_csv(tmp / "dev.csv", 8, 1))
-    return shared_run(tmp_path_factory, "own_csv", flags)
-
-
 # The pair and regression runs start from a given task teacher (its head and label
 # names as fine-tuning would leave them) and export the SavedModel only: the stages they
 # skip run in the CSV and NER runs.
@@ -161,16 +150,6 @@ def regression_run(tmp_path_factory, tiny_vocab):
             "train_file": write_scores_tsv(tmp / "train.tsv", 24, 4),
             "validation_file": write_scores_tsv(tmp / "dev.tsv", 8, 5)})
     return shared_run(tmp_path_factory, "own_regression", flags)
-
-
-@pytest.fixture(scope="session")
-def ner_run(tmp_path_factory, tiny_vocab):
-    """CoNLL NER with tag-preserving augmentation and both TD phases."""
-    def flags(tmp):
-        return tiny_flags(tmp, tiny_vocab, **FAST, task="token_classification",
-                          train_file=write_conll(tmp / "train.conll", 24, 6),
-                          validation_file=write_conll(tmp / "dev.conll", 8, 7))
-    return shared_run(tmp_path_factory, "own_ner", flags)
 
 
 @pytest.fixture(scope="session")
@@ -219,3 +198,14 @@ def mnli_run(tmp_path_factory, tiny_vocab):
                           use_augmented=False, task_phases=["prediction"], task_batch_size=2,
                           max_seq_len=32, pred_epochs=2)
     return shared_run(tmp_path_factory, "mnli", flags)
+
+
+@pytest.fixture(scope="session")
+def quickstart_run(tmp_path_factory, tiny_vocab):
+    """configs/quickstart_text_classification.cfg as shipped, every stage from general to
+    export on the review CSVs, with toy models and step caps (`quickstart_argv`); run
+    from the flagfile, as a newcomer runs it. Its CSV classification serves
+    tests/test_own_data.py too."""
+    from pipeline_helpers import quickstart_argv, shared_argv_run
+    return shared_argv_run(tmp_path_factory, "quickstart",
+                           lambda tmp: quickstart_argv(tmp, tiny_vocab))

@@ -452,3 +452,51 @@ def run_tool(name: str, *args: str) -> int:
                             tool.__doc__)
     finally:
         tool.FLAGS.unparse_flags()
+
+
+# --- the quickstart flagfile ----------------------------------------------------------------
+
+QUICKSTART = os.path.join(REPO, "configs", "quickstart_text_classification.cfg")
+
+
+def quickstart_argv(tmp, vocab) -> list[str]:
+    """bin/distill's command line for the quickstart flagfile as shipped, with toy models
+    (a 2-layer 32-wide teacher, a 1-layer student of its width: --init_from_teacher copies
+    into it), the review CSVs and step caps on the command line."""
+    from tinybert_tf.config import BertConfig
+    student = BertConfig(vocab_size=len(vocab), hidden_size=32, num_layers=1, num_heads=4,
+                         intermediate_size=64, max_position_embeddings=64)
+    (tmp / "student.json").write_text(student.to_json(), encoding="utf-8")
+    return ["bin/distill", f"--flagfile={QUICKSTART}",
+            f"--train_file={write_reviews_csv(tmp / 'train.csv', 24, 0)}",
+            f"--validation_file={write_reviews_csv(tmp / 'dev.csv', 8, 1)}",
+            f"--output_dir={tmp / 'out'}",
+            f"--teacher={write_teacher(str(tmp / 'teacher'), vocab)}",
+            f"--student_config={tmp / 'student.json'}",
+            f"--corpus={write_corpus(str(tmp / 'corpus.txt'))}",
+            "--general_max_seq_len=32", "--general_batch_size=4", "--general_max_steps=2",
+            "--teacher_batch_size=4", "--teacher_max_steps=3", "--max_seq_len=24",
+            "--task_batch_size=4", "--task_max_steps=2", "--num_aug=1", "--checkpoint_every=2",
+            "--latency_runs=1", "--export_latency_runs=1"]
+
+
+def argv_flag_values(argv: list[str]) -> types.SimpleNamespace:
+    """Every pipeline flag's value for a bin/distill command line (flagfiles expanded)."""
+    from tinybert_tf.pipeline import flags as tb_flags
+    from tinybert_tf.pipeline.flagfiles import expand_flagfiles
+    fv = tb_flags.distill_flags()
+    fv(expand_flagfiles(argv))
+    return types.SimpleNamespace(**{name: fv[name].value for name in fv})
+
+
+def shared_argv_run(tmp_path_factory, name: str,
+                    make_argv: Callable[[Any], list[str]]) -> PipelineRun:
+    """The pipeline run of the command line `make_argv(folder)` (run as given, flagfiles
+    and all), once per session (`shared_folder`); `.ns` holds every flag's value."""
+    def build(folder):
+        from tinybert_tf.pipeline.main import run_argv
+        command = make_argv(folder)
+        return {"flags": vars(argv_flag_values(command)), "results": run_argv(command)}
+
+    folder, data = shared_folder(tmp_path_factory, name, build)
+    return PipelineRun(types.SimpleNamespace(**data["flags"]), data["results"], folder)

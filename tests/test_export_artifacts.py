@@ -306,23 +306,25 @@ def test_text_signature_equals_ids_on_reference_tokenisation(exported):
                                by_ids["probabilities"].numpy(), atol=1e-6)
 
 
-def test_saved_model_in_fresh_process_matches_keras(exported, tmp_path):
-    texts = exported["dev"][:8] + ["Hello World!", "un-affable café"]
-    script = (
-        "import json, sys\n"
-        "import tensorflow as tf\n"
-        "import tensorflow_text  # registers the tokenizer ops\n"
-        "m = tf.saved_model.load(sys.argv[1])\n"
-        "texts = json.loads(sys.argv[2])\n"
-        "out = m.signatures['serving_default'](text=tf.constant(texts))\n"
-        "print('RESULT' + json.dumps(out['probabilities'].numpy().tolist()))\n")
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
-    proc = subprocess.run([sys.executable, "-c", script, exported["saved_model"],
-                           json.dumps(texts)],
-                          capture_output=True, text=True, timeout=300, env=env)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT")][-1]
-    probs = np.array(json.loads(line[len("RESULT"):]))
+FRESH_TEXTS_EXTRA = ["Hello World!", "un-affable café"]
+# The SavedModel's text signature in a fresh process (the `fresh` fixture runs it first,
+# then _TFLITE_SCRIPT in the same process: one TensorFlow import for both).
+_SAVED_MODEL_SCRIPT = r"""
+import json, sys
+import tensorflow as tf
+import tensorflow_text  # registers the tokenizer ops
+m = tf.saved_model.load(sys.argv[1])
+texts = json.loads(sys.argv[2])
+out = m.signatures['serving_default'](text=tf.constant(texts))
+print('SAVED_MODEL' + json.dumps(out['probabilities'].numpy().tolist()), flush=True)
+"""
+
+
+def test_saved_model_in_fresh_process_matches_keras(exported, fresh):
+    texts = exported["dev"][:8] + FRESH_TEXTS_EXTRA
+    line = [x for x in fresh.stdout.splitlines() if x.startswith("SAVED_MODEL")]
+    assert line, fresh.stderr[-3000:]
+    probs = np.array(json.loads(line[-1][len("SAVED_MODEL"):]))
     np.testing.assert_allclose(probs, keras_probs(exported["model"], texts), atol=1e-5)
 
 
@@ -334,11 +336,19 @@ def test_text_ops_are_tensorflow_text_tokenizer_ops(exported):
     assert set(ops) <= {"FastBertNormalize", "FastWordpieceTokenizeWithOffsets"}, ops
 
 
-def test_pair_regressor_saved_model(tmp_path, tiny_vocab):
+@pytest.fixture(scope="module")
+def pair_regressor(tmp_path_factory, tiny_vocab):
+    """A random regressor (seed 3) and its SavedModel for pairs of texts."""
     vocab = unique(tiny_vocab)
     keras.utils.set_random_seed(3)
     model = BertModel(small_config(vocab), head="regressor", vocab=vocab)
-    path = export_saved_model(model, str(tmp_path / "sm"), max_seq_len=L, is_pair=True)
+    path = export_saved_model(model, str(tmp_path_factory.mktemp("pair") / "sm"),
+                              max_seq_len=L, is_pair=True)
+    return model, path
+
+
+def test_pair_regressor_saved_model(pair_regressor):
+    model, path = pair_regressor
     loaded = tf.saved_model.load(path)
     fn = loaded.signatures["serving_default"]
     assert set(fn.structured_input_signature[1]) == {"text", "text_b"}
@@ -456,16 +466,14 @@ def test_text_tflite_matches_the_saved_model_text_signature(exported):
     assert exported["parity"]["formats"]["text_float32"]["max_abs_diff"] < 1e-5
 
 
-def test_text_tflite_of_a_pair_regressor_reads_text_and_text_b(tmp_path, tiny_vocab):
-    vocab = unique(tiny_vocab)
-    keras.utils.set_random_seed(3)
-    model = BertModel(small_config(vocab), head="regressor", vocab=vocab)
+def test_text_tflite_of_a_pair_regressor_reads_text_and_text_b(pair_regressor):
+    model, saved_model = pair_regressor
     flat = convert_tflite(model, "text_float32", L, is_pair=True)
     runner = TFLiteRunner(flat)
     assert runner.input_names == ("text", "text_b")
     a, b = ["a cat sat on the mat", "The DOG!"], ["the cat sat", "a dog ran on the mat"]
     got = runner.predict({"text": np.array(a, object), "text_b": np.array(b, object)})
-    sm = tf.saved_model.load(export_saved_model(model, str(tmp_path / "sm"), L, is_pair=True))
+    sm = tf.saved_model.load(saved_model)
     want = sm.signatures["serving_default"](text=tf.constant(a), text_b=tf.constant(b))
     np.testing.assert_allclose(got[:, 0], want["score"].numpy(), atol=1e-5)
     meta = read_metadata(flat)
@@ -593,6 +601,7 @@ TFLITE_TEXT_INPUTS = {
 _TFLITE_SCRIPT = r'''
 import json, sys
 import numpy as np
+sys.argv[1:] = sys.argv[3:]  # after _SAVED_MODEL_SCRIPT's two: the model, then the cases
 import tensorflow_text as tf_text
 from ai_edge_litert.interpreter import InterpreterWithCustomOps
 values = {"scalar": np.array("some text", object), "rank2": np.array([["a"], ["b"]], object),
@@ -619,12 +628,21 @@ for name in sys.argv[2:]:
 '''
 
 
-def test_no_input_crashes_the_text_tflite_model(exported):
+@pytest.fixture(scope="module")
+def fresh(exported):
+    """The module's one fresh process: _SAVED_MODEL_SCRIPT on the SavedModel, then
+    _TFLITE_SCRIPT on the text-in TFLite model, every case of TFLITE_TEXT_INPUTS."""
+    texts = exported["dev"][:8] + FRESH_TEXTS_EXTRA
     path = os.path.join(exported["dir"], "model_text_float32.tflite")
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
-    proc = subprocess.run([sys.executable, "-c", _TFLITE_SCRIPT, path,
+    return subprocess.run([sys.executable, "-c", _SAVED_MODEL_SCRIPT + _TFLITE_SCRIPT,
+                           exported["saved_model"], json.dumps(texts), path,
                            *[case for case, _ in TFLITE_TEXT_INPUTS.values()]],
                           capture_output=True, text=True, timeout=300, env=env)
+
+
+def test_no_input_crashes_the_text_tflite_model(fresh):
+    proc = fresh
     started = [line for line in proc.stdout.splitlines() if line.startswith("CASE")]
     assert proc.returncode == 0, f"died in {started[-1:]}: {proc.stderr[-2000:]}"
     results = {r[0]: r[1:] for r in (json.loads(line[len("RESULT "):]) for line in

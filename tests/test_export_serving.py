@@ -126,26 +126,25 @@ def test_publish_writes_version_1_atomically_with_warmup_for_every_signature(pub
     assert [s.decode() for s in text.string_val] == TEXTS + TEXTS  # 8 = the 4 texts, twice
 
 
-def replay_in_fresh_process(path):
-    """replay_warmup(path) in a new Python process: the outputs of every record."""
-    script = (
-        "import json, sys\n"
-        "from tinybert_tf.export.serving import replay_warmup\n"
-        "out = [{k: [x.decode() for x in v] if v.dtype == object else v.tolist()\n"
-        "        for k, v in r.outputs.items()} for r in replay_warmup(sys.argv[1])]\n"
-        "print('RESULT' + json.dumps(out))\n")
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
-    proc = subprocess.run([sys.executable, "-c", script, path], capture_output=True, text=True,
-                          timeout=300, env=env, cwd=ROOT)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT")][-1]
-    return json.loads(line[len("RESULT"):])
+# Everything this module runs in a fresh Python process that imports tensorflow-text,
+# in ONE process (each start pays TensorFlow's import): the warm-up records of each
+# version folder replayed as TF Serving replays them, then _REQUEST_SCRIPT's requests
+# (defined below) on a pair SavedModel. A replay prints its outputs before the next
+# starts, so a crash in the requests leaves the replays' results.
+_REPLAY_SCRIPT = r"""
+import json, sys
+from tinybert_tf.export.serving import replay_warmup
+for path in json.loads(sys.argv[3]):
+    out = [{k: [x.decode() for x in v] if v.dtype == object else v.tolist()
+            for k, v in r.outputs.items()} for r in replay_warmup(path)]
+    print("REPLAY " + json.dumps([path, out]), flush=True)
+"""
 
 
-def check_replay_matches_keras(model, path, labels=LABELS):
-    """Every warm-up record of the version folder, replayed in a fresh process,
-    gives the Keras model's outputs; returns the requests."""
-    replayed = replay_in_fresh_process(path)
+def check_replay_matches_keras(model, path, replayed, labels=LABELS):
+    """Every warm-up record of the version folder, replayed in a fresh process
+    (`replayed`: its outputs, from the `fresh` fixture), gives the Keras model's outputs;
+    returns the requests."""
     requests = read_warmup_requests(path)
     assert len(replayed) == len(requests)
     tokenizer = load_tokenizer(model, L)
@@ -162,24 +161,22 @@ def check_replay_matches_keras(model, path, labels=LABELS):
     return requests
 
 
-def test_warmup_records_replayed_in_a_fresh_process_match_keras(published, exported):
+def test_warmup_records_replayed_in_a_fresh_process_match_keras(published, exported, fresh):
     model, _ = exported
     _, _, path = published
-    assert len(check_replay_matches_keras(model, path)) == 4
+    assert len(check_replay_matches_keras(model, path, fresh["replays"][path])) == 4
 
 
-def test_export_all_publishes_a_version_whose_warmup_replays(tmp_path, exported):
+def test_export_all_publishes_a_version_whose_warmup_replays(exported, fresh):
     """What bin/export and the pipeline's export stage write: export/serving/<N>/
     with warm-up from the dev texts (8 at most, batch 1 and 8), and models.config."""
     model, _ = exported
-    out = tmp_path / "export"
-    parity = export_all(model, str(out), max_seq_len=L, dev_texts=TEXTS * 3,
-                        formats=["saved_model"], latency_runs=1, task_name="polarity")
+    out, parity = fresh["export"], fresh["parity"]
     row = parity["formats"]["saved_model"]
     assert (row["path"], row["version"], row["models_config"]) == (
         "serving/1", 1, "serving/models.config")
     path = str(out / "serving" / "1")
-    requests = check_replay_matches_keras(model, path)
+    requests = check_replay_matches_keras(model, path, fresh["replays"][path])
     assert len(requests) == 4
     text = [r for r in requests if r.model_spec.signature_name == "serving_default"][1]
     assert [s.decode() for s in text.inputs["text"].string_val] == (TEXTS * 2)[:8]
@@ -211,14 +208,12 @@ print("RESULT" + json.dumps(out))
 """
 
 
-def test_the_ids_servable_loads_where_tensorflow_text_is_missing(tmp_path, exported):
+def test_the_ids_servable_loads_where_tensorflow_text_is_missing(tmp_path, exported, fresh):
     """A server without tensorflow-text's ops cannot load the text SavedModel at all,
     not even to call serve_ids; the saved_model_ids format can be loaded and served."""
     from tinybert_tf.export.saved_model import custom_ops
     model, text_saved_model = exported
-    out = tmp_path / "export"
-    parity = export_all(model, str(out), max_seq_len=L, dev_texts=TEXTS * 3,
-                        formats=["saved_model_ids"], latency_runs=1, task_name="polarity")
+    out, parity = fresh["export"], fresh["parity"]
     row = parity["formats"]["saved_model_ids"]
     assert (row["path"], row["version"], row["models_config"]) == (
         "serving_ids/1", 1, "serving_ids/models.config")
@@ -227,7 +222,7 @@ def test_the_ids_servable_loads_where_tensorflow_text_is_missing(tmp_path, expor
     assert custom_ops(path) == []
     signatures = [r.model_spec.signature_name for r in read_warmup_requests(path)]
     assert signatures == ["serve_ids", "serve_ids", "serving_default", "serving_default"]
-    assert len(replay_in_fresh_process(path)) == 4
+    assert len(fresh["replays"][path]) == 4
     inputs = {k: v.numpy() for k, v in load_tokenizer(model, L)(TEXTS).items()}
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
     proc = subprocess.run([sys.executable, "-c", NO_TF_TEXT,
@@ -549,26 +544,8 @@ for name, (signature, inputs) in cases.items():
 '''
 
 
-def test_no_request_crashes_the_served_model_through_the_session_path(tmp_path, vocab,
-                                                                      tiny_config):
-    model = tiny_classifier(vocab, tiny_config, seed=2, label_names=LABELS)
-    path = export_saved_model(model, str(tmp_path / "pair"), L, is_pair=True)
-
-    def jsonable(value):
-        if isinstance(value, np.ndarray):  # an empty batch keeps its shape
-            return {"zeros": list(value.shape)} if value.size == 0 else value.tolist()
-        if isinstance(value, bytes):
-            return value.decode("latin-1")
-        if isinstance(value, list):
-            return [jsonable(v) for v in value]
-        return value
-    cases = {name: (sig, {k: jsonable(v) for k, v in inputs.items()})
-             for name, (sig, inputs, _) in BAD_REQUESTS.items()}
-    (tmp_path / "cases.json").write_text(json.dumps(cases))
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
-    proc = subprocess.run([sys.executable, "-c", _REQUEST_SCRIPT, path,
-                           str(tmp_path / "cases.json")],
-                          capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
+def test_no_request_crashes_the_served_model_through_the_session_path(fresh):
+    proc = fresh["proc"]
     started = [line for line in proc.stdout.splitlines() if line.startswith("CASE")]
     assert proc.returncode == 0, f"the server process died in {started[-1:]}: " \
                                  f"{proc.stderr[-2000:]}"
@@ -586,3 +563,42 @@ def test_no_request_crashes_the_served_model_through_the_session_path(tmp_path, 
     assert "must hold the same number of texts" in refused["text and text_b of other sizes"]
     assert "must be at most 64" in refused["a sequence beyond the position table"]
     assert "input input_word_ids must hold values in [0," in refused["a negative word id"]
+
+
+@pytest.fixture(scope="module")
+def fresh(tmp_path_factory, exported, published, vocab, tiny_config):
+    """What export_all writes for the SavedModel formats, and the module's one fresh
+    process (_REPLAY_SCRIPT, then _REQUEST_SCRIPT): {"export": the export folder,
+    "parity": export_all's answer, "replays": version folder -> replayed outputs,
+    "proc": the finished process}."""
+    model, _ = exported
+    _, _, published_path = published
+    tmp = tmp_path_factory.mktemp("fresh")
+    out = tmp / "export"
+    parity = export_all(model, str(out), max_seq_len=L, dev_texts=TEXTS * 3,
+                        formats=["saved_model", "saved_model_ids"], latency_runs=1,
+                        task_name="polarity")
+    # The requests go to a pair model: serving_default then takes text and text_b.
+    pair_model = tiny_classifier(vocab, tiny_config, seed=2, label_names=LABELS)
+    pair = export_saved_model(pair_model, str(tmp / "pair"), L, is_pair=True)
+
+    def jsonable(value):
+        if isinstance(value, np.ndarray):  # an empty batch keeps its shape
+            return {"zeros": list(value.shape)} if value.size == 0 else value.tolist()
+        if isinstance(value, bytes):
+            return value.decode("latin-1")
+        if isinstance(value, list):
+            return [jsonable(v) for v in value]
+        return value
+    cases = {name: (sig, {k: jsonable(v) for k, v in inputs.items()})
+             for name, (sig, inputs, _) in BAD_REQUESTS.items()}
+    (tmp / "cases.json").write_text(json.dumps(cases))
+    replay = [published_path, str(out / "serving" / "1"), str(out / "serving_ids" / "1")]
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
+    proc = subprocess.run([sys.executable, "-c", _REPLAY_SCRIPT + _REQUEST_SCRIPT, pair,
+                           str(tmp / "cases.json"), json.dumps(replay)],
+                          capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
+    replays = dict(json.loads(line[len("REPLAY "):]) for line in proc.stdout.splitlines()
+                   if line.startswith("REPLAY "))
+    assert set(replays) == set(replay), proc.stderr[-3000:]
+    return {"export": out, "parity": parity, "replays": replays, "proc": proc}

@@ -2,8 +2,7 @@
 import json
 import os
 import re
-import subprocess
-import sys
+import types
 
 import keras
 import pytest
@@ -19,10 +18,30 @@ from pipeline_helpers import keras_reference
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def run_tool(name, *args, timeout=300):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
-    return subprocess.run([sys.executable, os.path.join(ROOT, "bin", name), *args],
-                          capture_output=True, text=True, timeout=timeout, env=env)
+def load_tool(name):
+    """bin/<name> as a module (it has no .py suffix), to call it in-process."""
+    import importlib.machinery
+    import importlib.util
+    loader = importlib.machinery.SourceFileLoader(f"bin_{name}", os.path.join(ROOT, "bin", name))
+    module = importlib.util.module_from_spec(importlib.util.spec_from_loader(loader.name, loader))
+    loader.exec_module(module)
+    return module
+
+
+def run_tool(name, capsys, *args):
+    """bin/<name> with `args`, in this process as its __main__ runs it (flags, body, exit
+    code; tests/test_faults.py runs every script as __main__ in a fresh process):
+    (exit code, stdout, stderr). No subprocess: TensorFlow's import is paid once."""
+    from tinybert_tf.pipeline import cli
+    tool = load_tool(name)
+    capsys.readouterr()
+    try:
+        code = cli.run_tool(f"bin/{name}", tool.main, [f"bin/{name}", *args], tool.FLAGS,
+                            tool.__doc__)
+    finally:
+        tool.FLAGS.unparse_flags()
+    out, err = capsys.readouterr()
+    return types.SimpleNamespace(returncode=code, stdout=out, stderr=err)
 
 
 def model_dir(tmp_path, tiny_vocab, head):
@@ -36,11 +55,12 @@ def model_dir(tmp_path, tiny_vocab, head):
 
 
 @pytest.mark.numerics
-def test_bin_export_writes_export_dir_for_polarity(tmp_path, tiny_vocab):
+def test_bin_export_writes_export_dir_for_polarity(tmp_path, tiny_vocab, capsys):
     src = model_dir(tmp_path, tiny_vocab, "classifier")
     out = tmp_path / "out"
-    proc = run_tool("export", f"--model_dir={src}", f"--output_dir={out}", "--max_seq_len=16",
-                    "--export_formats=float32", "--export_latency_runs=2", "--task=polarity")
+    proc = run_tool("export", capsys, f"--model_dir={src}", f"--output_dir={out}",
+                    "--max_seq_len=16", "--export_formats=float32", "--export_latency_runs=2",
+                    "--task=polarity")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert sorted(os.listdir(out / "export")) == ["model_float32.tflite", "parity.json"]
     parity = json.loads((out / "export" / "parity.json").read_text())
@@ -51,15 +71,8 @@ def test_bin_export_writes_export_dir_for_polarity(tmp_path, tiny_vocab):
 
 
 def load_bin_export():
-    """bin/export as a module (it has no .py suffix), to call its run() in-process."""
-    import importlib.machinery
-    import importlib.util
-    path = os.path.join(ROOT, "bin", "export")
-    loader = importlib.machinery.SourceFileLoader("bin_export", path)
-    spec = importlib.util.spec_from_loader("bin_export", loader)
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    return module
+    """bin/export as a module, to call its run() in-process."""
+    return load_tool("export")
 
 
 @pytest.mark.parametrize("head,args,message", [
@@ -102,9 +115,9 @@ def test_bin_export_refuses_an_existing_serving_version_before_exporting(tmp_pat
 
 
 @pytest.mark.numerics
-def test_bin_benchmark_quick(tmp_path):
+def test_bin_benchmark_quick(tmp_path, capsys):
     out = tmp_path / "bench"
-    proc = run_tool("benchmark", "--quick", "--benchmark_formats=keras,float32",
+    proc = run_tool("benchmark", capsys, "--quick", "--benchmark_formats=keras,float32",
                     f"--benchmark_output={out}")
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads((out / "benchmark.json").read_text())
@@ -127,7 +140,8 @@ def test_bin_benchmark_quick(tmp_path):
 
 
 @pytest.mark.numerics
-def test_bin_export_writes_hugging_face_and_keras_hub_directories(tmp_path, tiny_vocab):
+def test_bin_export_writes_hugging_face_and_keras_hub_directories(tmp_path, tiny_vocab,
+                                                                   capsys):
     """The format table's model-directory rows through the tool: each directory loads
     back (our readers) and gives the model's probabilities."""
     vocab = list(dict.fromkeys(tiny_vocab))
@@ -138,8 +152,8 @@ def test_bin_export_writes_hugging_face_and_keras_hub_directories(tmp_path, tiny
     src = save_model(BertModel(config, head="classifier", label_names=["neg", "pos"],
                                vocab=vocab), str(tmp_path / "model"))
     out = tmp_path / "out"
-    proc = run_tool("export", f"--model_dir={src}", f"--output_dir={out}", "--max_seq_len=16",
-                    "--export_formats=hf,keras_hub", "--export_latency_runs=2",
+    proc = run_tool("export", capsys, f"--model_dir={src}", f"--output_dir={out}",
+                    "--max_seq_len=16", "--export_formats=hf,keras_hub", "--export_latency_runs=2",
                     "--task=polarity")
     assert proc.returncode == 0, proc.stderr[-3000:]
     parity = json.loads((out / "export" / "parity.json").read_text())

@@ -24,7 +24,9 @@ from pipeline_helpers import (
     read_json,
     run,
     shared_folder,
+    shared_run,
     tiny_flags,
+    write_conll,
 )
 
 SERVE = r"""
@@ -42,6 +44,33 @@ print(json.dumps(out))
 """
 NER_SENTENCES = ["The actor cat was playing", "plot mat", "",
                  " ".join(["movies"] * 15 + ["actor", "plot"])]  # the last is cut at L=24
+
+
+# The CSV run is the quickstart's (conftest's quickstart_run: the quickstart flagfile on
+# the review CSVs, every stage from general to the SavedModel and float32 exports), which
+# tests/test_quickstart.py reads too: one pipeline run for both modules.
+
+@pytest.fixture(scope="session")
+def csv_run(quickstart_run):
+    """Classification from CSV with string labels: teacher, augmentation, both task
+    phases, evaluation, SavedModel and float32 export (the quickstart's run)."""
+    return quickstart_run
+
+
+# The CoNLL run is conftest's ner_run for the task stage's prediction phase only (no
+# assertion here reads the intermediate phase, which the CSV run and
+# tests/test_pipeline.py's runs cover): one phase fewer to trace and train.
+
+@pytest.fixture(scope="session")
+def ner_run(tmp_path_factory, tiny_vocab):
+    """CoNLL NER: teacher, tag-preserving augmentation, prediction phase, evaluation,
+    SavedModel and float32 export."""
+    def flags(tmp):
+        return tiny_flags(tmp, tiny_vocab, **FAST, task="token_classification",
+                          task_phases=["prediction"],
+                          train_file=write_conll(tmp / "train.conll", 24, 6),
+                          validation_file=write_conll(tmp / "dev.conll", 8, 7))
+    return shared_run(tmp_path_factory, "own_ner_prediction", flags)
 
 
 def saved_model_dir(ns) -> str:

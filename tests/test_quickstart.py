@@ -9,39 +9,14 @@ import pytest
 
 from tinybert_tf.pipeline.main import run_argv
 
-from pipeline_helpers import REPO, read_json, write_corpus, write_reviews_csv, write_teacher
-
-QUICKSTART = os.path.join(REPO, "configs", "quickstart_text_classification.cfg")
-
-
-def _student_config(path: str, vocab_size: int) -> str:
-    """One layer of the tiny teacher's shape (--init_from_teacher copies into it)."""
-    from tinybert_tf.config import BertConfig
-    config = BertConfig(vocab_size=vocab_size, hidden_size=32, num_layers=1, num_heads=4,
-                        intermediate_size=64, max_position_embeddings=64)
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(config.to_json())
-    return path
+from pipeline_helpers import QUICKSTART, read_json, write_reviews_csv
 
 
 @pytest.fixture(scope="module")
-def quickstart(tmp_path_factory, tiny_vocab):
-    """The flagfile as shipped, with toy models, data and step caps on the command line."""
-    tmp = tmp_path_factory.mktemp("quickstart")
-    out = tmp / "out"
-    argv = ["bin/distill", f"--flagfile={QUICKSTART}",
-            f"--train_file={write_reviews_csv(tmp / 'train.csv', 24, 0)}",
-            f"--validation_file={write_reviews_csv(tmp / 'dev.csv', 8, 1)}",
-            f"--output_dir={out}",
-            # Toy sizes: a 2-layer 32-wide teacher, a 1-layer student of its width.
-            f"--teacher={write_teacher(str(tmp / 'teacher'), tiny_vocab)}",
-            f"--student_config={_student_config(str(tmp / 'student.json'), len(tiny_vocab))}",
-            f"--corpus={write_corpus(str(tmp / 'corpus.txt'))}",
-            "--general_max_seq_len=32", "--general_batch_size=4", "--general_max_steps=2",
-            "--teacher_batch_size=4", "--teacher_max_steps=3", "--max_seq_len=24",
-            "--task_batch_size=4", "--task_max_steps=2", "--num_aug=1", "--checkpoint_every=2",
-            "--latency_runs=1", "--export_latency_runs=1"]
-    return out, run_argv(argv)
+def quickstart(quickstart_run):
+    """The flagfile as shipped, with toy models, data and step caps on the command line
+    (conftest's session run, which tests/test_own_data.py reads too)."""
+    return quickstart_run.folder / "out", quickstart_run.results
 
 
 def test_the_quickstart_runs_every_stage_to_a_served_model(quickstart):
