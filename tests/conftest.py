@@ -209,3 +209,21 @@ def quickstart_run(tmp_path_factory, tiny_vocab):
     from pipeline_helpers import quickstart_argv, shared_argv_run
     return shared_argv_run(tmp_path_factory, "quickstart",
                            lambda tmp: quickstart_argv(tmp, tiny_vocab))
+
+
+@pytest.fixture(autouse=True)
+def _tool_flags_restored():
+    """bin/ tools run in-process (`pipeline_helpers.run_tool`) define their flags into
+    absl's global FLAGS, some with a name another tool also defines (tfds_data_dir,
+    max_seq_len); each test ends with the flags it started with, so the tools that two
+    tests load never meet in one FlagValues."""
+    from absl import flags as absl_flags
+
+    from tinybert_tf.pipeline import flags as tflags
+    before = set(absl_flags.FLAGS)
+    defined = {fv: set(done) for fv, done in tflags._defined.items()}
+    yield
+    for name in set(absl_flags.FLAGS) - before:
+        delattr(absl_flags.FLAGS, name)
+    tflags._defined.clear()
+    tflags._defined.update(defined)
