@@ -13,33 +13,14 @@ from tinybert_tf.models.checkpoint import save_model
 from tinybert_tf.tasks import TaskConfig, resolve_task
 
 from numerics import assert_parity_agrees
-from pipeline_helpers import keras_reference
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def load_tool(name):
-    """bin/<name> as a module (it has no .py suffix), to call it in-process."""
-    import importlib.machinery
-    import importlib.util
-    loader = importlib.machinery.SourceFileLoader(f"bin_{name}", os.path.join(ROOT, "bin", name))
-    module = importlib.util.module_from_spec(importlib.util.spec_from_loader(loader.name, loader))
-    loader.exec_module(module)
-    return module
+from pipeline_helpers import keras_reference, load_tool
+from pipeline_helpers import run_tool as helpers_run_tool
 
 
 def run_tool(name, capsys, *args):
-    """bin/<name> with `args`, in this process as its __main__ runs it (flags, body, exit
-    code; tests/test_faults.py runs every script as __main__ in a fresh process):
-    (exit code, stdout, stderr). No subprocess: TensorFlow's import is paid once."""
-    from tinybert_tf.pipeline import cli
-    tool = load_tool(name)
+    """`pipeline_helpers.run_tool` with what it printed: (exit code, stdout, stderr)."""
     capsys.readouterr()
-    try:
-        code = cli.run_tool(f"bin/{name}", tool.main, [f"bin/{name}", *args], tool.FLAGS,
-                            tool.__doc__)
-    finally:
-        tool.FLAGS.unparse_flags()
+    code = helpers_run_tool(name, *args)
     out, err = capsys.readouterr()
     return types.SimpleNamespace(returncode=code, stdout=out, stderr=err)
 

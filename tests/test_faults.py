@@ -22,7 +22,7 @@ from tinybert_tf.pipeline.preflight import PreflightError
 from tinybert_tf.pipeline.state import OutputDirError, RunState
 
 from augment_helpers import tiny_vectors
-from pipeline_helpers import REPO, argv, run, tiny_flags, write_teacher
+from pipeline_helpers import REPO, argv, load_tool, run, tiny_flags, write_teacher
 
 
 @pytest.fixture(scope="module")
@@ -475,19 +475,10 @@ def test_holder_facts_describe_the_run(tmp_path):
 
 # --- the other tools ---------------------------------------------------------------------------
 
-def _load_tool(name: str):
-    import importlib.machinery
-    import importlib.util
-    loader = importlib.machinery.SourceFileLoader(f"bin_{name}", os.path.join(REPO, "bin", name))
-    module = importlib.util.module_from_spec(importlib.util.spec_from_loader(loader.name, loader))
-    loader.exec_module(module)
-    return module
-
-
 def test_bin_export_refuses_a_model_that_does_not_fit_the_task_or_is_unfinished(tmp_path,
                                                                                 tiny_vocab):
     from tinybert_tf.export import ExportError
-    tool = _load_tool("export")
+    tool = load_tool("export")
     model = write_teacher(str(tmp_path / "run" / "task" / "model"), tiny_vocab,
                           head="classifier")  # 2 labels
     out = tmp_path / "out"
@@ -520,7 +511,7 @@ def test_bin_export_refuses_a_model_that_does_not_fit_the_task_or_is_unfinished(
 
 
 def test_bin_benchmark_quick_refuses_explicit_models(capsys):
-    tool = _load_tool("benchmark")
+    tool = load_tool("benchmark")
     tool.FLAGS(["bin/benchmark", "--quick", "--benchmark_models=bert_base_uncased,tiny"])
     try:
         assert tool.main(["bin/benchmark"]) == 2
@@ -541,7 +532,7 @@ def test_bin_benchmark_quick_refuses_explicit_models(capsys):
 def test_bin_benchmark_refuses_bad_flags_before_timing_anything(tmp_path, capsys, args,
                                                                 pattern):
     (tmp_path / "a_file").write_text("mine")
-    tool = _load_tool("benchmark")
+    tool = load_tool("benchmark")
     tool.FLAGS(["bin/benchmark", *[a.format(file=tmp_path / "a_file") for a in args]])
     try:
         assert tool.main(["bin/benchmark"]) == 2
