@@ -46,6 +46,7 @@ two cores, so a test pays only for what no fixture below already gives it):
   threshold, ranking) uses `tests/numerics.py` and is marked
   `@pytest.mark.numerics`: `make test-isa` runs those under every oneDNN setting.
 """
+import gc
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -209,6 +210,17 @@ def quickstart_run(tmp_path_factory, tiny_vocab):
     from pipeline_helpers import quickstart_argv, shared_argv_run
     return shared_argv_run(tmp_path_factory, "quickstart",
                            lambda tmp: quickstart_argv(tmp, tiny_vocab))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """Collect the last test's garbage, then freeze what survives (`gc.freeze`): a worker
+    keeps every session fixture, traced function and imported module alive (over 2 GB
+    after a few hundred tests), and each full collection walked all of it again, about
+    a second a time; frozen objects are skipped, so a collection walks one test's objects.
+    Measured on the 2-core AMD host: 426 s of the suite's 2675 worker-seconds were GC."""
+    gc.collect()
+    gc.freeze()
 
 
 @pytest.fixture(autouse=True)
