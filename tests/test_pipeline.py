@@ -103,6 +103,36 @@ def test_stage_can_start_from_explicit_models(finished, tmp_path):
     assert os.path.isfile(out / "task" / "model" / "model.safetensors")
 
 
+def test_an_eager_run_ends_with_the_weights_of_a_traced_run(finished, tmp_path):
+    """--run_eagerly changes how each step runs, not what it computes: the task stage
+    (both phases, from the shared run's general model and teacher) traced and eager."""
+    _, ns, _ = finished
+    students = {}
+    for eager in (False, True):
+        out = tmp_path / f"eager_{eager}"
+        run(type(ns)(**{**vars(ns), "output_dir": str(out), "stages": ["task"],
+                        "general_model": os.path.join(ns.output_dir, "general", "model"),
+                        "task_teacher": os.path.join(ns.output_dir, "finetune_teacher",
+                                                     "model"),
+                        "use_augmented": False, "task_max_steps": 2, "run_eagerly": eager}))
+        students[eager] = load_weights(str(out / "task" / "model"))
+    assert students[False].keys() == students[True].keys()
+    moved = load_weights(os.path.join(ns.output_dir, "general", "model"))
+    for key, traced in students[False].items():
+        np.testing.assert_allclose(students[True][key], traced, atol=1e-5, err_msg=key)
+    # The phases trained: the student is not the general model it started from.
+    assert any(not np.allclose(students[False][k], moved[k]) for k in moved
+               if k in students[False])
+
+
+def test_run_eagerly_and_jit_compile_are_refused_together(tmp_path):
+    from tinybert_tf.pipeline.cli import UsageError
+    from tinybert_tf.pipeline.main import parse_argv
+    with pytest.raises(UsageError, match="--run_eagerly and --jit_compile exclude"):
+        parse_argv(["bin/distill", f"--output_dir={tmp_path}", "--run_eagerly",
+                    "--jit_compile"])
+
+
 def test_preflight_rejects_vocab_mismatch(finished, tmp_path, tiny_vocab):
     from pipeline_helpers import write_teacher
     tmp, ns, _ = finished

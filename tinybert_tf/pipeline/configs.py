@@ -67,6 +67,8 @@ class RunOptions:
     teacher_cache: bool
     teacher_cache_budget_gb: float
     lock_stale_minutes: float
+    # How steps run, not what they compute: a run may switch it and reuse its stages.
+    run_eagerly: bool
     # --teacher_precision as given (`TaskDistillConfig.teacher_precision` holds the
     # resolved dtype); the plan explains the choice from it.
     teacher_precision_request: str = flag("teacher_precision")

@@ -83,6 +83,11 @@ def define_numerics(fv: flags.FlagValues) -> None:
     flags.DEFINE_bool("jit_compile", False, "XLA-compile the train step (each phase "
                       "compiles once per sequence length: full batches, --length_buckets "
                       "lengths at most).", flag_values=fv)
+    flags.DEFINE_bool("run_eagerly", False, "Run each training step eagerly instead of "
+                      "tracing it into a graph (keras' run_eagerly): to step through a loss "
+                      "term with pdb or print. Same results; slower per step on real models, "
+                      "faster only for phases of a few steps on toy models (the tests). "
+                      "Excludes --jit_compile.", flag_values=fv)
     flags.DEFINE_integer("length_buckets", 8, "Pad each batch to the smallest of N evenly "
                          "spaced lengths holding its longest row, not --max_seq_len (0), where "
                          "padding does not change the loss (docs/distillation.md).",

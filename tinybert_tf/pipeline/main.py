@@ -82,6 +82,9 @@ def parse_argv(argv: Sequence[str]) -> PipelineConfig:
         raise UsageError(f"unexpected arguments: {' '.join(rest[1:])}; use --flag=value.")
     if not fv.output_dir:
         raise UsageError("--output_dir is required: the folder for every stage's output.")
+    if fv.run_eagerly and fv.jit_compile:
+        raise UsageError("--run_eagerly and --jit_compile exclude each other (an eager "
+                         "step is not compiled): drop one of them.")
     load_plugins(fv.plugins)
     return PipelineConfig.from_flags(fv)
 

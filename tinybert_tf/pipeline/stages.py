@@ -228,7 +228,8 @@ def _distiller(ctx: Context, student, teacher, spec: PhaseSpec,
     if prepare is not None:
         prepare(distiller)
     distiller.compile(optimizer=spec.optimizer(o.weight_decay),
-                      jit_compile=ctx.config.numerics.jit_compile)
+                      jit_compile=ctx.config.numerics.jit_compile,
+                      run_eagerly=ctx.config.run.run_eagerly)
     return distiller
 
 
