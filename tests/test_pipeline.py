@@ -105,7 +105,8 @@ def test_stage_can_start_from_explicit_models(finished, tmp_path):
 
 def test_an_eager_run_ends_with_the_weights_of_a_traced_run(finished, tmp_path):
     """--run_eagerly changes how each step runs, not what it computes: the task stage
-    (both phases, from the shared run's general model and teacher) traced and eager."""
+    (intermediate and prediction phases, from the shared run's general model and
+    teacher), traced and eager."""
     _, ns, _ = finished
     students = {}
     for eager in (False, True):
