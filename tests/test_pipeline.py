@@ -13,7 +13,7 @@ from tinybert_tf.pipeline.preflight import PreflightError
 from tinybert_tf.pipeline.state import OutputDirError
 
 from numerics import NOISE, decided
-from pipeline_helpers import load_weights, read_json, run
+from pipeline_helpers import load_weights, read_json, run, with_flags
 
 STAGES = ("general", "finetune_teacher", "augment", "task", "evaluate", "export")
 
@@ -111,18 +111,17 @@ def test_an_eager_run_ends_with_the_weights_of_a_traced_run(finished, tmp_path):
     students = {}
     for eager in (False, True):
         out = tmp_path / f"eager_{eager}"
-        run(type(ns)(**{**vars(ns), "output_dir": str(out), "stages": ["task"],
-                        "general_model": os.path.join(ns.output_dir, "general", "model"),
-                        "task_teacher": os.path.join(ns.output_dir, "finetune_teacher",
-                                                     "model"),
-                        "use_augmented": False, "task_max_steps": 2, "run_eagerly": eager}))
+        run(with_flags(ns, output_dir=str(out), stages=["task"],
+                       general_model=os.path.join(ns.output_dir, "general", "model"),
+                       task_teacher=os.path.join(ns.output_dir, "finetune_teacher", "model"),
+                       use_augmented=False, task_max_steps=2, run_eagerly=eager))
         students[eager] = load_weights(str(out / "task" / "model"))
     assert students[False].keys() == students[True].keys()
-    moved = load_weights(os.path.join(ns.output_dir, "general", "model"))
+    general = load_weights(os.path.join(ns.output_dir, "general", "model"))
     for key, traced in students[False].items():
         np.testing.assert_allclose(students[True][key], traced, atol=1e-5, err_msg=key)
     # The phases trained: the student is not the general model it started from.
-    assert any(not np.allclose(students[False][k], moved[k]) for k in moved
+    assert any(not np.allclose(students[False][k], general[k]) for k in general
                if k in students[False])
 
 
