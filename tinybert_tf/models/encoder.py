@@ -122,14 +122,32 @@ class BertModel(keras.Model):
                                               name="quantization")
                              if quantization is not None else None)
         # Create every variable now, so weights can be loaded right after construction.
-        extra = head_cls.build_inputs if head_cls is not None else {}
-        dummy = dummy_inputs(1, 2, mlm_positions=extra.get("masked_lm_positions", 0))
         self._int8_ready = False
-        self(dummy)
+        self.build()
         if quantization is not None:
             # The int8 trace reads built layers' weights; its first call creates its points.
             self._int8_ready = True
-            self(dummy)
+            extra = head_cls.build_inputs if head_cls is not None else {}
+            self(dummy_inputs(1, 2, mlm_positions=extra.get("masked_lm_positions", 0)))
+
+    def build(self, input_shape=None) -> None:
+        """Create every layer's variables from the config alone (the input shapes do
+        not matter: only the width H does). Without this, keras builds a subclassed
+        model by tracing `call` symbolically and then running it: 0.7 s for a 2-layer
+        model of width 32, 2.6 s for a 6-layer one of width 384."""
+        ids, hidden = (None, None), (None, None, self.bert_config.hidden_size)
+        self.token_embedding.build(ids)
+        self.position_embedding.build(hidden)
+        if self.segment_embedding is not None:
+            self.segment_embedding.build(ids)
+        self.embeddings_layer_norm.build(hidden)
+        for layer in self.transformer_layers:
+            layer.build(hidden)
+        if self.pooled_dense is not None:
+            self.pooled_dense.build(hidden[1:])
+        if self.head is not None:
+            self.head.build(hidden)  # every head reads [..., H]
+        self.built = True
 
     def call(self, inputs: dict[str, Any], training=None,
              mask_value: float = MASK_VALUE, integer_friendly: bool = False) -> dict[str, Any]:
