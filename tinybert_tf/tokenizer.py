@@ -11,11 +11,16 @@ truncation (BERT's `_truncate_seq_pair`) to `max_seq_len`, zero padding.
 """
 from __future__ import annotations
 
+import functools
 from typing import Optional, Sequence, Union
 
 import numpy as np
 import tensorflow as tf
 import tensorflow_text as tf_text
+from tensorflow_text.core.pybinds import (
+    pywrap_fast_bert_normalizer_model_builder as normalizer_builder,
+    pywrap_fast_wordpiece_tokenizer_model_builder as wordpiece_builder,
+)
 
 from tinybert_tf import files
 
@@ -80,6 +85,22 @@ def longest_first_lengths(lengths: Sequence[tf.Tensor], budget: int) -> list[tf.
     return [keep_a, keep_b]
 
 
+@functools.lru_cache(maxsize=8)
+def _model_buffers(vocab: tuple[str, ...], lower_case: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The (WordPiece, normaliser) flatbuffers of `FastBertTokenizer` for this vocab, as
+    uint8 arrays, built once per process.
+
+    A pipeline run builds a tokenizer for the same vocab several times (the data, the
+    corpus count, the export), and `FastBertTokenizer(vocab=...)` rebuilds both models
+    each time and turns each buffer into a tensor through a Python list of its bytes
+    (1.7 MB for a 30k vocab). We call the same builders tensorflow-text calls and hand
+    the buffers over as arrays (its documented `*_model_buffer` arguments)."""
+    wordpiece = wordpiece_builder.build_fast_wordpiece_model(
+        list(vocab), 100, "##", "[UNK]", False, False)  # tensorflow-text's defaults
+    normalizer = normalizer_builder.build_fast_bert_normalizer_model(lower_case)
+    return np.frombuffer(wordpiece, np.uint8), np.frombuffer(normalizer, np.uint8)
+
+
 class Tokenizer(tf.Module):
     """Text -> packed BERT inputs.
 
@@ -97,16 +118,20 @@ class Tokenizer(tf.Module):
     def __init__(self, vocab: Union[str, Sequence[str]], lower_case: bool = True,
                  max_seq_len: int = 128, name: Optional[str] = None):
         super().__init__(name=name)
-        self.vocab = read_vocab(vocab) if isinstance(vocab, str) else list(vocab)
+        # A plain list, not tracked: tf.Module would wrap it in a ListWrapper and track each
+        # token (0.5 s for a 30k vocab), and no token is a variable or resource to save.
+        object.__setattr__(self, "vocab",
+                           read_vocab(vocab) if isinstance(vocab, str) else list(vocab))
         check_vocab(self.vocab)
         self.lower_case = lower_case
         self.max_seq_len = int(max_seq_len)
         index = {t: i for i, t in enumerate(self.vocab)}
         self.pad_id, self.unk_id = index["[PAD]"], index["[UNK]"]
         self.cls_id, self.sep_id, self.mask_id = index["[CLS]"], index["[SEP]"], index["[MASK]"]
+        wordpiece, normalizer = _model_buffers(tuple(self.vocab), bool(lower_case))
         self._wordpiece = tf_text.FastBertTokenizer(
-            vocab=self.vocab, token_out_type=tf.int32, unknown_token="[UNK]",
-            lower_case_nfd_strip_accents=lower_case)
+            token_out_type=tf.int32, fast_wordpiece_model_buffer=tf.constant(wordpiece),
+            fast_bert_normalizer_model_buffer=tf.constant(normalizer))
 
     @property
     def vocab_size(self) -> int:
