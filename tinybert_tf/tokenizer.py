@@ -19,6 +19,8 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 from tensorflow_text.core.pybinds import (
     pywrap_fast_bert_normalizer_model_builder as normalizer_builder,
+)
+from tensorflow_text.core.pybinds import (
     pywrap_fast_wordpiece_tokenizer_model_builder as wordpiece_builder,
 )
 
