@@ -63,6 +63,9 @@ def make_dataset(examples: Sequence[Example], tokenizer, max_seq_len: int, batch
 
     static_batch = batch_size if drop_remainder else None
 
+    # Plain graph code: autograph converting the tokenizer (tensorflow-text's Python
+    # included) took 2 s in every process's first dataset, and it has no tensor `if`.
+    @tf.autograph.experimental.do_not_convert
     def encode(cols, y):
         inputs = tokenizer(cols["text_a"], cols.get("text_b"), max_seq_len=max_seq_len)
         for v in inputs.values():  # static shapes for XLA / TPU
