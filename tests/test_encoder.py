@@ -201,3 +201,20 @@ def test_query_key_value_start_with_different_kernels(tiny_config):
     k = w["transformer_layer_0/self_attention_layer/key/kernel"].numpy()
     v = w["transformer_layer_0/self_attention_layer/value/kernel"].numpy()
     assert not np.array_equal(q, k) and not np.array_equal(k, v)
+
+
+@pytest.mark.parametrize("head", [None, "classifier", "regressor", "pre_classifier", "mlm",
+                                  "token_classifier", "span"])
+def test_construction_creates_every_variable_a_call_uses(head):
+    """`BertModel.build` makes the variables from the config (no call at construction):
+    a first call adds none, so weights load right after construction."""
+    config = BertConfig(vocab_size=40, hidden_size=16, num_layers=2, num_heads=2,
+                        intermediate_size=32, max_position_embeddings=16)
+    model = BertModel(config, head=head,
+                      num_labels=None if head in (None, "mlm", "span", "regressor") else 3)
+    before = [v.path for v in model.weights]
+    inputs = _inputs(40)
+    if head == "mlm":
+        inputs["masked_lm_positions"] = np.array([[1, 2], [0, 3]], "int32")
+    model(inputs)
+    assert [v.path for v in model.weights] == before

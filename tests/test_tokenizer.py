@@ -125,3 +125,21 @@ def test_bad_vocab(tmp_path):
         Tokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b", "a"])
     with pytest.raises(ValueError, match="max_seq_len"):
         Tokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "x", "y"], max_seq_len=4)(["x"], ["y"])  # noqa: E501
+
+
+@pytest.mark.parametrize("lower_case", [True, False])
+def test_cached_models_tokenize_as_tensorflow_texts_own_build(bert_tok, lower_case):
+    """The WordPiece/normaliser buffers built once per vocab (`_model_buffers`) give what
+    `FastBertTokenizer(vocab=...)` gives: ids and byte offsets, cased and uncased, and a
+    second tokenizer of the vocab is the same."""
+    import tensorflow_text as tf_text
+    texts = tf.constant(["Hello, Café crème world! unaffable", "the 東京 quick ÀÉÎ straße",
+                         "x" * 150 + " y", ""])
+    ours = [Tokenizer(bert_tok.vocab, lower_case=lower_case) for _ in range(2)]
+    theirs = tf_text.FastBertTokenizer(vocab=bert_tok.vocab, token_out_type=tf.int32,
+                                       unknown_token="[UNK]",
+                                       lower_case_nfd_strip_accents=lower_case)
+    expected = [t.to_list() for t in theirs.tokenize_with_offsets(texts)]
+    for tok in ours:
+        assert [t.to_list() for t in tok.tokenize_with_offsets(texts)] == expected
+    assert type(ours[0].vocab) is list and ours[0].vocab == bert_tok.vocab
