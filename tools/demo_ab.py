@@ -87,8 +87,10 @@ def main() -> None:
         for name in names:
             out = os.path.join(args.output_dir, f"seed{seed}", name)
             if not os.path.isfile(os.path.join(out, "report.json")):
+                # The float student's dev score: no quantize stage (the demo's
+                # evaluate would otherwise read its int8 student).
                 distill(out, seed, "augment,task,evaluate", quick + VARIANTS[name] + [
-                    f"--general_model={os.path.join(base, 'general', 'model')}",
+                    "--noquantize", f"--general_model={os.path.join(base, 'general', 'model')}",
                     f"--task_teacher={os.path.join(base, 'finetune_teacher', 'model')}"])
             student, teacher = dev(out)
             scores[name].append(student)
