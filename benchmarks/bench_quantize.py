@@ -79,6 +79,24 @@ def agreement(task, reference: np.ndarray, outputs: np.ndarray) -> Optional[floa
     return task.agreement(reference, outputs, None)
 
 
+# Gaps between the float student's two highest class probabilities, in int8 output steps
+# (an int8 softmax output moves in steps of 1/256).
+GAP_STEPS = (2, 4, 8, 16)
+
+
+def near_tie_bands(reference: np.ndarray, outputs: np.ndarray) -> dict[str, dict[str, Any]]:
+    """For classifier probabilities [N, C]: per band "<k" (float top-1 minus top-2 under
+    k/256), its share of the rows and the label disagreements inside it, beside all
+    disagreements. Says whether an int8 flavour's misses are near-ties of the float
+    student, which one int8 output step can already turn."""
+    top = np.sort(reference, axis=1)
+    gap = (top[:, -1] - top[:, -2]) * 256.0
+    differs = reference.argmax(1) != outputs.argmax(1)
+    return {f"<{k}": {"share": float(np.mean(gap < k)),
+                      "disagreements": int(np.sum(differs & (gap < k))),
+                      "of": int(np.sum(differs))} for k in GAP_STEPS}
+
+
 def interleaved_latency(runners: dict[str, TFLiteRunner], one: dict[str, np.ndarray],
                         runs: int) -> dict[str, float]:
     """Median batch-1 ms per runner, the runners called in turn each round."""
@@ -183,6 +201,8 @@ def main() -> None:
         if held is not None:
             outs = task.type.from_tflite(runners[name].predict(held))
             table[name]["heldout_agreement"] = agreement(task.type, reference, outs)
+            if task.type.kind == "classification":
+                table[name]["heldout_near_ties"] = near_tie_bands(reference, outs)
 
     dev = task.examples(task.dev_splits[0])
     dev_a = [ex.text_a for ex in dev]
@@ -256,6 +276,12 @@ def format_result(result: dict[str, Any]) -> str:
                      f"{pct(r.get('heldout_agreement')):>10}"
                      + "".join(f"{r.get(t, float('nan')):>10.2f}" for t in threads)
                      + f"{r['size_mb']:>8.2f}")
+    for name, r in result["flavours"].items():
+        if r.get("heldout_near_ties"):
+            lines.append(f"{name} held-out disagreements by the float top-2 gap (int8 steps "
+                         "of 1/256): " + ", ".join(
+                             f"gap {k}: {v['share']:.1%} of rows, {v['disagreements']}/{v['of']}"
+                             for k, v in r["heldout_near_ties"].items()))
     seeds = result["seeds"]
     if seeds:
         dev = [v["dev_agreement"] for v in seeds.values() if v.get("dev_agreement") is not None]

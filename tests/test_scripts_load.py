@@ -12,6 +12,7 @@ import glob
 import importlib.util
 import os
 
+import numpy as np
 import pytest
 
 from pipeline_helpers import REPO
@@ -40,3 +41,21 @@ def test_script_loads_without_running_its_main(path):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     assert callable(getattr(module, "main", None)), f"{name} has no main()"
+
+
+def test_bench_quantize_counts_disagreements_by_the_float_top2_gap():
+    spec = importlib.util.spec_from_file_location(
+        "script_bench_quantize", os.path.join(REPO, "benchmarks", "bench_quantize.py"))
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    # Float top-2 gaps of 1, 3, 6, 12 and 40 int8 steps (1/256); the int8 flavour turns
+    # the labels of the 3- and the 12-step rows.
+    p1 = 0.5 + np.array([1, 3, 6, 12, 40]) / 512.0
+    reference = np.stack([1 - p1, p1], 1)
+    outputs = reference.copy()
+    outputs[[1, 3]] = outputs[[1, 3]][:, ::-1]
+    bands = bench.near_tie_bands(reference, outputs)
+    assert list(bands) == ["<2", "<4", "<8", "<16"]
+    assert [bands[k]["disagreements"] for k in bands] == [0, 1, 1, 2]
+    assert [bands[k]["share"] for k in bands] == [0.2, 0.4, 0.6, 0.8]
+    assert all(b["of"] == 2 for b in bands.values())
