@@ -23,6 +23,15 @@ SCRIPTS = sorted(glob.glob(os.path.join(REPO, "benchmarks", "*.py"))
 TORCH_SCRIPTS = {"bench_distill_torch.py", "bench_task_distill_torch.py"}
 
 
+def load_script(path: str):
+    """The script at `path` as a module: its imports and definitions run, its `main` not."""
+    name = os.path.basename(path)[:-3]
+    spec = importlib.util.spec_from_file_location(f"script_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def test_there_are_scripts_to_check():
     names = {os.path.basename(p) for p in SCRIPTS}
     assert {"bench_quantize.py", "bench_task_distill.py", "demo_ab.py"} <= names
@@ -31,23 +40,16 @@ def test_there_are_scripts_to_check():
 @pytest.mark.parametrize("path", SCRIPTS, ids=os.path.basename)
 def test_script_loads_without_running_its_main(path):
     name = os.path.basename(path)
-    source = open(path, encoding="utf-8").read()
-    tree = ast.parse(source, path)
+    tree = ast.parse(open(path, encoding="utf-8").read(), path)
     assert any(isinstance(node, ast.If) and "__main__" in ast.unparse(node.test)
                for node in tree.body), f"{name}: main() must run only under __main__"
     if name in TORCH_SCRIPTS:
         return
-    spec = importlib.util.spec_from_file_location(f"script_{name[:-3]}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    assert callable(getattr(module, "main", None)), f"{name} has no main()"
+    assert callable(getattr(load_script(path), "main", None)), f"{name} has no main()"
 
 
 def test_bench_quantize_counts_disagreements_by_the_float_top2_gap():
-    spec = importlib.util.spec_from_file_location(
-        "script_bench_quantize", os.path.join(REPO, "benchmarks", "bench_quantize.py"))
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_script(os.path.join(REPO, "benchmarks", "bench_quantize.py"))
     # Float top-2 gaps of 1, 3, 6, 12 and 40 int8 steps (1/256); the int8 flavour turns
     # the labels of the 3- and the 12-step rows.
     p1 = 0.5 + np.array([1, 3, 6, 12, 40]) / 512.0
