@@ -231,7 +231,12 @@ def tiny_flags(tmp, vocab, **overrides) -> types.SimpleNamespace:
     models that build in 0.2 s, the eager steps cost more than the traces they save;
     test_recipes, test_task_phases and test_stage_reuse took 275 s eager and 241 s
     traced on the 2-core AMD host, test_pipeline, test_export_artifacts and
-    test_faults 279 s and 282 s.)"""
+    test_faults 279 s and 282 s.)
+
+    The teacher computes in float32 on every host (`--teacher_precision=auto` picks
+    bfloat16 where the CPU has AVX512-BF16, and the tests that compare two ways of
+    training, eager and traced, cached and recomputed, agree to float32 rounding
+    only); a test of the bfloat16 teacher asks for it."""
     base = dict(
         output_dir=str(tmp / "out"), task="sst-2",
         data_dir=write_task(str(tmp / "task")),
@@ -244,7 +249,7 @@ def tiny_flags(tmp, vocab, **overrides) -> types.SimpleNamespace:
         intermediate_epochs=1, intermediate_lr=1e-3, pred_epochs=1, pred_lr=1e-3,
         checkpoint_every=3, latency_runs=1, export_latency_runs=1, eval_batch_size=8,
         export_formats=["saved_model", "float32"], representative_examples=8,
-        augment_fallback=True,
+        augment_fallback=True, teacher_precision="float32",
     )
     base.update(overrides)
     return flag_values(**base)

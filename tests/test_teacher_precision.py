@@ -20,6 +20,7 @@ from tinybert_tf.pipeline.precision import (
     detect,
     with_precision,
 )
+from tinybert_tf.pipeline.strategy import can_create_variables
 
 from pipeline_helpers import argv, flag_values, tiny_flags, write_teacher
 
@@ -81,7 +82,8 @@ def test_run_config_records_the_resolved_precision_and_the_plan_says_why(tmp_pat
         output_dir="o", teacher_precision="bfloat16")).results()["teacher_precision"] == "bfloat16"
     teacher = write_teacher(str(tmp_path / "tt"), tiny_vocab, head="classifier")
     ns = tiny_flags(tmp_path, tiny_vocab, stages=["task"], general_model="none",
-                    task_teacher=teacher, use_augmented=False, dry_run=True)
+                    task_teacher=teacher, use_augmented=False, dry_run=True,
+                    teacher_precision="auto")
     plan = run_argv(["bin/distill", *argv(ns)])
     for phase in plan["phases"]:
         assert phase["teacher_precision"] == {"dtype": auto.dtype, "reason": auto.reason}
@@ -111,3 +113,29 @@ def test_a_bfloat16_teacher_is_the_same_model_computing_in_bfloat16(tiny_config)
     losses = Distiller(student=student, teacher=half,
                        terms=make_terms("embd,attn,hidn")).compute_losses(x)
     assert all(v.dtype == tf.float32 and np.isfinite(v.numpy()) for v in losses.values())
+
+
+def test_a_teacher_kept_in_float32_computes_as_the_bfloat16_one(tiny_config):
+    """Where the strategy cannot create bfloat16 variables (multi-worker), the teacher
+    keeps float32 weights and casts them at each use: the same bfloat16 matmuls."""
+    keras.utils.set_random_seed(1)
+    teacher = BertModel(tiny_config, head="classifier", num_labels=2)
+    half = with_precision(teacher, "bfloat16")
+    kept = with_precision(teacher, "bfloat16", float32_weights=True)
+    assert with_precision(teacher, "float32", float32_weights=True) is teacher
+    assert kept.dtype_policy.compute_dtype == "bfloat16"
+    assert all(v.dtype == "float32" for v in kept.weights)
+    for path, v in kept.weight_dict().items():
+        np.testing.assert_array_equal(v.numpy(), teacher.weight_dict()[path].numpy(),
+                                      err_msg=path)
+    rng = np.random.default_rng(1)
+    x = {"input_word_ids": rng.integers(5, 60, (3, 10)).astype(np.int32),
+         "input_mask": np.ones((3, 10), np.int32), "input_type_ids": np.zeros((3, 10), np.int32)}
+    a, b, full = half(x)["logits"], kept(x)["logits"], teacher(x)["logits"].numpy()
+    assert a.dtype == b.dtype == tf.bfloat16
+    # Only LayerNorm's scale and offset differ (rounded in `half`): within bfloat16's
+    # rounding of the outputs.
+    scale = np.abs(full).max()
+    np.testing.assert_allclose(tf.cast(a, tf.float32), tf.cast(b, tf.float32),
+                               atol=0.02 * scale + 1e-3)
+    assert can_create_variables(tf.distribute.get_strategy(), "bfloat16")

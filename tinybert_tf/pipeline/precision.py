@@ -124,16 +124,25 @@ def detect(tpu: bool = False) -> HardwareFacts:
     return HardwareFacts(tpu=tpu, gpus=tuple(gpus), cpu_model=model, cpu_flags=flags)
 
 
-def with_precision(model: BertModel, dtype: str) -> BertModel:
+def with_precision(model: BertModel, dtype: str, float32_weights: bool = False) -> BertModel:
     """`model` computing in `dtype` (float32, bfloat16, float16): the same model when
     it already does, else a copy whose weights are cast to `dtype` once (a frozen
     teacher needs no float32 master weights). LayerNorm and the attention softmax
-    still compute in float32 (models/layers.py)."""
-    if model.dtype_policy.compute_dtype == dtype and model.dtype_policy.variable_dtype == dtype:
+    still compute in float32 (models/layers.py).
+
+    `float32_weights`: keep the weights in float32 and cast them at each use (keras'
+    mixed policy), for strategies that cannot create variables in `dtype`
+    (`strategy.can_create_variables`: multi-worker collectives broadcast no bfloat16).
+    The matmuls see the same rounded weights; LayerNorm's scale and offset stay
+    unrounded."""
+    policy = keras.DTypePolicy(f"mixed_{dtype}" if float32_weights and dtype != "float32"
+                               else dtype)
+    if (model.dtype_policy.compute_dtype == policy.compute_dtype
+            and model.dtype_policy.variable_dtype == policy.variable_dtype):
         return model
     copy = BertModel(model.bert_config, head=model.head_type, num_labels=model.num_labels,
                      label_names=model.label_names, vocab=model.vocab,
-                     dtype=keras.DTypePolicy(dtype), name=model.name)
+                     dtype=policy, name=model.name)
     source = model.weight_dict()
     for path, variable in copy.weight_dict().items():
         variable.assign(tf.cast(source[path], variable.dtype))

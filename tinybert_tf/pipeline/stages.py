@@ -80,7 +80,7 @@ from tinybert_tf.pipeline.phases import (
 )
 from tinybert_tf.pipeline.precision import with_precision
 from tinybert_tf.pipeline.recipes import GeneralRecipe, get_recipe
-from tinybert_tf.pipeline.strategy import num_workers, peer_errors
+from tinybert_tf.pipeline.strategy import can_create_variables, num_workers, peer_errors
 from tinybert_tf.pipeline.training import Phase, run_phase
 
 log = logging.getLogger("tinybert_tf")
@@ -430,11 +430,14 @@ def task(ctx: Context) -> dict[str, Any]:
     dev = ctx.examples(ctx.task.dev_splits[0])
     with ctx.strategy.scope():
         # Frozen from here on: computes in --teacher_precision (the plan says why).
-        teacher = with_precision(load_task_teacher(ctx),
-                                 ctx.config.distill.teacher_precision)
+        dtype = ctx.config.distill.teacher_precision
+        stored = can_create_variables(ctx.strategy, dtype)
+        teacher = with_precision(load_task_teacher(ctx), dtype, float32_weights=not stored)
         student = _student_for_task(ctx, teacher)
-    print(f"[task] teacher in {ctx.config.distill.teacher_precision} "
-          f"({ctx.config.teacher_precision.reason})", flush=True)
+    kept = "" if stored else (f"; weights kept in float32, cast at each use: this strategy's "
+                              f"collectives cannot broadcast {dtype} variables")
+    print(f"[task] teacher in {dtype} ({ctx.config.teacher_precision.reason}{kept})",
+          flush=True)
     carried, start, warning = general_projections(ctx, student.bert_config,
                                                   teacher.bert_config)
     specs = task_phase_specs(ctx, {k: rows(ctx, v) for k, v in sets.items()}, len(dev),

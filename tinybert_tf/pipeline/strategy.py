@@ -219,6 +219,20 @@ def num_workers(strategy: tf.distribute.Strategy) -> int:
     return 1
 
 
+# Dtypes the collective ops of MultiWorkerMirroredStrategy broadcast (CollectiveBcastSend
+# and Recv, TF 2.20): a variable created under it in another dtype (bfloat16) fails at
+# its first read with an InvalidArgumentError.
+COLLECTIVE_DTYPES = frozenset({"bool", "float16", "float32", "float64", "int32", "int64"})
+
+
+def can_create_variables(strategy: tf.distribute.Strategy, dtype: str) -> bool:
+    """Whether variables of `dtype` can be created under `strategy` (multi-worker
+    strategies broadcast each variable's initial value from the chief)."""
+    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return dtype in COLLECTIVE_DTYPES
+    return True
+
+
 def is_chief(strategy: tf.distribute.Strategy) -> bool:
     """True on the one process that writes checkpoints, models and reports."""
     if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
