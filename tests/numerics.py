@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Optional
 
 import numpy as np
+import pytest
 
 # Differences between float32 runtimes of one model, and of one runtime on two CPUs,
 # stay below this (measured: at most 4e-8 on probabilities, 1e-6 on logits); a
@@ -117,3 +118,16 @@ def span_margins(nbest: Mapping[str, list], null_diffs: Mapping[str, float],
             gap = diff - threshold if diff > threshold else min(gap, threshold - diff)
         out[q] = float(gap)
     return out
+
+
+def _bfloat16_crash() -> Optional[str]:
+    from tinybert_tf.pipeline.precision import bfloat16_crash, detect
+    return bfloat16_crash(detect())
+
+
+# A test that runs bfloat16 matmuls: skipped where TensorFlow would crash on them (a
+# CPU with AVX512-BF16 and oneDNN limited below it, as `make test-isa`'s
+# ONEDNN_MAX_CPU_ISA=AVX2 does on a Zen 4 EPYC); the pipeline refuses bfloat16 there.
+BFLOAT16_CRASH = _bfloat16_crash()
+needs_bfloat16_matmuls = pytest.mark.skipif(
+    bool(BFLOAT16_CRASH), reason=f"TensorFlow would crash here: {BFLOAT16_CRASH}")

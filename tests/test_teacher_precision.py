@@ -4,6 +4,8 @@ says why; run_config.json records the resolved dtype; a bfloat16 teacher is the 
 model computing in bfloat16."""
 from __future__ import annotations
 
+import os
+
 import keras
 import numpy as np
 import pytest
@@ -16,12 +18,14 @@ from tinybert_tf.pipeline.main import run_argv
 from tinybert_tf.pipeline.precision import (
     HardwareFacts,
     _cpu_info,
+    bfloat16_crash,
     decide,
     detect,
     with_precision,
 )
 from tinybert_tf.pipeline.strategy import can_create_variables
 
+from numerics import needs_bfloat16_matmuls
 from pipeline_helpers import argv, flag_values, tiny_flags, write_teacher
 
 AVX2_FLAGS = frozenset("sse4_2 avx avx2 fma f16c".split())
@@ -49,6 +53,18 @@ AVX512_FLAGS = AVX2_FLAGS | {"avx512f", "avx512bw", "avx512vl", "avx512_vnni"}
      "lack bfloat16"),
     (HardwareFacts(gpus=(("unknown GPU", None),)), "float32", "lack bfloat16"),
     (HardwareFacts(tpu=True, cpu_flags=AVX2_FLAGS), "bfloat16", "TPU"),
+    # oneDNN off: TensorFlow's own bfloat16 matmuls are no faster than float32.
+    (HardwareFacts(cpu_model="EPYC (Zen 4)", cpu_flags=AVX512_FLAGS | {"avx512_bf16"},
+                   onednn=False), "float32", "oneDNN is off (TF_ENABLE_ONEDNN_OPTS=0)"),
+    # oneDNN limited below the CPU's bfloat16 instructions: TensorFlow 2.20 crashes there.
+    (HardwareFacts(cpu_model="EPYC (Zen 4)", cpu_flags=AVX512_FLAGS | {"avx512_bf16"},
+                   onednn_max_isa="AVX2"), "float32", "ONEDNN_MAX_CPU_ISA=AVX2 keeps oneDNN"),
+    (HardwareFacts(cpu_model="EPYC (Zen 4)", cpu_flags=AVX512_FLAGS | {"avx512_bf16"},
+                   onednn_max_isa="AVX512_CORE_VNNI"), "float32", "segfault"),
+    (HardwareFacts(cpu_model="EPYC (Zen 4)", cpu_flags=AVX512_FLAGS | {"avx512_bf16"},
+                   onednn_max_isa="ALL"), "bfloat16", "avx512_bf16"),
+    (HardwareFacts(cpu_model="EPYC (Zen 4)", cpu_flags=AVX512_FLAGS | {"avx512_bf16"},
+                   onednn_max_isa="AVX512_CORE_BF16"), "bfloat16", "avx512_bf16"),
 ])
 def test_auto_picks_bfloat16_only_where_it_is_fast(facts, dtype, why):
     decision = decide("auto", facts)
@@ -64,13 +80,37 @@ def test_an_explicit_precision_is_kept_on_any_hardware(requested):
         decide("int8", HardwareFacts())
 
 
+def test_bfloat16_where_tensorflow_would_crash_is_refused_with_the_fix(tmp_path):
+    """An explicit bfloat16 on a CPU with AVX512-BF16 whose oneDNN is limited below it
+    (ONEDNN_MAX_CPU_ISA=AVX2) is one error naming the variable and the ways out; on
+    an AVX2-only CPU, with oneDNN off, or on a GPU host bfloat16 runs."""
+    zen4 = dict(cpu_model="EPYC", cpu_flags=AVX512_FLAGS | {"avx512_bf16"})
+    with pytest.raises(ValueError) as info:
+        decide("bfloat16", HardwareFacts(**zen4, onednn_max_isa="AVX2"))
+    message = str(info.value)
+    assert message.startswith("--teacher_precision=bfloat16: ONEDNN_MAX_CPU_ISA=AVX2")
+    for fix in ("Unset ONEDNN_MAX_CPU_ISA", "TF_ENABLE_ONEDNN_OPTS=0",
+                "--teacher_precision=float32"):
+        assert fix in message
+    for facts in (HardwareFacts(cpu_flags=AVX2_FLAGS, onednn_max_isa="AVX2"),
+                  HardwareFacts(**zen4, onednn=False, onednn_max_isa="AVX2"),
+                  HardwareFacts(**zen4, onednn_max_isa="ALL"),
+                  HardwareFacts(**zen4, gpus=(("NVIDIA A100", (8, 0)),),
+                                onednn_max_isa="AVX2")):
+        assert decide("bfloat16", facts).dtype == "bfloat16"
+        assert bfloat16_crash(facts) is None
+
+
 def test_this_host_is_judged_by_its_own_cpu_flags():
     facts = detect()
     model, flags = _cpu_info()
     assert facts.cpu_model == model and facts.cpu_flags == flags
+    assert facts.onednn_max_isa == os.environ.get("ONEDNN_MAX_CPU_ISA", "").strip().upper()
+    assert facts.onednn == (os.environ.get("TF_ENABLE_ONEDNN_OPTS", "1") not in ("0", "false"))
     if not facts.gpus and flags is not None:
-        fast = bool({"avx512_bf16", "amx_bf16"} & flags)
-        assert decide("auto", facts).dtype == ("bfloat16" if fast else "float32")
+        fast = bool({"avx512_bf16", "amx_bf16"} & flags) and facts.onednn
+        assert decide("auto", facts).dtype == (
+            "bfloat16" if fast and not bfloat16_crash(facts) else "float32")
 
 
 def test_run_config_records_the_resolved_precision_and_the_plan_says_why(tmp_path, tiny_vocab):
@@ -79,7 +119,7 @@ def test_run_config_records_the_resolved_precision_and_the_plan_says_why(tmp_pat
     assert config.results()["teacher_precision"] == auto.dtype
     assert config.teacher_precision == auto
     assert PipelineConfig.from_flags(flag_values(
-        output_dir="o", teacher_precision="bfloat16")).results()["teacher_precision"] == "bfloat16"
+        output_dir="o", teacher_precision="float16")).results()["teacher_precision"] == "float16"
     teacher = write_teacher(str(tmp_path / "tt"), tiny_vocab, head="classifier")
     ns = tiny_flags(tmp_path, tiny_vocab, stages=["task"], general_model="none",
                     task_teacher=teacher, use_augmented=False, dry_run=True,
@@ -89,6 +129,7 @@ def test_run_config_records_the_resolved_precision_and_the_plan_says_why(tmp_pat
         assert phase["teacher_precision"] == {"dtype": auto.dtype, "reason": auto.reason}
 
 
+@needs_bfloat16_matmuls
 def test_a_bfloat16_teacher_is_the_same_model_computing_in_bfloat16(tiny_config):
     keras.utils.set_random_seed(0)
     teacher = BertModel(tiny_config, head="classifier", num_labels=2)
@@ -115,6 +156,7 @@ def test_a_bfloat16_teacher_is_the_same_model_computing_in_bfloat16(tiny_config)
     assert all(v.dtype == tf.float32 and np.isfinite(v.numpy()) for v in losses.values())
 
 
+@needs_bfloat16_matmuls
 def test_a_teacher_kept_in_float32_computes_as_the_bfloat16_one(tiny_config):
     """Where the strategy cannot create bfloat16 variables (multi-worker), the teacher
     keeps float32 weights and casts them at each use: the same bfloat16 matmuls."""

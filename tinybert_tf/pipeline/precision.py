@@ -35,6 +35,12 @@ TEACHER_PRECISIONS = ("auto", "float32", "bfloat16", "float16")
 BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
 # NVIDIA compute capability from which GPUs have bfloat16 tensor cores (Ampere).
 BF16_GPU_CAPABILITY = (8, 0)
+# ONEDNN_MAX_CPU_ISA values (oneDNN's names) below AVX512_CORE_BF16: with one of these
+# set, oneDNN leaves the CPU's bfloat16 instructions unused, and TensorFlow 2.20
+# segfaults on a bfloat16 matmul where the CPU has them (seen on a Zen 4 EPYC with
+# ONEDNN_MAX_CPU_ISA=AVX2; `make test-isa` sets it).
+ONEDNN_ISAS_WITHOUT_BF16 = frozenset({"SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2",
+                                      "AVX512_CORE", "AVX512_CORE_VNNI"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,6 +53,23 @@ class HardwareFacts:
     cpu_model: str = ""
     # CPU feature flags (as /proc/cpuinfo names them); None when they cannot be read.
     cpu_flags: Optional[frozenset[str]] = None
+    # TensorFlow's oneDNN kernels on (TF_ENABLE_ONEDNN_OPTS unset or not 0), and the
+    # ISA they are limited to (ONEDNN_MAX_CPU_ISA, upper-cased; "" when unset).
+    onednn: bool = True
+    onednn_max_isa: str = ""
+
+
+def bfloat16_crash(facts: HardwareFacts) -> Optional[str]:
+    """Why a bfloat16 matmul would crash TensorFlow on this CPU (oneDNN limited below
+    the CPU's bfloat16 instructions), or None. Only CPU-only hosts are affected."""
+    if facts.tpu or facts.gpus or not facts.onednn or not facts.cpu_flags:
+        return None
+    fast = [f for f in BF16_CPU_FLAGS if f in facts.cpu_flags]
+    if fast and facts.onednn_max_isa in ONEDNN_ISAS_WITHOUT_BF16:
+        return (f"ONEDNN_MAX_CPU_ISA={facts.onednn_max_isa} keeps oneDNN from this CPU's "
+                f"{', '.join(fast)}, and TensorFlow 2.20 then crashes (segfault) on a "
+                "bfloat16 matmul")
+    return None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,6 +88,10 @@ def decide(requested: str, facts: HardwareFacts) -> Decision:
     if requested not in TEACHER_PRECISIONS:
         raise ValueError(f"--teacher_precision={requested}: use one of "
                          f"{', '.join(TEACHER_PRECISIONS)}.")
+    if requested == "bfloat16" and bfloat16_crash(facts):
+        raise ValueError(f"--teacher_precision=bfloat16: {bfloat16_crash(facts)}. Unset "
+                         "ONEDNN_MAX_CPU_ISA (or set it to AVX512_CORE_BF16 or ALL), set "
+                         "TF_ENABLE_ONEDNN_OPTS=0, or use --teacher_precision=float32.")
     if requested != "auto":
         return Decision(requested, f"--teacher_precision={requested}")
     if facts.tpu:
@@ -83,6 +110,14 @@ def decide(requested: str, facts: HardwareFacts) -> Decision:
         return Decision("float32", f"auto: the features of {cpu} are unknown (no "
                         "/proc/cpuinfo); bfloat16 only where the CPU has AVX512-BF16 or AMX")
     fast = [f for f in BF16_CPU_FLAGS if f in facts.cpu_flags]
+    if fast and not facts.onednn:
+        # Measured on a Zen 4 EPYC: oneDNN's bfloat16 matmul 2.3x float32's, TensorFlow's
+        # own (Eigen) 1.1x.
+        return Decision("float32", f"auto: {cpu} has {', '.join(fast)}, but oneDNN is off "
+                        "(TF_ENABLE_ONEDNN_OPTS=0) and TensorFlow's own bfloat16 matmuls "
+                        "are about as slow as float32")
+    if fast and bfloat16_crash(facts):
+        return Decision("float32", f"auto: {bfloat16_crash(facts)}")
     if fast:
         return Decision("bfloat16", f"auto: {cpu} has {', '.join(fast)} (fast bfloat16 "
                         "matmuls)")
@@ -121,7 +156,12 @@ def detect(tpu: bool = False) -> HardwareFacts:
         gpus.append((str(details.get("device_name", device.name)),
                      tuple(int(c) for c in cap) if cap else None))
     model, flags = _cpu_info() if os.name == "posix" else ("", None)
-    return HardwareFacts(tpu=tpu, gpus=tuple(gpus), cpu_model=model, cpu_flags=flags)
+    onednn = os.environ.get("TF_ENABLE_ONEDNN_OPTS", "1").strip().lower() not in (
+        "0", "false")
+    isa = (os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA")
+           or "").strip().upper()
+    return HardwareFacts(tpu=tpu, gpus=tuple(gpus), cpu_model=model, cpu_flags=flags,
+                         onednn=onednn, onednn_max_isa=isa)
 
 
 def with_precision(model: BertModel, dtype: str, float32_weights: bool = False) -> BertModel:
