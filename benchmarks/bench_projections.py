@@ -58,13 +58,15 @@ def _strip_projections(src: str, dst: str) -> str:
 
 
 def _arm(base: str, out: str, general: str, seed: int, extra: list[str]) -> dict:
-    """The task and evaluate stages in `out`, from `general`, the base run's teacher and
-    its augmented set (copied in, done record and all)."""
+    """The task and evaluate stages in `out`, from `general`, the base run's fine-tuned
+    teacher and its augmented set (both copied in, done records and all, so the stage
+    check finds them made with this command's settings). No quantize stage: evaluate
+    reports the float student."""
     os.makedirs(out, exist_ok=True)
-    shutil.copytree(os.path.join(base, "augment"), os.path.join(out, "augment"))
+    for stage in ("finetune_teacher", "augment"):
+        shutil.copytree(os.path.join(base, stage), os.path.join(out, stage))
     _run([f"--output_dir={out}", "--stages=task,evaluate", f"--seed={seed}",
-          f"--general_model={general}",
-          f"--task_teacher={os.path.join(base, 'finetune_teacher', 'model')}", *extra])
+          f"--general_model={general}", "--noquantize", *extra])
     with open(os.path.join(out, "task", "intermediate", "history.jsonl"),
               encoding="utf-8") as f:
         rows = [json.loads(line) for line in f if line.strip()]
