@@ -80,7 +80,7 @@ def test_an_explicit_precision_is_kept_on_any_hardware(requested):
         decide("int8", HardwareFacts())
 
 
-def test_bfloat16_where_tensorflow_would_crash_is_refused_with_the_fix(tmp_path):
+def test_bfloat16_where_tensorflow_would_crash_is_refused_with_the_fix():
     """An explicit bfloat16 on a CPU with AVX512-BF16 whose oneDNN is limited below it
     (ONEDNN_MAX_CPU_ISA=AVX2) is one error naming the variable and the ways out; on
     an AVX2-only CPU, with oneDNN off, or on a GPU host bfloat16 runs."""
