@@ -167,6 +167,8 @@ def test_a_teacher_kept_in_float32_computes_as_the_bfloat16_one(tiny_config):
     assert with_precision(teacher, "float32", float32_weights=True) is teacher
     assert kept.dtype_policy.compute_dtype == "bfloat16"
     assert all(v.dtype == "float32" for v in kept.weights)
+    # The teacher caches key on the policy's name, so the two never share a cache.
+    assert (half.dtype_policy.name, kept.dtype_policy.name) == ("bfloat16", "mixed_bfloat16")
     for path, v in kept.weight_dict().items():
         np.testing.assert_array_equal(v.numpy(), teacher.weight_dict()[path].numpy(),
                                       err_msg=path)

@@ -172,9 +172,11 @@ def teacher_logits(ctx: Any, teacher, distiller, examples: Sequence[Any], spec: 
     if (not ctx.config.run.teacher_cache or spec.total_steps < 1
             or not cache_lib.applies(ctx.task.type, distiller) or _phase_done(spec)):
         return None
+    # The teacher's dtype policy: "mixed_bfloat16" where its weights stay float32
+    # (multi-worker), whose LayerNorm outputs differ from "bfloat16"'s.
     identity = cache_lib.model_identity(ctx.teacher_path(),
                                         labels=list(ctx.task.type.label_names),
-                                        dtype=ctx.config.distill.teacher_precision)
+                                        dtype=teacher.dtype_policy.name)
     directory = worker_dir(folder or posixpath.join(spec.directory, cache_lib.CACHE_FOLDER),
                            ctx.strategy)
     return cache_lib.teacher_logits(teacher, examples, ctx.task.type, ctx.tokenizer,
@@ -213,8 +215,7 @@ def teacher_layers(ctx: Any, teacher, student, examples: Sequence[Any], spec: An
               f"({plan.reason})", flush=True)
     if not plan.use:
         return None
-    identity = cache_lib.model_identity(ctx.teacher_path(),
-                                        dtype=ctx.config.distill.teacher_precision)
+    identity = cache_lib.model_identity(ctx.teacher_path(), dtype=teacher.dtype_policy.name)
     directory = worker_dir(posixpath.join(spec.directory, layer_cache.CACHE_FOLDER),
                            ctx.strategy)
     return layer_cache.build(teacher, plan.layout, examples, ctx.task.type, ctx.tokenizer,
