@@ -261,11 +261,9 @@ class PipelineConfig:
             resolved = "mixed_bfloat16" if parts["run"].strategy == "tpu" else "none"
             parts["numerics"] = dataclasses.replace(numerics, mixed_precision=resolved)
         if parts["numerics"].mixed_precision == "mixed_bfloat16":
-            crash = precision.bfloat16_crash(precision.detect(tpu=parts["run"].strategy == "tpu"))
-            if crash:
-                raise ValueError(f"--mixed_precision=mixed_bfloat16: {crash}. Unset "
-                                 "ONEDNN_MAX_CPU_ISA (or set it to AVX512_CORE_BF16 or ALL), "
-                                 "set TF_ENABLE_ONEDNN_OPTS=0, or use --mixed_precision=none.")
+            precision.refuse_bfloat16_where_it_crashes(
+                precision.detect(tpu=parts["run"].strategy == "tpu"),
+                "--mixed_precision=mixed_bfloat16", "--mixed_precision=none")
         # The resolved dtype is what run_config.json records: a resume on hardware where
         # `auto` chooses otherwise is refused, not silently continued in another dtype.
         parts["distill"] = dataclasses.replace(

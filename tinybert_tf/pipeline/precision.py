@@ -59,17 +59,32 @@ class HardwareFacts:
     onednn_max_isa: str = ""
 
 
+def _bf16_cpu_flags(facts: HardwareFacts) -> list[str]:
+    """The CPU's flags of fast bfloat16 matmuls (`BF16_CPU_FLAGS`) it has."""
+    return [f for f in BF16_CPU_FLAGS if f in (facts.cpu_flags or ())]
+
+
 def bfloat16_crash(facts: HardwareFacts) -> Optional[str]:
     """Why a bfloat16 matmul would crash TensorFlow on this CPU (oneDNN limited below
     the CPU's bfloat16 instructions), or None. Only CPU-only hosts are affected."""
-    if facts.tpu or facts.gpus or not facts.onednn or not facts.cpu_flags:
+    if facts.tpu or facts.gpus or not facts.onednn:
         return None
-    fast = [f for f in BF16_CPU_FLAGS if f in facts.cpu_flags]
+    fast = _bf16_cpu_flags(facts)
     if fast and facts.onednn_max_isa in ONEDNN_ISAS_WITHOUT_BF16:
         return (f"ONEDNN_MAX_CPU_ISA={facts.onednn_max_isa} keeps oneDNN from this CPU's "
                 f"{', '.join(fast)}, and TensorFlow 2.20 then crashes (segfault) on a "
                 "bfloat16 matmul")
     return None
+
+
+def refuse_bfloat16_where_it_crashes(facts: HardwareFacts, flag: str, instead: str) -> None:
+    """One ValueError naming `flag` (the bfloat16 setting asked for), the cause and the
+    ways out (`instead`: the flag setting without bfloat16) where `bfloat16_crash`."""
+    crash = bfloat16_crash(facts)
+    if crash:
+        raise ValueError(f"{flag}: {crash}. Unset ONEDNN_MAX_CPU_ISA (or set it to "
+                         "AVX512_CORE_BF16 or ALL), set TF_ENABLE_ONEDNN_OPTS=0, or use "
+                         f"{instead}.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,10 +103,9 @@ def decide(requested: str, facts: HardwareFacts) -> Decision:
     if requested not in TEACHER_PRECISIONS:
         raise ValueError(f"--teacher_precision={requested}: use one of "
                          f"{', '.join(TEACHER_PRECISIONS)}.")
-    if requested == "bfloat16" and bfloat16_crash(facts):
-        raise ValueError(f"--teacher_precision=bfloat16: {bfloat16_crash(facts)}. Unset "
-                         "ONEDNN_MAX_CPU_ISA (or set it to AVX512_CORE_BF16 or ALL), set "
-                         "TF_ENABLE_ONEDNN_OPTS=0, or use --teacher_precision=float32.")
+    if requested == "bfloat16":
+        refuse_bfloat16_where_it_crashes(facts, "--teacher_precision=bfloat16",
+                                         "--teacher_precision=float32")
     if requested != "auto":
         return Decision(requested, f"--teacher_precision={requested}")
     if facts.tpu:
@@ -109,15 +123,16 @@ def decide(requested: str, facts: HardwareFacts) -> Decision:
     if facts.cpu_flags is None:
         return Decision("float32", f"auto: the features of {cpu} are unknown (no "
                         "/proc/cpuinfo); bfloat16 only where the CPU has AVX512-BF16 or AMX")
-    fast = [f for f in BF16_CPU_FLAGS if f in facts.cpu_flags]
+    fast = _bf16_cpu_flags(facts)
+    crash = bfloat16_crash(facts)
     if fast and not facts.onednn:
         # Measured on a Zen 4 EPYC: oneDNN's bfloat16 matmul 2.3x float32's, TensorFlow's
         # own (Eigen) 1.1x.
         return Decision("float32", f"auto: {cpu} has {', '.join(fast)}, but oneDNN is off "
                         "(TF_ENABLE_ONEDNN_OPTS=0) and TensorFlow's own bfloat16 matmuls "
                         "are about as slow as float32")
-    if fast and bfloat16_crash(facts):
-        return Decision("float32", f"auto: {bfloat16_crash(facts)}")
+    if crash:
+        return Decision("float32", f"auto: {crash}")
     if fast:
         return Decision("bfloat16", f"auto: {cpu} has {', '.join(fast)} (fast bfloat16 "
                         "matmuls)")
