@@ -136,6 +136,27 @@ def test_a_table_plans_shared_runs_and_runs_a_cell_end_to_end(tmp_path, tiny_voc
     assert read_json(str(out / "table1.json"))["rows"] == data["rows"]
 
 
+def test_a_cell_runs_quantize_when_its_flags_make_an_int8_student(tmp_path, tiny_vocab):
+    """Evaluate reads the quantize stage's int8 student whenever the run makes one (int8
+    in --export_formats, --quantize: the defaults), so a cell's own stages include it
+    then, and only then: a cell run as task,evaluate would be refused by evaluate."""
+    toy = _toy_argv(tmp_path, tiny_vocab)  # --export_formats=saved_model
+    cmd = ["bin/reproduce", "--table=2", "--tasks=sst-2", f"--output_dir={tmp_path / 'o'}",
+           "--cells=tinybert4,no_td", *toy]
+
+    def stages(extra: list[str]) -> dict[str, str]:
+        _, cells = reproduce.plan(reproduce.parse(cmd + extra))
+        return {c.cell.name: next(a for a in c.run_argv("") if a.startswith("--stages="))
+                for c in cells}
+
+    assert stages([]) == {"tinybert4": "--stages=task,evaluate",
+                          "no_td": "--stages=task,evaluate"}
+    with_int8 = ["--export_formats=saved_model,int8"]
+    assert stages(with_int8) == {"tinybert4": "--stages=task,quantize,evaluate",
+                                 "no_td": "--stages=task,quantize,evaluate"}
+    assert set(stages(with_int8 + ["--noquantize"]).values()) == {"--stages=task,evaluate"}
+
+
 def test_first_layers_recipe_is_the_teachers_embeddings_and_first_layers(tmp_path,
                                                                          tiny_vocab):
     teacher = write_teacher(str(tmp_path / "teacher3"), tiny_vocab, hidden=32, layers=3)

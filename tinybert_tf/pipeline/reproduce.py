@@ -11,7 +11,8 @@ line's own flags (task data, models, sizes: they come last, so they win), and
   teacher fine-tuning    one per task and teacher setting;
   augmentation           one per task and augmentation setting.
 
-A cell then runs its task and evaluate stages in DIR/<task>/<cell>/ with
+A cell then runs its task stage, its quantize stage when its flags make an int8
+student (the default; --noquantize skips it), and evaluate in DIR/<task>/<cell>/ with
 `--general_model`, `--task_teacher` and `--augmented_file` pointing at the
 shared outputs. A shared run records the command it was made with
 (`reproduce.json`) and is re-run with that command, so re-running
@@ -52,6 +53,7 @@ from tinybert_tf.tasks.catalog import resolve_task
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))), "configs", "paper")
 SHARED = ("general", "finetune_teacher", "augment")
+CELL_STAGES = ("task", "quantize", "evaluate")
 # Flags of bin/distill that bin/reproduce sets per run: given on its command line,
 # they are an error naming what to use instead.
 _REFUSED = {"task": "--tasks=NAME,... (bin/reproduce sets --task per run)",
@@ -102,10 +104,13 @@ class CellRun:
     directory: str
     argv: list[str]  # the cell alone (every stage in its folder)
     shared: dict[str, SharedRun] = dataclasses.field(default_factory=dict)
+    # The stages the cell runs in its own folder: task, then quantize where the cell's
+    # flags make an int8 student (evaluate reads it), then evaluate.
+    stages: tuple[str, ...] = CELL_STAGES
 
     def run_argv(self, augmented_name: str) -> list[str]:
-        """The cell's command with the shared outputs and its own two stages."""
-        extra = [f"--output_dir={self.directory}", "--stages=task,evaluate"]
+        """The cell's command with the shared outputs and its own stages."""
+        extra = [f"--output_dir={self.directory}", f"--stages={','.join(self.stages)}"]
         if "general" in self.shared:
             extra.append(f"--general_model={self.shared['general'].output}")
         if "finetune_teacher" in self.shared:
@@ -196,7 +201,8 @@ def plan(opts: Options) -> tuple[list[SharedRun], list[CellRun]]:
             config = _checked(lambda: distill_main.parse_argv(
                 argv + [f"--output_dir={directory}"]))
             stages = _checked(lambda: preflight.resolve_stages(["all"], config))
-            run = CellRun(cell, task, directory, argv)
+            run = CellRun(cell, task, directory, argv,
+                          stages=tuple(s for s in stages if s in CELL_STAGES))
             for stage in SHARED:
                 if stage not in stages:
                     continue
