@@ -9,7 +9,7 @@ import os
 import numpy as np
 import pytest
 
-from tinybert_tf.pipeline import paper_tables, reproduce
+from tinybert_tf.pipeline import paper_tables, reproduce, seed_tables
 from tinybert_tf.pipeline.main import parse_argv, run_argv
 
 from pipeline_helpers import (
@@ -55,6 +55,9 @@ def test_every_cell_is_a_flagfile_that_parses(name, tmp_path):
     (["--table=2", "--overwrite"], "--overwrite"),
     (["--table=2", "--cells=nope"], "no cell ['nope']"),
     (["--table=2", "--no_such_flag=1"], "no_such_flag"),
+    (["--table=2", "--seeds=1,2", "--seed=3"], "--seed and --seeds"),
+    (["--table=2", "--seeds=1,x"], "give integers"),
+    (["--table=2", "--seeds=1,1"], "given twice"),
 ])
 def test_bad_commands_exit_2_with_one_line(extra, message, tmp_path, capsys):
     code = reproduce.main(["bin/reproduce", f"--output_dir={tmp_path}", *extra])
@@ -155,6 +158,85 @@ def test_a_cell_runs_quantize_when_its_flags_make_an_int8_student(tmp_path, tiny
     assert stages(with_int8) == {"tinybert4": "--stages=task,quantize,evaluate",
                                  "no_td": "--stages=task,quantize,evaluate"}
     assert set(stages(with_int8 + ["--noquantize"]).values()) == {"--stages=task,evaluate"}
+
+
+def test_seeds_each_run_the_table_in_their_own_folder_with_their_seed(tmp_path, tiny_vocab):
+    """--seeds=7,8: each seed is the single run's plan in DIR/seed-N with --seed=N last
+    (so it wins over a flagfile's), nothing else changed."""
+    out = tmp_path / "t2"
+    cmd = ["bin/reproduce", "--table=2", "--tasks=sst-2", f"--output_dir={out}",
+           "--cells=tinybert4,no_gd", "--augment_fallback", *_toy_argv(tmp_path, tiny_vocab)]
+    opts = reproduce.parse(cmd + ["--seeds=7,8"])
+    assert opts.seeds == (7, 8)
+    for seed in (7, 8):
+        one = reproduce.seed_options(opts, seed)
+        assert one.output_dir == str(out / f"seed-{seed}") and not one.seeds
+        shared, cells = reproduce.plan(one)
+        for c in cells:
+            assert c.directory == str(out / f"seed-{seed}" / "sst-2" / c.cell.name)
+            config = parse_argv(c.run_argv(""))
+            assert config.numerics.seed == seed and config.run.output_dir == c.directory
+        assert all(r.directory.startswith(str(out / f"seed-{seed}" / "shared"))
+                   for r in shared)
+    plans = reproduce.run(reproduce.parse(cmd + ["--seeds=7,8", "--dry_run"]))
+    assert sorted(plans["seeds"]) == ["7", "8"]
+    single = reproduce.run(reproduce.parse(cmd + [f"--output_dir={out / 'seed-8'}",
+                                                  "--seed=8", "--dry_run"]))
+    assert plans["seeds"]["8"]["cells"] == single["cells"]
+    assert not out.exists()  # dry runs write nothing
+
+
+def _seed_table(scores: dict[str, float], teacher: float) -> dict:
+    """A single run's table<N>.json (write_results' layout) with one column."""
+    def entry(v):
+        return {"ours": v, "paper": None, "ours_retained": None, "paper_retained": None}
+    rows = [{"cell": "teacher", "label": "Teacher", "flagfile": None, "note": "",
+             "scores": {"WP": entry(teacher)}, "average": entry(teacher)}]
+    paper = {"main": 75.6, "no_gd": 72.5, "no_da": 68.4}
+    for cell, v in scores.items():
+        rows.append({"cell": cell, "label": cell.upper(), "flagfile": f"{cell}.cfg",
+                     "note": "", "scores": {"WP": dict(entry(v), paper=paper[cell])},
+                     "average": dict(entry(v), paper=paper[cell])})
+    return {"table": 2, "title": "t", "paper_split": "dev", "our_split": "dev",
+            "source": "s", "note": "", "columns": [{"header": "WP", "task": "wiki_pairs",
+                                                    "metric": "", "scale": 100.0}],
+            "rows": rows, "runs": {}}
+
+
+def test_a_table_over_seeds_is_the_mean_spread_and_paired_difference_of_its_seeds(
+        tmp_path):
+    """Against numpy: the mean and sample standard deviation of each cell's score, and
+    the seed-by-seed difference to the first recipe row, with how many seeds are below."""
+    per_seed = {42: {"main": 70.1, "no_gd": 66.0, "no_da": 71.0},
+                1: {"main": 68.3, "no_gd": 65.9, "no_da": 67.2},
+                2: {"main": 72.0, "no_gd": 66.4, "no_da": 71.9}}
+    tables = {s: _seed_table(v, teacher=69.0 + s / 100) for s, v in per_seed.items()}
+    data = seed_tables.write(tables, str(tmp_path))
+    rows = {r["cell"]: r["scores"]["average"] for r in data["rows"]}
+    assert data["seeds"] == [42, 1, 2] and data["first_row"] == "main"
+    for cell in ("main", "no_gd", "no_da"):
+        values = np.array([per_seed[s][cell] for s in (42, 1, 2)])
+        assert rows[cell]["per_seed"] == list(values)
+        assert rows[cell]["mean"] == pytest.approx(values.mean(), abs=1e-3)
+        assert rows[cell]["sd"] == pytest.approx(values.std(ddof=1), abs=1e-3)
+    assert "diff_to_first" not in rows["main"] and "diff_to_first" not in rows["teacher"]
+    main = np.array([per_seed[s]["main"] for s in (42, 1, 2)])
+    for cell, below in (("no_gd", 3), ("no_da", 2)):
+        d = np.array([per_seed[s][cell] for s in (42, 1, 2)]) - main
+        got = rows[cell]["diff_to_first"]
+        assert got["per_seed"] == pytest.approx(list(d), abs=1e-3)
+        assert got["mean"] == pytest.approx(d.mean(), abs=1e-3)
+        assert got["sd"] == pytest.approx(d.std(ddof=1), abs=1e-3)
+        assert got["below"] == below
+    assert rows["no_gd"]["paper_diff_to_first"] == pytest.approx(72.5 - 75.6)
+    md = (tmp_path / "table2.md").read_text()
+    assert "| NO_GD | 66.1 ± 0.3 (72.5) | 66.1 ± 0.3 (72.5) | -4.0 ± 1.6 | 3 of 3 | -3.1 |" \
+        in md, md
+    assert read_json(str(tmp_path / "table2.json")) == json.loads(json.dumps(data))
+    assert (tmp_path / "table2.png").read_bytes()[:4] == b"\x89PNG"
+    other = _seed_table({"main": 1.0, "no_gd": 2.0}, 3.0)
+    with pytest.raises(ValueError, match="seed 1's table has other rows"):
+        seed_tables.summarise({42: tables[42], 1: other})
 
 
 def test_first_layers_recipe_is_the_teachers_embeddings_and_first_layers(tmp_path,

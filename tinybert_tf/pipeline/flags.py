@@ -518,7 +518,7 @@ def distill_flags() -> flags.FlagValues:
 
 
 # bin/reproduce's own flags (besides bin/distill's, which pass through to every run).
-REPRODUCE_FLAGS = ("table", "tasks", "cells", "glue_dir", "squad_dir")
+REPRODUCE_FLAGS = ("table", "tasks", "cells", "seeds", "glue_dir", "squad_dir")
 
 
 def reproduce_flags() -> flags.FlagValues:
@@ -532,6 +532,10 @@ def reproduce_flags() -> flags.FlagValues:
     flags.DEFINE_list("cells", [], "Only these cells of the table (default: every cell but "
                       "the teacher's row, whose score every cell's report holds).",
                       flag_values=fv)
+    flags.DEFINE_list("seeds", [], "Run the table once per seed (--seed=N of every run), "
+                      "in DIR/seed-N/, and write DIR/table<N>.* with each cell's mean, "
+                      "standard deviation and paired difference to the table's first row "
+                      "over the seeds; default: one run with --seed, in DIR.", flag_values=fv)
     flags.DEFINE_string("glue_dir", "", "Folder of the GLUE download (CoLA/, MNLI/, ...): "
                         "each GLUE task gets --data_dir=GLUE_DIR/<Task>.", flag_values=fv)
     flags.DEFINE_string("squad_dir", "", "Folder holding train-v1.1.json, dev-v1.1.json, "

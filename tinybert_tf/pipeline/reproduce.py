@@ -24,6 +24,9 @@ object and trains nothing.
 Results: DIR/table<N>.json, DIR/table<N>.md and DIR/table<N>.png, each cell's
 dev score beside the paper's published number (`paper_tables`), and the share
 of the teacher's score each retains (ours of our teacher, the paper's of its).
+With --seeds=42,1,2 each seed is such a run in DIR/seed-N/ (--seed=N), and
+DIR/table<N>.* hold the table over the seeds: mean, spread and each row's
+paired difference to the first (`seed_tables`).
 """
 from __future__ import annotations
 
@@ -44,7 +47,7 @@ from tinybert_tf import files
 from tinybert_tf.files import read_json, write_json_atomic
 from tinybert_tf.pipeline import flags as tb_flags
 from tinybert_tf.pipeline import main as distill_main
-from tinybert_tf.pipeline import paper_tables, preflight
+from tinybert_tf.pipeline import paper_tables, preflight, seed_tables
 from tinybert_tf.pipeline.flagfiles import expand_flagfiles
 from tinybert_tf.pipeline.paper_tables import Cell, Column, PaperTable
 from tinybert_tf.pipeline.report import save_png
@@ -77,6 +80,7 @@ class Options:
     squad_dir: str
     config_dir: str
     passthrough: list[str]
+    seeds: tuple[int, ...] = ()
 
 
 @dataclasses.dataclass
@@ -149,13 +153,38 @@ def parse(argv: Sequence[str], config_dir: str = CONFIG_DIR) -> Options:
     tasks = tuple(t.strip().lower() for t in fv.tasks if t.strip()) or table.tasks
     passthrough = [fv[name].serialize() for name in tb_flags.distill_flags()
                    if fv[name].present and name not in _OWN]
+    seeds = _seeds(fv)
     missing = [c.flagfile for c in cells if not os.path.isfile(os.path.join(config_dir,
                                                                             c.flagfile))]
     if missing:
         raise ReproduceError(f"{config_dir}: no flagfile {', '.join(missing)} for Table "
                              f"{table.number}; choose other --cells.")
     return Options(table, fv.output_dir, tasks, tuple(cells), bool(fv.dry_run), fv.glue_dir,
-                   fv.squad_dir, config_dir, passthrough)
+                   fv.squad_dir, config_dir, passthrough, seeds)
+
+
+def _seeds(fv: flags.FlagValues) -> tuple[int, ...]:
+    """--seeds as integers: distinct, and not given with --seed."""
+    if not fv.seeds:
+        return ()
+    if fv["seed"].present:
+        raise ReproduceError("--seed and --seeds: give one (--seeds=N,... sets --seed of "
+                             "each seed's runs).")
+    try:
+        seeds = tuple(int(s) for s in fv.seeds)
+    except ValueError:
+        raise ReproduceError(f"--seeds={','.join(fv.seeds)}: give integers, e.g. "
+                             "--seeds=42,1,2.") from None
+    if len(set(seeds)) != len(seeds):
+        raise ReproduceError(f"--seeds={','.join(fv.seeds)}: a seed is given twice.")
+    return seeds
+
+
+def seed_options(opts: Options, seed: int) -> Options:
+    """One seed's run of the table: its own folder DIR/seed-N and --seed=N last."""
+    return dataclasses.replace(opts, output_dir=posixpath.join(opts.output_dir,
+                                                               f"seed-{seed}"),
+                               passthrough=[*opts.passthrough, f"--seed={seed}"], seeds=())
 
 
 def _checked(fn):
@@ -245,21 +274,30 @@ def _quiet_plan(argv: list[str]) -> dict[str, Any]:
         return distill_main.run_argv(argv + ["--dry_run"])
 
 
-def run(opts: Options) -> dict[str, Any]:
-    """Plan, run (or with --dry_run, print the plans) and write the table."""
+def dry_run_plan(opts: Options) -> dict[str, Any]:
+    """Every shared run's and every cell's plan, as one JSON-able object."""
     shared, cells = plan(opts)
+    return {"table": opts.table.number, "title": opts.table.title,
+            "source": opts.table.source, "tasks": list(opts.tasks),
+            "shared": [{"stage": r.stage, "folder": r.directory, "cells": r.cells,
+                        "plan": _quiet_plan(shared_argv(r))} for r in shared],
+            "cells": [{"cell": c.cell.name, "task": c.task, "folder": c.directory,
+                       "flagfile": c.cell.flagfile,
+                       "shares": {s: r.directory for s, r in c.shared.items()},
+                       "plan": _quiet_plan(c.argv + [f"--output_dir={c.directory}"])}
+                      for c in cells]}
+
+
+def run(opts: Options) -> dict[str, Any]:
+    """Plan, run (or with --dry_run, print the plans) and write the table; with --seeds,
+    once per seed and then the table over the seeds."""
+    if opts.seeds:
+        return run_seeds(opts)
     if opts.dry_run:
-        out = {"table": opts.table.number, "title": opts.table.title,
-               "source": opts.table.source, "tasks": list(opts.tasks),
-               "shared": [{"stage": r.stage, "folder": r.directory, "cells": r.cells,
-                           "plan": _quiet_plan(shared_argv(r))} for r in shared],
-               "cells": [{"cell": c.cell.name, "task": c.task, "folder": c.directory,
-                          "flagfile": c.cell.flagfile,
-                          "shares": {s: r.directory for s, r in c.shared.items()},
-                          "plan": _quiet_plan(c.argv + [f"--output_dir={c.directory}"])}
-                         for c in cells]}
+        out = dry_run_plan(opts)
         print(json.dumps(out, indent=1, default=str), flush=True)
         return out
+    shared, cells = plan(opts)
     for r in shared:
         argv = shared_argv(r)
         files.makedirs(r.directory)
@@ -270,6 +308,23 @@ def run(opts: Options) -> dict[str, Any]:
         name = _augmented_name(c)
         _distill(c.run_argv(name), f"Table {opts.table.number} {c.cell.name} on {c.task}")
     return write_results(opts, cells)
+
+
+def run_seeds(opts: Options) -> dict[str, Any]:
+    """The table once per seed, in DIR/seed-N/ (each resumable as a single run), then
+    DIR/table<N>.* over the seeds (`seed_tables`)."""
+    runs = [(seed, seed_options(opts, seed)) for seed in opts.seeds]
+    if opts.dry_run:
+        out = {"table": opts.table.number, "seeds": {
+            str(seed): dry_run_plan(one) for seed, one in runs}}
+        print(json.dumps(out, indent=1, default=str), flush=True)
+        return out
+    tables = {}
+    for seed, one in runs:
+        print(f"== reproduce: Table {opts.table.number}, seed {seed} ({one.output_dir})",
+              flush=True)
+        tables[seed] = run(one)
+    return seed_tables.write(tables, opts.output_dir)
 
 
 def _augmented_name(c: CellRun) -> str:
