@@ -14,7 +14,9 @@ task stages' fixed length:
   fwd_teacher, fwd_student   forward pass per example at --eval_batch (dev evaluation)
 
 then projects each cell and each table per seed from the sizes given (steps, epochs,
-augmentation). The cells (an estimate: the flagfiles of configs/paper/ define them):
+augmentation; the defaults are configs/wiki_pairs_sizes.cfg's, which runs one last phase
+per cell: no --pred_grid). The teacher runs in float32 here; the pipeline's
+--teacher_precision=auto picks bfloat16 on a CPU with AVX512-BF16. The cells (an estimate: the flagfiles of configs/paper/ define them):
 
   Table 2  main, w/o GD (random student: no general stage), w/o TD (general student
            fine-tuned on the labels), w/o DA (task distillation on the 2,786 original
@@ -169,7 +171,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--steps", type=int, default=5, help="timed steps per measurement")
     p.add_argument("--teacher", default="minilm-l6")
     p.add_argument("--student", default="minilm_2l_384d")
-    p.add_argument("--seq", type=int, default=128, help="--max_seq_len of the task stages")
+    p.add_argument("--seq", type=int, default=96, help="--max_seq_len of the task stages")
     p.add_argument("--batch", type=int, default=32, help="--task_batch_size")
     p.add_argument("--general_seq", type=int, default=64)
     p.add_argument("--general_batch", type=int, default=32)
@@ -180,8 +182,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--num_aug", type=int, default=4)
     p.add_argument("--inter_epochs", type=float, default=1)
     p.add_argument("--pred_epochs", type=float, default=1)
-    p.add_argument("--task_max_steps", type=int, default=300)
-    p.add_argument("--eval_every", type=int, default=100)
+    p.add_argument("--task_max_steps", type=int, default=200)
+    p.add_argument("--eval_every", type=int, default=50)
     p.add_argument("--augment_s", type=float, default=60.0,
                    help="seconds of the augment stage (measured with bin/distill)")
     a = p.parse_args(argv)

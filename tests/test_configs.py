@@ -58,6 +58,20 @@ def test_the_reproduce_sizes_leave_what_bin_reproduce_sets_to_it(monkeypatch):
     assert run.task == "wiki_pairs" and run.max_seq_len == sizes.max_seq_len == 96
 
 
+def test_the_reproduce_sizes_run_one_last_phase_at_one_learning_rate(monkeypatch):
+    """On top of a table's cell (configs/paper/tinybert4.cfg has the paper's six-cell
+    prediction grid), the 2-core sizes leave one prediction phase, and a cell that
+    fine-tunes on the labels instead (w/o TD, w/o Pred) does so at the same rate."""
+    monkeypatch.chdir("/")
+    values = tb_flags.distill_flags()
+    values(expand_flagfiles(["bin/distill", *(
+        f"--flagfile={os.path.join(REPO, 'configs', name)}"
+        for name in ("paper/table2_no_td.cfg", "wiki_pairs_sizes.cfg"))]))
+    assert parse("paper/tinybert4.cfg", monkeypatch).pred_grid  # what the sizes undo
+    assert values.pred_grid == [] and values.task_phases == ["finetune"]
+    assert values.finetune_lr == values.pred_lr
+
+
 @pytest.mark.parametrize("task", sorted(TD_EPOCHS))
 def test_task_configs_follow_the_paper(task, monkeypatch):
     f = parse(f"td_{task}.cfg", monkeypatch)
