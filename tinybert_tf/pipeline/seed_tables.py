@@ -20,6 +20,7 @@ from typing import Any, Optional
 
 from tinybert_tf import files
 from tinybert_tf.files import write_json_atomic
+from tinybert_tf.pipeline import paper_tables
 from tinybert_tf.pipeline.report import save_png
 
 AVERAGE = "average"
@@ -53,6 +54,15 @@ def _paper(row: dict, header: str) -> Optional[float]:
     return entry["paper"]
 
 
+def _published_averages(table: dict[str, Any]) -> dict[str, Optional[float]]:
+    """{cell: the paper's "Avg" of its own tasks} for the table's rows."""
+    try:
+        paper = paper_tables.get_table(int(table["table"]))
+    except ValueError:
+        return {}
+    return {c.name: c.published.get("Avg") for c in paper.cells}
+
+
 def summarise(tables: dict[int, dict[str, Any]]) -> dict[str, Any]:
     """{seed: a run's table<N>.json} -> the table over the seeds (see the module doc).
     Every seed's table must have the same rows and columns (one command made them)."""
@@ -69,16 +79,22 @@ def summarise(tables: dict[int, dict[str, Any]]) -> dict[str, Any]:
                              f"{seeds[0]}'s; run every seed with the same command")
     rows_by_seed = {s: {r["cell"]: r for r in tables[s]["rows"]} for s in seeds}
     first = next((r["cell"] for r in base["rows"] if r["flagfile"]), None)
+    published = _published_averages(base)
     rows = []
     for row in base["rows"]:
         scores = {}
         for header in headers:
             values = [_ours(rows_by_seed[s][row["cell"]], header) for s in seeds]
             entry = {**_stats(values), "paper": _paper(row, header)}
+            if header == AVERAGE and entry["paper"] is None:
+                # Our columns are not the paper's (e.g. a proxy task): its own average.
+                entry["paper"] = published.get(row["cell"])
+                entry["paper_is_its_average"] = entry["paper"] is not None
             if row["flagfile"] and first and row["cell"] != first:
                 entry["diff_to_first"] = _diff(
                     values, [_ours(rows_by_seed[s][first], header) for s in seeds])
-                paper_first = _paper(rows_by_seed[seeds[0]][first], header)
+                paper_first = (published.get(first) if entry.get("paper_is_its_average")
+                               else _paper(rows_by_seed[seeds[0]][first], header))
                 entry["paper_diff_to_first"] = (
                     None if entry["paper"] is None or paper_first is None
                     else round(entry["paper"] - paper_first, 3))
@@ -134,6 +150,9 @@ def markdown(data: dict[str, Any]) -> str:
                     _signed(avg.get("paper_diff_to_first"))]
         lines.append(f"| {row['label']} | " + " | ".join(cols + tail) + " |")
     notes = [r for r in data["rows"] if r["note"]]
+    if any(r["scores"][AVERAGE].get("paper_is_its_average") for r in data["rows"]):
+        lines += ["", "The paper's average and Δ are over its own tasks: our columns are "
+                  "not in its table."]
     if notes or data["note"]:
         lines.append("")
         lines.extend(f"- {r['label']}: {r['note']}" for r in notes)
