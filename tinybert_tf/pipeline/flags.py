@@ -532,7 +532,8 @@ def reproduce_flags() -> flags.FlagValues:
     flags.DEFINE_list("cells", [], "Only these cells of the table (default: every cell but "
                       "the teacher's row, whose score every cell's report holds).",
                       flag_values=fv)
-    flags.DEFINE_list("seeds", [], "Run the table once per seed (--seed=N of every run), "
+    flags.DEFINE_list("seeds", [], "Run the table once per seed (--seed=N of every run, "
+                      "whatever --seed says), "
                       "in DIR/seed-N/, and write DIR/table<N>.* with each cell's mean, "
                       "standard deviation and paired difference to the table's first row "
                       "over the seeds; default: one run with --seed, in DIR.", flag_values=fv)

@@ -164,12 +164,10 @@ def parse(argv: Sequence[str], config_dir: str = CONFIG_DIR) -> Options:
 
 
 def _seeds(fv: flags.FlagValues) -> tuple[int, ...]:
-    """--seeds as integers: distinct, and not given with --seed."""
+    """--seeds as distinct integers. Each replaces --seed (a flagfile's too, such as
+    configs/wiki_pairs_sizes.cfg's) in its runs."""
     if not fv.seeds:
         return ()
-    if fv["seed"].present:
-        raise ReproduceError("--seed and --seeds: give one (--seeds=N,... sets --seed of "
-                             "each seed's runs).")
     try:
         seeds = tuple(int(s) for s in fv.seeds)
     except ValueError:
