@@ -16,7 +16,8 @@ task stages' fixed length:
 then projects each cell and each table per seed from the sizes given (steps, epochs,
 augmentation; the defaults are configs/wiki_pairs_sizes.cfg's, which runs one last phase
 per cell: no --pred_grid). The teacher runs in float32 here; the pipeline's
---teacher_precision=auto picks bfloat16 on a CPU with AVX512-BF16. The cells (an estimate: the flagfiles of configs/paper/ define them):
+--teacher_precision=auto picks bfloat16 on a CPU with AVX512-BF16. The cells (an
+estimate: the flagfiles of configs/paper/ define them):
 
   Table 2  main, w/o GD (random student: no general stage), w/o TD (general student
            fine-tuned on the labels), w/o DA (task distillation on the 2,786 original
