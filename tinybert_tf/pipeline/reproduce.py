@@ -47,10 +47,9 @@ from tinybert_tf import files
 from tinybert_tf.files import read_json, write_json_atomic
 from tinybert_tf.pipeline import flags as tb_flags
 from tinybert_tf.pipeline import main as distill_main
-from tinybert_tf.pipeline import paper_tables, preflight, seed_tables
+from tinybert_tf.pipeline import paper_tables, preflight, seed_tables, table_files
 from tinybert_tf.pipeline.flagfiles import expand_flagfiles
 from tinybert_tf.pipeline.paper_tables import Cell, Column, PaperTable
-from tinybert_tf.pipeline.report import save_png
 from tinybert_tf.tasks.catalog import resolve_task
 
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
@@ -419,12 +418,7 @@ def write_results(opts: Options, cells: list[CellRun]) -> dict[str, Any]:
             "source": opts.table.source, "note": opts.table.note,
             "columns": [dataclasses.asdict(c) for c in cols], "rows": rows,
             "runs": {f"{c.task}/{c.cell.name}": c.directory for c in cells}}
-    base = posixpath.join(opts.output_dir, f"table{opts.table.number}")
-    write_json_atomic(base + ".json", data)
-    files.write_text_atomic(base + ".md", markdown(data))
-    plot(data, base + ".png")
-    print(markdown(data), flush=True)
-    return data
+    return table_files.write(data, opts.output_dir, markdown, plot)
 
 
 def _fmt(value: Optional[float], percent: bool = False) -> str:
@@ -452,40 +446,18 @@ def markdown(data: dict[str, Any]) -> str:
                      f" | {_fmt(avg['ours'])} / {_fmt(avg['paper'])} | "
                      f"{_fmt(avg['ours_retained'], True)} | "
                      f"{_fmt(avg['paper_retained'], True)} |")
-    notes = [r for r in data["rows"] if r["note"]]
-    if notes or data["note"]:
-        lines.append("")
-        lines.extend(f"- {r['label']}: {r['note']}" for r in notes)
-        if data["note"]:
-            lines.append(f"- {data['note']}")
+    lines += table_files.note_lines(data)
     return "\n".join(lines) + "\n"
 
 
 def plot(data: dict[str, Any], path: str) -> str:
-    """Grouped bars per cell: our average beside the paper's (PNG, written whole)."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    """Grouped bars per cell: our average (the share of our teacher's it retains above
+    it) beside the paper's (PNG, written whole)."""
     rows = data["rows"]
-    labels = [r["label"] for r in rows]
-    ours = [r["average"]["ours"] or 0.0 for r in rows]
-    paper = [r["average"]["paper"] or 0.0 for r in rows]
-    fig, ax = plt.subplots(figsize=(max(5.0, 1.1 * len(rows) + 2), 3.8))
-    x = list(range(len(rows)))
-    ax.bar([i - 0.2 for i in x], ours, 0.4, label="ours (dev)")
-    ax.bar([i + 0.2 for i in x], paper, 0.4, label=f"paper ({data['paper_split']})")
-    for i, r in enumerate(rows):
-        share = r["average"]["ours_retained"]
-        if share is not None:
-            ax.annotate(f"{100 * share:.0f}%", (i - 0.2, ours[i]), ha="center",
-                        va="bottom", fontsize=7)
-    ax.set_xticks(x)
-    ax.set_xticklabels(labels, rotation=30, ha="right", fontsize=8)
-    ax.set_ylabel("average score")
-    ax.set_title(f"Table {data['table']}: {data['title']}", fontsize=9)
-    ax.legend(fontsize=8)
-    return save_png(fig, path)
+    return table_files.bar_chart(data, [r["average"]["ours"] or 0.0 for r in rows],
+                                 [r["average"]["paper"] or 0.0 for r in rows],
+                                 "ours (dev)", path,
+                                 shares=[r["average"]["ours_retained"] for r in rows])
 
 
 # --- the command ----------------------------------------------------------------------

@@ -14,14 +14,10 @@ spread.
 from __future__ import annotations
 
 import math
-import posixpath
 import statistics
 from typing import Any, Optional
 
-from tinybert_tf import files
-from tinybert_tf.files import write_json_atomic
-from tinybert_tf.pipeline import paper_tables
-from tinybert_tf.pipeline.report import save_png
+from tinybert_tf.pipeline import paper_tables, table_files
 
 AVERAGE = "average"
 
@@ -149,49 +145,23 @@ def markdown(data: dict[str, Any]) -> str:
                     "–" if diff["below"] is None else f"{diff['below']} of {len(data['seeds'])}",
                     _signed(avg.get("paper_diff_to_first"))]
         lines.append(f"| {row['label']} | " + " | ".join(cols + tail) + " |")
-    notes = [r for r in data["rows"] if r["note"]]
     if any(r["scores"][AVERAGE].get("paper_is_its_average") for r in data["rows"]):
         lines += ["", "The paper's average and Δ are over its own tasks: our columns are "
                   "not in its table."]
-    if notes or data["note"]:
-        lines.append("")
-        lines.extend(f"- {r['label']}: {r['note']}" for r in notes)
-        if data["note"]:
-            lines.append(f"- {data['note']}")
+    lines += table_files.note_lines(data)
     return "\n".join(lines) + "\n"
 
 
 def plot(data: dict[str, Any], path: str) -> str:
     """Our mean average per cell with its standard deviation as an error bar, beside
     the paper's average (PNG, written whole)."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rows = data["rows"]
-    avg = [r["scores"][AVERAGE] for r in rows]
-    ours = [a["mean"] or 0.0 for a in avg]
-    err = [a["sd"] or 0.0 for a in avg]
-    paper = [a["paper"] or 0.0 for a in avg]
-    fig, ax = plt.subplots(figsize=(max(5.0, 1.1 * len(rows) + 2), 3.8))
-    x = list(range(len(rows)))
-    ax.bar([i - 0.2 for i in x], ours, 0.4, yerr=err, capsize=3,
-           label=f"ours ({data['our_split']}, {len(data['seeds'])} seeds)")
-    ax.bar([i + 0.2 for i in x], paper, 0.4, label=f"paper ({data['paper_split']})")
-    ax.set_xticks(x)
-    ax.set_xticklabels([r["label"] for r in rows], rotation=30, ha="right", fontsize=8)
-    ax.set_ylabel("average score")
-    ax.set_title(f"Table {data['table']}: {data['title']}", fontsize=9)
-    ax.legend(fontsize=8)
-    return save_png(fig, path)
+    avg = [r["scores"][AVERAGE] for r in data["rows"]]
+    return table_files.bar_chart(
+        data, [a["mean"] or 0.0 for a in avg], [a["paper"] or 0.0 for a in avg],
+        f"ours ({data['our_split']}, {len(data['seeds'])} seeds)", path,
+        err=[a["sd"] or 0.0 for a in avg])
 
 
 def write(tables: dict[int, dict[str, Any]], output_dir: str) -> dict[str, Any]:
     """DIR/table<N>.json / .md / .png over the seeds' tables; prints the Markdown."""
-    data = summarise(tables)
-    base = posixpath.join(output_dir, f"table{data['table']}")
-    write_json_atomic(base + ".json", data)
-    files.write_text_atomic(base + ".md", markdown(data))
-    plot(data, base + ".png")
-    print(markdown(data), flush=True)
-    return data
+    return table_files.write(summarise(tables), output_dir, markdown, plot)
