@@ -40,11 +40,12 @@ test: $(STAMP)
 # The agreement-sensitive tests (marker `numerics`: they compare runtimes, kernels, or
 # decisions taken from float scores) once per oneDNN setting TensorFlow runs with on
 # x86: kernels limited to AVX2, unlimited (AVX-512 / VNNI / AMX where the CPU has them),
-# and oneDNN off (Eigen kernels). BUILD.md lists the hosts it passed on.
+# and oneDNN off (Eigen kernels), with Grappler on (it picks oneDNN's fused kernels;
+# tests/conftest.py turns it off elsewhere). BUILD.md lists the hosts it passed on.
 ISA_SETTINGS ?= ONEDNN_MAX_CPU_ISA=AVX2 ONEDNN_MAX_CPU_ISA=ALL TF_ENABLE_ONEDNN_OPTS=0
 test-isa: $(STAMP)
 	@for setting in $(ISA_SETTINGS); do \
 	  echo "== $$setting"; \
-	  env $$setting $(VENV)/bin/python -m pytest $(PYTEST_ARGS) -m numerics tests \
+	  env $$setting TINYBERT_TEST_GRAPPLER=1 $(VENV)/bin/python -m pytest $(PYTEST_ARGS) -m numerics tests \
 	    || exit 1; \
 	done

@@ -76,6 +76,18 @@ try:
 except RuntimeError:  # already initialised by an earlier import; fine for single-device tests
     pass
 
+# Grappler (TensorFlow's graph optimiser) off in the test processes, unless
+# TINYBERT_TEST_GRAPPLER=1. With the tests' tiny models a traced function runs a few
+# times, so optimising its graph costs more than it saves: a whole tiny pipeline run took
+# 41 s with it and 35 s without on the 2-core Intel host (BUILD.md). What the tests
+# assert does not depend on it: it rewrites graphs into equivalent ones, and every
+# comparison between runs or runtimes has a float tolerance (tests/numerics.py). Grappler
+# also picks oneDNN's fused kernels, so `make test-isa`, which compares those kernels
+# under each instruction set, turns it back on. The TFLite converter and the processes the
+# tests start (bin/ tools, fresh-process servers) run their own, unchanged.
+if os.environ.get("TINYBERT_TEST_GRAPPLER") != "1":
+    tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
+
 # A small real-looking WordPiece vocab: specials, unused rows, letters, words, pieces.
 TINY_VOCAB = (["[PAD]"] + [f"[unused{i}]" for i in range(5)] + ["[UNK]", "[CLS]", "[SEP]",
               "[MASK]", ".", ",", "!", "?", "'", "\""]
