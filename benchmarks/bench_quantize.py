@@ -16,7 +16,11 @@ training, ...):
     tests/tasklib.py's isolated venv) on the int8 files: its labels against the
     interpreter's and the float student's;
   - with --seeds, the quantize stage again per extra seed (its own folder, the
-    same task student and data), for the spread of the int8 agreement.
+    same task student and data), for the spread of the int8 agreement;
+  - with --variant NAME="FLAGS" (repeatable), the quantize stage again with those
+    flags added (e.g. "--quantize_steps=900" or
+    "--quantize_loss_terms=pred,attn,hidn"), in its own folder, from the same float
+    student: which setting moves the int8 agreement, on one float student.
 
 Writes OUTPUT/bench_quantize.json and prints the tables.
 
@@ -131,10 +135,9 @@ def task_library(paths: dict[str, str], texts: list[str], labels: list[str],
     return out
 
 
-def seed_run(flags: list[str], run_dir: str, seed: int, root: str) -> str:
-    """The quantize stage with `seed` in its own folder (task and augment outputs linked
-    from `run_dir`); returns the quantised model's path."""
-    out = os.path.join(root, f"seed_{seed}")
+def quantize_again(flags: list[str], run_dir: str, seed: int, out: str) -> str:
+    """The quantize stage with `seed` and `flags` in the folder `out` (task and augment
+    outputs linked from `run_dir`); returns the quantised model's path."""
     os.makedirs(out, exist_ok=True)
     for stage in ("task", "augment"):
         link = os.path.join(out, stage)
@@ -157,6 +160,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--output_dir", required=True)
     parser.add_argument("--seeds", default="", help="extra quantize-stage seeds, e.g. 1,2")
+    parser.add_argument("--variant", action="append", default=[],
+                        help='NAME="--flag=value ...": the quantize stage again with these '
+                             "flags added (repeatable)")
     parser.add_argument("--heldout", type=int, default=1000)
     parser.add_argument("--latency_runs", type=int, default=200)
     args = parser.parse_args(own)
@@ -225,21 +231,43 @@ def main() -> None:
         library = task_library({n: files[n] for n in interp}, dev_a,
                                list(task.type.label_names), interp, float_labels)
 
-    seeds = {}
-    for seed in [int(s) for s in args.seeds.split(",") if s.strip()]:
-        path = seed_run(distill_flags, run_dir, seed, root)
+    ref_dev = keras_outputs(student, task.type, dev_inputs)
+    labels = [ex.label for ex in dev]
+
+    def measure(path: str) -> dict[str, Any]:
+        """The int8 file of a quantised model: agreement and metric on dev, agreement
+        (and its near-tie bands) on the held-out sentences."""
+        started = time.time()
         flat = convert_tflite(load_model(path), "int8", length, task=task.type,
                               is_pair=is_pair, metadata=False)
         runner = TFLiteRunner(flat)
         outs = task.type.from_tflite(runner.predict(dev_inputs))
-        ref_dev = keras_outputs(student, task.type, dev_inputs)
-        labels = [ex.label for ex in dev]
-        seeds[seed] = {"dev_agreement": agreement(task.type, ref_dev, outs),
-                       "dev_metric": task.type.score_labels(outs, labels)[
-                           task.type.primary_metric]}
+        got = {"dev_agreement": agreement(task.type, ref_dev, outs),
+               "dev_metric": task.type.score_labels(outs, labels)[task.type.primary_metric]}
         if held is not None:
-            seeds[seed]["heldout_agreement"] = agreement(
-                task.type, reference, task.type.from_tflite(runner.predict(held)))
+            held_outs = task.type.from_tflite(runner.predict(held))
+            got["heldout_agreement"] = agreement(task.type, reference, held_outs)
+            if task.type.kind == "classification":
+                got["heldout_near_ties"] = near_tie_bands(reference, held_outs)
+        got["measure_seconds"] = time.time() - started
+        return got
+
+    seeds = {}
+    for seed in [int(s) for s in args.seeds.split(",") if s.strip()]:
+        seeds[seed] = measure(quantize_again(distill_flags, run_dir, seed,
+                                             os.path.join(root, f"seed_{seed}")))
+    variants = {}
+    for spec in args.variant:
+        name, _, extra = spec.partition("=")
+        if not name or not extra.strip():
+            raise SystemExit(f'--variant={spec!r}: give NAME="--flag=value ...", e.g. '
+                             'steps900="--quantize_steps=900"')
+        started = time.time()
+        flags = [*distill_flags, *extra.split()]  # a --seed among them is the variant's
+        seed = int(parse_argv(["bin/distill", *flags, f"--output_dir={run_dir}"]).numerics.seed)
+        path = quantize_again(flags, run_dir, seed, os.path.join(root, f"variant_{name}"))
+        variants[name] = {"flags": extra.split(), "quantize_seconds": time.time() - started,
+                          **measure(path)}
     seeds[int(config.numerics.seed)] = {k: table["int8"].get(k) for k in
                                         ("dev_agreement", "dev_metric", "heldout_agreement")}
 
@@ -247,7 +275,7 @@ def main() -> None:
               "dev_examples": parity["num_examples"], "heldout_examples": len(texts),
               "metric": parity["metric_name"], "keras": rows["keras"],
               "keras_quantized": rows.get("keras_quantized"), "flavours": table,
-              "task_library": library, "seeds": seeds,
+              "task_library": library, "seeds": seeds, "variants": variants,
               "student_config": student.bert_config.to_dict(),
               "report": {k: report.get(k) for k in ("student", "quantized_student", "ratios")},
               "stage_seconds": {s: d.get("seconds") for s, d in done.items() if d},
@@ -291,6 +319,15 @@ def format_result(result: dict[str, Any]) -> str:
                      f"{np.mean(dev):.1%} (min {np.min(dev):.1%})"
                      + (f", held-out {np.mean(held):.2%} (min {np.min(held):.2%})"
                         if held else ""))
+    for name, v in result.get("variants", {}).items():
+        lines.append(f"variant {name} ({' '.join(v['flags'])}): int8 dev agreement "
+                     f"{v['dev_agreement']:.1%}"
+                     + (f", held-out {v['heldout_agreement']:.2%}"
+                        if v.get("heldout_agreement") is not None else "")
+                     + f" ({v['quantize_seconds']:.0f} s)")
+        if v.get("heldout_near_ties"):
+            lines.append("  held-out disagreements by gap: " + ", ".join(
+                f"{k}: {b['disagreements']}/{b['of']}" for k, b in v["heldout_near_ties"].items()))
     if result["task_library"]:
         lines.append(f"Task Library BertNLClassifier: {json.dumps(result['task_library'])}")
     lines.append(f"stage seconds: {json.dumps(result['stage_seconds'])}")
