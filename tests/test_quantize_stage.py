@@ -13,7 +13,14 @@ from tinybert_tf.files import read_json
 from tinybert_tf.models.checkpoint import load_model
 from tinybert_tf.pipeline.main import main
 
-from pipeline_helpers import argv, load_weights, run, tiny_flags, write_teacher
+from pipeline_helpers import (
+    argv,
+    load_weights,
+    parity_reference,
+    run,
+    tiny_flags,
+    write_teacher,
+)
 from quant_helpers import activation_params, expected_params, float_ops
 
 STEPS = 6
@@ -47,6 +54,19 @@ def test_dry_run_plans_the_quantize_phase_after_task(flags, tmp_path, capsys):
     assert phase["global_batch"] == 4 and phase["learning_rate"]["peak"] == 1e-3
     assert [t["name"] for t in phase["loss_terms"]] == ["pred"]
     assert "teacher: the float task student" in phase["note"]
+    # By default it keeps the checkpoint that keeps most answers (one evaluation here, at
+    # the end, as 6 steps < 50); the plan shows what the evaluations cost.
+    assert "agree most with the float student's (every 50 steps)" in phase["note"]
+    assert phase["evaluation"]["every"] == "50 steps"
+    assert phase["evaluation"]["evaluations"] == 1
+    for every, note, evaluations in ((2, "(every 2 steps)", STEPS // 2),
+                                     (0, "keeps the last weights", None)):
+        plan = type(ns)(**{**vars(ns), "quantize_eval_every": every})
+        assert main(["bin/distill", *argv(plan)]) == 0
+        (phase,) = [p for p in json.loads(capsys.readouterr().out)["phases"]
+                    if p["stage"] == "quantize"]
+        assert note in phase["note"]
+        assert (phase.get("evaluation") or {}).get("evaluations") == evaluations
     # A student head with no int8 form: refused before anything runs, naming the fix.
     pre = type(ns)(**{**vars(ns), "classifier_head": "pre_classifier"})
     assert main(["bin/distill", *argv(pre)]) != 0
@@ -118,3 +138,31 @@ def test_the_stage_resumes_from_its_checkpoint_to_the_same_weights(finished, tmp
     assert sorted(got) == sorted(want)
     for key in want:
         np.testing.assert_array_equal(got[key], want[key], err_msg=key)
+
+
+def test_with_eval_every_the_stage_keeps_the_checkpoint_that_keeps_most_answers(
+        finished, tmp_path, capsys):
+    """--quantize_eval_every=2: dev agreement with the float student at steps 2, 4 and
+    6; the published int8 student is the first that agrees most, and it answers as
+    its record says (counted here from the two models' logits)."""
+    ns, _ = finished
+    copy = str(tmp_path / "copy")
+    shutil.copytree(ns.output_dir, copy, symlinks=True)
+    again = type(ns)(**{**vars(ns), "output_dir": copy, "stages": ["quantize"],
+                        "quantize_eval_every": 2, "overwrite": True})
+    got = run(again)["quantize"]
+    evals = read_json(os.path.join(copy, "quantize", "qat", "phase_state.json"))["evals"]
+    assert [e["step"] for e in evals] == [2, 4, 6]
+    scores = [e["agreement"] for e in evals]
+    assert all(0.0 <= a <= 1.0 for a in scores)
+    best = max(scores)
+    assert got["kept_step"] == evals[scores.index(best)]["step"]
+    assert got["dev"]["agreement"] == best
+    assert f"kept step {got['kept_step']}" in capsys.readouterr().out
+    # The published model is the kept one: its labels agree with the float student's
+    # on that share of the dev sentences.
+    reference, inputs = parity_reference(again)  # the float student's probabilities
+    int8_student = load_model(os.path.join(copy, "quantize", "model"))
+    same = (np.argmax(reference, -1)
+            == np.argmax(int8_student(inputs, training=False)["logits"], -1))
+    assert float(np.mean(same)) == pytest.approx(best, abs=1e-9)

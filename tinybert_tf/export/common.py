@@ -6,7 +6,7 @@ Exports serve task models: a `BertModel` with a task head. Its task type
 from __future__ import annotations
 
 import os
-from typing import Optional, Sequence, Union
+from typing import Callable, Optional, Sequence, Union
 
 import numpy as np
 import tensorflow as tf
@@ -70,16 +70,24 @@ def label_permutation(served: TaskType, task: TaskType) -> Optional[list[int]]:
     return [a.index(n) for n in b]
 
 
-def keras_outputs(model: BertModel, task: TaskType, inputs: dict[str, np.ndarray],
-                  batch_size: int = 64) -> np.ndarray:
-    """The Keras model's outputs in the task's export space (`task.tflite_output`:
-    probabilities, score, ...), [N, ...], over packed inputs."""
+def output_function(model: BertModel, task: TaskType) -> Callable[[dict], tf.Tensor]:
+    """A traced function: a batch of packed inputs -> the model's outputs in the task's
+    export space (`task.tflite_output`: probabilities, score, ...). Keep it to call again
+    (as `keras_outputs(..., run=)`) without tracing again."""
 
     @tf.function(reduce_retracing=True)
     def run(batch):
         logits = tf.cast(model(batch, training=False)["logits"], tf.float32)
         return task.tflite_output(logits)
+    return run
 
+
+def keras_outputs(model: BertModel, task: TaskType, inputs: dict[str, np.ndarray],
+                  batch_size: int = 64, run: Optional[Callable[[dict], tf.Tensor]] = None
+                  ) -> np.ndarray:
+    """The Keras model's outputs in the task's export space, [N, ...], over packed
+    inputs; `run`: the model's `output_function`, when the caller keeps one."""
+    run = run or output_function(model, task)
     n = len(inputs[INPUT_NAMES[0]])
     outs = [run({k: tf.constant(v[s:s + batch_size]) for k, v in inputs.items()}).numpy()
             for s in range(0, n, batch_size)]

@@ -217,6 +217,7 @@ class QuantizeConfig:
     batch_size: int = flag("quantize_batch_size")
     loss_terms: tuple[str, ...] = flag("quantize_loss_terms")
     calibration_examples: int = flag("quantize_calibration_examples")
+    eval_every: int = flag("quantize_eval_every")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -20,6 +20,7 @@ def ranges(c: PipelineConfig) -> list[tuple[str, Any, Callable[[Any], bool], str
         ("--quantize_lr", q.lr, pos, "> 0"),
         ("--quantize_batch_size", q.batch_size, pos, "> 0"),
         ("--quantize_calibration_examples", q.calibration_examples, pos, ">= 1"),
+        ("--quantize_eval_every", q.eval_every, nonneg, ">= 0 (0 = keep the last weights)"),
         ("--general_batch_size", g.batch_size, pos, "> 0"),
         ("--teacher_batch_size", f.batch_size, pos, "> 0"),
         ("--task_batch_size", d.batch_size, pos, "> 0"),

@@ -426,6 +426,12 @@ def define_quantize(fv: flags.FlagValues) -> None:
     flags.DEFINE_integer("quantize_calibration_examples", 256, "Training rows (a seeded "
                          "sample) whose float activations set the int8 ranges before "
                          "training.", flag_values=fv)
+    flags.DEFINE_integer("quantize_eval_every", 50, "Every N steps of the quantize stage "
+                         "(and at its end), measure on dev how many of the float student's "
+                         "answers its int8 copy keeps (label agreement) and keep the "
+                         "checkpoint that keeps most (the earlier on a tie); 0: keep the "
+                         "last weights. Regression, with no answers to keep, keeps the "
+                         "last.", flag_values=fv)
 
 
 def define_evaluation(fv: flags.FlagValues) -> None:

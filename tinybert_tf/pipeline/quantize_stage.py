@@ -13,7 +13,13 @@ task stage's training data:
      cross-entropy, Eq. 10; the layer terms with identity projections, the
      teacher having the student's own shape), while the ranges follow each
      batch's by a moving average and gradients pass the fake quantisation
-     straight through.
+     straight through;
+  3. selection (--quantize_eval_every N > 0): every N steps the int8 copy's
+     dev answers are compared with the float student's (`TaskType.agreement`,
+     the measure of parity.json) and the checkpoint that keeps the most is the
+     result, as the task stage keeps its best dev checkpoint. The aim of this
+     stage is to keep the float student's answers, so that is what it selects
+     by; regression, which has no answers to keep, keeps the last weights.
 
 The result, OUTPUT/quantize/model, is the model the int8 TFLite flavour is
 converted from with its learnt ranges (no calibration data at export);
@@ -22,12 +28,15 @@ evaluate reports its dev metrics next to the float student's.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
+from tinybert_tf import files
 from tinybert_tf.distill.distiller import Distiller
 from tinybert_tf.distill.terms import LossTerm, make_terms, resolve_names
+from tinybert_tf.export.common import keras_outputs, output_function
+from tinybert_tf.export.formats import ExportContext
 from tinybert_tf.models.checkpoint import load_model, save_model
 from tinybert_tf.models.quantization import calibrate
 from tinybert_tf.pipeline import task_input
@@ -40,7 +49,7 @@ from tinybert_tf.pipeline.stages import (
     _run,
     rows,
 )
-from tinybert_tf.pipeline.training import Phase
+from tinybert_tf.pipeline.training import Phase, TrainingStateError
 
 # Terms the quantize stage may use: its teacher is the float copy of the student.
 QUANTIZE_TERMS = ("pred", "embd", "attn", "hidn")
@@ -67,8 +76,18 @@ def quantize_phase(ctx: Context, train_size: int) -> PhaseSpec:
                   ctx.config.optim.warmup_proportion, quantize_terms(ctx))
     spec.note = (f"teacher: the float task student ({ctx.student_path()}); int8 ranges "
                  f"calibrated on {min(q.calibration_examples, train_size)} training rows "
-                 "(the first of epoch 1's order)")
+                 "(the first of epoch 1's order); "
+                 + (f"keeps the checkpoint whose dev answers agree most with the float "
+                    f"student's (every {q.eval_every} steps)" if selects(ctx)
+                    else "keeps the last weights"))
+    if selects(ctx):
+        spec.set_evaluation(q.eval_every, rows(ctx, ctx.examples(ctx.task.dev_splits[0])))
     return spec
+
+
+def selects(ctx: Context) -> bool:
+    """Whether the stage keeps its best-agreeing checkpoint (module docstring, 3.)."""
+    return ctx.config.quantize.eval_every > 0 and ctx.task.type.kind != "regression"
 
 
 def quantize(ctx: Context) -> dict[str, Any]:
@@ -94,20 +113,66 @@ def quantize(ctx: Context) -> dict[str, Any]:
     with ctx.strategy.scope():
         distiller = _distiller(ctx, student, teacher, spec, ctx.task.type.label_metrics(),
                                prepare=identity_projections)
+    evaluate = _evaluator(ctx, student, dev)
+
+    def save(metrics: dict[str, float]) -> None:
+        if ctx.chief:
+            # Written aside; published as quantize/model with the stage's done marker.
+            save_model(student, ctx.state.work_path("quantize", "model"),
+                       metadata={"stage": "quantize", "float_student": ctx.student_path(),
+                                 "dev": metrics, **ctx.task.type.model_metadata(metrics)})
+
+    selection: dict[str, Any] = {}
+    if selects(ctx):
+        agreement = agreement_meter(ctx, teacher, student, dev)
+        selection = dict(select_metric="agreement", on_best=save,
+                         eval_every=q.eval_every,
+                         evaluate=lambda: {**evaluate(), "agreement": agreement()})
     phase = Phase("qat", spec.directory, distiller, distiller.checkpoint_items(),
                   task_input.phase_input(ctx, train, spec), spec.steps_per_epoch,
                   spec.epochs, max_steps=spec.max_steps,
-                  evaluate=_evaluator(ctx, student, dev))
+                  **(selection or dict(evaluate=evaluate)))
     result = _run(ctx, phase)
     last = {k: v for k, v in (result["evals"][-1] if result["evals"] else {}).items()
             if k != "step"}
-    if ctx.chief:
-        # Written aside; published as quantize/model with the stage's done marker.
-        save_model(student, ctx.state.work_path("quantize", "model"),
-                   metadata={"stage": "quantize", "float_student": ctx.student_path(),
-                             "dev": last, **ctx.task.type.model_metadata(last)})
-    return {"steps": result["steps"], "dev": last,
+    kept = result["best"] if selection and result.get("best") else None
+    chosen = {k: v for k, v in (kept or last).items() if k != "step"}
+    if kept is None or kept["step"] == result["steps"]:
+        save(chosen)  # the weights in memory are the ones to publish
+    elif ctx.chief and not files.isdir(ctx.state.work_path("quantize", "model")):
+        raise TrainingStateError(
+            f"{spec.directory}/phase_state.json keeps step {kept['step']} as the int8 "
+            f"student that agrees most with the float one, but its saved model "
+            f"({ctx.state.work_path('quantize', 'model')}) is gone; delete {spec.directory} "
+            "to run the quantize phase again.")
+    if kept is not None:
+        print(f"[quantize] kept step {kept['step']}: it agrees with the float student on "
+              f"{kept['agreement']:.2%} of dev", flush=True)
+    return {"steps": result["steps"], "dev": chosen,
+            "kept_step": kept["step"] if kept else result["steps"],
             "mask_value": float(student.quant_ranges.mask_value.numpy()[0])}
+
+
+def agreement_meter(ctx: Context, teacher, student, examples) -> Callable[[], float]:
+    """A function giving the share of `examples` on which `student` answers as
+    `teacher` (the float student) does, as parity.json measures it
+    (`TaskType.agreement` on the export-space outputs); the teacher's outputs are
+    computed once."""
+    task = ctx.task.type
+    dev_a = [ex.text_a for ex in examples]
+    dev_b = [ex.text_b for ex in examples] if ctx.task.is_pair else None
+    inputs = task.export_inputs(ctx.tokenizer, dev_a, dev_b, ctx.max_seq_len)
+    where = ExportContext(teacher, task, ctx.max_seq_len, bool(ctx.task.is_pair), dev_a,
+                          dev_b, inputs)
+    batch = ctx.config.run.eval_batch_size
+    reference = keras_outputs(teacher, task, inputs, batch)
+    run = output_function(student, task)  # traced once, called at every evaluation
+
+    def measure() -> float:
+        got = task.agreement(reference, keras_outputs(student, task, inputs, batch, run=run),
+                             where)
+        return float("nan") if got is None else float(got)
+    return measure
 
 
 def calibration_batches(ctx: Context, examples) -> list[dict[str, np.ndarray]]:
