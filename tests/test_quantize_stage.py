@@ -14,11 +14,13 @@ from tinybert_tf.models.checkpoint import load_model
 from tinybert_tf.pipeline.main import main
 
 from pipeline_helpers import (
+    FAST,
     argv,
     load_weights,
     parity_reference,
     run,
     tiny_flags,
+    write_scores_tsv,
     write_teacher,
 )
 from quant_helpers import activation_params, expected_params, float_ops
@@ -44,7 +46,7 @@ def finished(flags):
     return flags, results
 
 
-def test_dry_run_plans_the_quantize_phase_after_task(flags, tmp_path, capsys):
+def test_dry_run_plans_the_quantize_phase_after_task(flags, tmp_path, capsys, tiny_vocab):
     ns = type(flags)(**{**vars(flags), "dry_run": True, "output_dir": str(tmp_path / "o")})
     assert main(["bin/distill", *argv(ns)]) == 0
     plan = json.loads(capsys.readouterr().out)
@@ -67,6 +69,19 @@ def test_dry_run_plans_the_quantize_phase_after_task(flags, tmp_path, capsys):
                     if p["stage"] == "quantize"]
         assert note in phase["note"]
         assert (phase.get("evaluation") or {}).get("evaluations") == evaluations
+    # A score has no answers to keep: regression keeps the last weights.
+    reg = tiny_flags(tmp_path / "reg", tiny_vocab, **{
+        **FAST, "task": "text_regression", "text_column": "sentence",
+        "label_column": "score", "use_augmented": False, "task_phases": ["prediction"],
+        "task_teacher": write_teacher(str(tmp_path / "reg_teacher"), tiny_vocab,
+                                      head="regressor"),
+        "export_formats": ["int8"], "quantize_batch_size": 4, "dry_run": True,
+        "train_file": write_scores_tsv(tmp_path / "train.tsv", 8, 4),
+        "validation_file": write_scores_tsv(tmp_path / "dev.tsv", 4, 5)})
+    assert main(["bin/distill", *argv(reg)]) == 0
+    (phase,) = [p for p in json.loads(capsys.readouterr().out)["phases"]
+                if p["stage"] == "quantize"]
+    assert "keeps the last weights" in phase["note"] and "evaluation" not in phase
     # A student head with no int8 form: refused before anything runs, naming the fix.
     pre = type(ns)(**{**vars(ns), "classifier_head": "pre_classifier"})
     assert main(["bin/distill", *argv(pre)]) != 0

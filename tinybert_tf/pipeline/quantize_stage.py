@@ -87,7 +87,7 @@ def quantize_phase(ctx: Context, train_size: int) -> PhaseSpec:
 
 def selects(ctx: Context) -> bool:
     """Whether the stage keeps its best-agreeing checkpoint (module docstring, 3.)."""
-    return ctx.config.quantize.eval_every > 0 and ctx.task.type.kind != "regression"
+    return ctx.config.quantize.eval_every > 0 and ctx.task.type.has_answers
 
 
 def quantize(ctx: Context) -> dict[str, Any]:

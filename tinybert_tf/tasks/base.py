@@ -77,6 +77,9 @@ class TaskType:
     output_name: ClassVar[str] = "logits"
     # Its outputs are named labels: a teacher's outputs are matched to them by name.
     named_outputs: ClassVar[bool] = True
+    # Its outputs are answers (labels, tags, spans) that another model or an export keeps
+    # or changes: `agreement` measures that share, and the quantize stage selects by it.
+    has_answers: ClassVar[bool] = True
     # The prediction-layer phase trains on the original training set even when
     # the intermediate phase used augmented data (the paper does so for STS-B).
     predict_on_original_data: ClassVar[bool] = False

@@ -165,6 +165,7 @@ class Regression(_SentenceTask):
     is_regression = True
     predict_on_original_data = True  # paper Sec. 4.2 (STS-B)
     named_outputs = False
+    has_answers = False  # a score: parity compares it within a tolerance, not by agreement
 
     def __init__(self, label_names: Sequence[str] = ("score",),
                  metric_names: Sequence[str] = (), primary_metric: Optional[str] = None):
