@@ -13,6 +13,7 @@ from tinybert_tf.files import read_json
 from tinybert_tf.models.checkpoint import load_model
 from tinybert_tf.pipeline.main import main
 
+from numerics import MIN_DECIDED, NOISE, decided
 from pipeline_helpers import (
     FAST,
     argv,
@@ -155,11 +156,14 @@ def test_the_stage_resumes_from_its_checkpoint_to_the_same_weights(finished, tmp
         np.testing.assert_array_equal(got[key], want[key], err_msg=key)
 
 
+@pytest.mark.numerics
 def test_with_eval_every_the_stage_keeps_the_checkpoint_that_keeps_most_answers(
         finished, tmp_path, capsys):
     """--quantize_eval_every=2: dev agreement with the float student at steps 2, 4 and
     6; the published int8 student is the first that agrees most, and it answers as
-    its record says (counted here from the two models' logits)."""
+    its record says (counted here from the two models' outputs, computed again in
+    another way: only a sentence that either model leaves within NOISE of a tie may
+    count differently)."""
     ns, _ = finished
     copy = str(tmp_path / "copy")
     shutil.copytree(ns.output_dir, copy, symlinks=True)
@@ -178,6 +182,8 @@ def test_with_eval_every_the_stage_keeps_the_checkpoint_that_keeps_most_answers(
     # on that share of the dev sentences.
     reference, inputs = parity_reference(again)  # the float student's probabilities
     int8_student = load_model(os.path.join(copy, "quantize", "model"))
-    same = (np.argmax(reference, -1)
-            == np.argmax(int8_student(inputs, training=False)["logits"], -1))
-    assert float(np.mean(same)) == pytest.approx(best, abs=1e-9)
+    logits = np.asarray(int8_student(inputs, training=False)["logits"])
+    same = np.argmax(reference, -1) == np.argmax(logits, -1)
+    undecided = ~(decided(reference, NOISE) & decided(logits, NOISE))
+    assert float(np.mean(undecided)) <= 1.0 - MIN_DECIDED  # the count below means something
+    assert abs(float(np.mean(same)) - best) <= float(np.mean(undecided)) + 1e-12
