@@ -53,7 +53,6 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
 import pytest  # noqa: E402
-import tensorflow as tf  # noqa: E402
 
 from pipeline_helpers import (  # noqa: E402
     FAST,
@@ -69,24 +68,36 @@ from pipeline_helpers import (  # noqa: E402
     write_teacher,
 )
 
-_cpus = tf.config.list_physical_devices("CPU")
-try:
-    tf.config.set_logical_device_configuration(
-        _cpus[0], [tf.config.LogicalDeviceConfiguration()] * 2)
-except RuntimeError:  # already initialised by an earlier import; fine for single-device tests
-    pass
 
-# Grappler (TensorFlow's graph optimiser) off in the test processes, unless
-# TINYBERT_TEST_GRAPPLER=1. With the tests' tiny models a traced function runs a few
-# times, so optimising its graph costs more than it saves: a whole tiny pipeline run took
-# 41 s with it and 35 s without on the 2-core Intel host (BUILD.md). What the tests
-# assert does not depend on it: it rewrites graphs into equivalent ones, and every
-# comparison between runs or runtimes has a float tolerance (tests/numerics.py). Grappler
-# also picks oneDNN's fused kernels, so `make test-isa`, which compares those kernels
-# under each instruction set, turns it back on. The TFLite converter and the processes the
-# tests start (bin/ tools, fresh-process servers) run their own, unchanged.
-if os.environ.get("TINYBERT_TEST_GRAPPLER") != "1":
-    tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
+def pytest_configure(config):
+    """TensorFlow's set-up, in each process that runs tests: not in pytest-xdist's
+    controller, which only hands tests to its workers (importing TensorFlow there
+    cost ~6 s before the first worker started)."""
+    if hasattr(config, "workerinput") or not config.getoption("numprocesses", None):
+        _configure_tensorflow()
+
+
+def _configure_tensorflow() -> None:
+    import tensorflow as tf
+
+    cpus = tf.config.list_physical_devices("CPU")
+    try:
+        tf.config.set_logical_device_configuration(
+            cpus[0], [tf.config.LogicalDeviceConfiguration()] * 2)
+    except RuntimeError:  # already initialised by an earlier import; fine for single-device tests
+        pass
+
+    # Grappler (TensorFlow's graph optimiser) off in the test processes, unless
+    # TINYBERT_TEST_GRAPPLER=1. With the tests' tiny models a traced function runs a few
+    # times, so optimising its graph costs more than it saves: a whole tiny pipeline run took
+    # 41 s with it and 35 s without on the 2-core Intel host (BUILD.md). What the tests
+    # assert does not depend on it: it rewrites graphs into equivalent ones, and every
+    # comparison between runs or runtimes has a float tolerance (tests/numerics.py). Grappler
+    # also picks oneDNN's fused kernels, so `make test-isa`, which compares those kernels
+    # under each instruction set, turns it back on. The TFLite converter and the processes the
+    # tests start (bin/ tools, fresh-process servers) run their own, unchanged.
+    if os.environ.get("TINYBERT_TEST_GRAPPLER") != "1":
+        tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
 
 # A small real-looking WordPiece vocab: specials, unused rows, letters, words, pieces.
 TINY_VOCAB = (["[PAD]"] + [f"[unused{i}]" for i in range(5)] + ["[UNK]", "[CLS]", "[SEP]",

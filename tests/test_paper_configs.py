@@ -96,7 +96,8 @@ def tiny_inputs(tmp_path_factory, tiny_vocab):
     return ["--task=sst-2", f"--data_dir={write_task(str(tmp / 'task'), train=64)}",
             f"--teacher={teacher}", f"--mlm_model={mlm}",
             f"--word_vectors={vectors}", f"--general_model={general}",
-            f"--student_config={write_student_config(str(tmp / 's.json'), len(tiny_vocab))}",
+            "--student_config=" + write_student_config(str(tmp / "s.json"), len(tiny_vocab),
+                                                       layers=2),
             f"--output_dir={tmp / 'out'}", "--dry_run"]
 
 

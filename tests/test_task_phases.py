@@ -28,7 +28,15 @@ from tinybert_tf.pipeline.phases import PHASE_KINDS, PhaseKind, parse_grid, phas
 from tinybert_tf.pipeline.preflight import PreflightError
 from tinybert_tf.tasks import Classification, Regression, task_type_of
 
-from pipeline_helpers import argv, read_json, run, tiny_flags, write_task, write_teacher
+from pipeline_helpers import (
+    argv,
+    read_json,
+    run,
+    tiny_flags,
+    write_student_config,
+    write_task,
+    write_teacher,
+)
 
 # --- units ---------------------------------------------------------------------------------
 
@@ -167,6 +175,8 @@ def test_plan_shows_each_phase_and_the_cost_of_selecting_on_dev(tmp_path, tiny_v
                                                                 capsys):
     teacher = write_teacher(str(tmp_path / "tt"), tiny_vocab, head="classifier")
     ns = tiny_flags(tmp_path, tiny_vocab, stages=["task"], dry_run=True, task_teacher=teacher,
+                    student_config=write_student_config(str(tmp_path / "s2.json"),
+                                                        len(tiny_vocab), layers=2),
                     student_init="random", use_augmented=False, eval_every=2,
                     layer_weights=["1", "1", "1", "0.5"], layer_mapping="bottom",
                     task_phases=["intermediate", "finetune"], pred_grid=["4:1e-3", "8:2e-3"])
