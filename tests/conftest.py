@@ -2,8 +2,8 @@
 pipeline runs shared by the whole session.
 
 Two logical CPU devices must be configured before TensorFlow runs any op, so
-MirroredStrategy tests can run two replicas on one CPU; it is done here, at
-collection time, for the whole session.
+MirroredStrategy tests can run two replicas on one CPU; `pytest_configure` below
+does it before any test module is collected, in each process that runs tests.
 
 How a new test uses the shared set-up (the suite must stay within ~6 minutes on
 two cores, so a test pays only for what no fixture below already gives it):
