@@ -64,6 +64,22 @@ def test_bad_commands_exit_2_with_one_line(extra, message, tmp_path, capsys):
     assert code == 2 and message in err and len(err.splitlines()) == 1
 
 
+def test_a_preempted_cell_ends_reproduce_with_75_and_one_line(tmp_path, capsys, monkeypatch):
+    """SIGTERM during a cell's phase: bin/reproduce exits as bin/distill does (75, the
+    checkpoint named), not with a traceback and 1."""
+    from tinybert_tf.pipeline.training import Preempted
+
+    def preempted(opts):
+        raise Preempted("intermediate", 116, str(tmp_path / "ckpt-116"))
+
+    monkeypatch.setattr(reproduce, "run", preempted)
+    code = reproduce.main(["bin/reproduce", "--table=2", f"--output_dir={tmp_path}"])
+    err = capsys.readouterr().err.strip()
+    assert code == 75, err
+    assert len(err.splitlines()) == 1 and "stopped by SIGTERM at step 116" in err
+    assert "ckpt-116" in err and "Traceback" not in err
+
+
 def _toy_argv(tmp, vocab):
     """Toy sizes; the student has the tiny teacher's width (first_layers copies it)."""
     teacher = read_json(os.path.join(write_teacher(str(tmp / "teacher32"), vocab),

@@ -463,8 +463,8 @@ def plot(data: dict[str, Any], path: str) -> str:
 # --- the command ----------------------------------------------------------------------
 
 def main(argv: Sequence[str]) -> int:
-    """bin/reproduce: 0 done; 2 a bad command or a failed run's error (one line); as
-    bin/distill otherwise (main.py)."""
+    """bin/reproduce: 0 done; 2 a bad command or a failed run's error (one line); 75 a
+    cell's run stopped by SIGTERM (re-run to resume); as bin/distill otherwise (main.py)."""
     try:
         run(parse(argv))
     except ReproduceError as e:
@@ -477,6 +477,14 @@ def main(argv: Sequence[str]) -> int:
         print("reproduce: interrupted; re-run the same command to resume.", file=sys.stderr,
               flush=True)
         return 130
+    except Exception as e:
+        # A cell's run that knows its exit status (a SIGTERM'd phase: 75, checkpoint
+        # saved) ends bin/reproduce as it ends bin/distill: its one-line message.
+        code = getattr(e, "exit_code", None)
+        if not isinstance(code, int) or isinstance(code, bool):
+            raise
+        print(f"reproduce: {str(e).rstrip()}", file=sys.stderr, flush=True)
+        return code
     return 0
 
 
