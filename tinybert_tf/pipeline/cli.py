@@ -122,8 +122,8 @@ def guard(tool: str, body: Callable[[], Any], user_errors: tuple = ()) -> int:
               "checkpoint.", file=sys.stderr, flush=True)
         return EXIT_INTERRUPTED
     except Exception as e:
-        code = getattr(e, "exit_code", None)
-        if isinstance(code, int) and not isinstance(code, bool):
+        code = exit_code_of(e)
+        if code is not None:
             # An error that knows its exit status (e.g. a preempted run): its message.
             print(f"{tool}: {str(e).rstrip()}", file=sys.stderr, flush=True)
             return code
@@ -133,6 +133,12 @@ def guard(tool: str, body: Callable[[], Any], user_errors: tuple = ()) -> int:
         return internal_error(tool, e)  # a bug: one line here, the traceback in a file
     # body's result is an exit code only when it is an int (run() may return its summary).
     return int(code) if isinstance(code, int) and not isinstance(code, bool) else EXIT_OK
+
+
+def exit_code_of(e: BaseException) -> Optional[int]:
+    """The int exit status an error carries (`exit_code`: a preempted run's 75), or None."""
+    code = getattr(e, "exit_code", None)
+    return code if isinstance(code, int) and not isinstance(code, bool) else None
 
 
 def fail(tool: str, message: str) -> int:

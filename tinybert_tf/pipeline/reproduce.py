@@ -45,9 +45,9 @@ from absl import flags
 
 from tinybert_tf import files
 from tinybert_tf.files import read_json, write_json_atomic
+from tinybert_tf.pipeline import cli, paper_tables, preflight, seed_tables, table_files
 from tinybert_tf.pipeline import flags as tb_flags
 from tinybert_tf.pipeline import main as distill_main
-from tinybert_tf.pipeline import paper_tables, preflight, seed_tables, table_files
 from tinybert_tf.pipeline.flagfiles import expand_flagfiles
 from tinybert_tf.pipeline.paper_tables import Cell, Column, PaperTable
 from tinybert_tf.tasks.catalog import resolve_task
@@ -480,8 +480,8 @@ def main(argv: Sequence[str]) -> int:
     except Exception as e:
         # A cell's run that knows its exit status (a SIGTERM'd phase: 75, checkpoint
         # saved) ends bin/reproduce as it ends bin/distill: its one-line message.
-        code = getattr(e, "exit_code", None)
-        if not isinstance(code, int) or isinstance(code, bool):
+        code = cli.exit_code_of(e)
+        if code is None:
             raise
         print(f"reproduce: {str(e).rstrip()}", file=sys.stderr, flush=True)
         return code
