@@ -187,3 +187,39 @@ def test_with_eval_every_the_stage_keeps_the_checkpoint_that_keeps_most_answers(
     undecided = ~(decided(reference, NOISE) & decided(logits, NOISE))
     assert float(np.mean(undecided)) <= 1.0 - MIN_DECIDED  # the count below means something
     assert abs(float(np.mean(same)) - best) <= float(np.mean(undecided)) + 1e-12
+
+
+def test_a_zero_learning_rate_keeps_the_float_weights_and_moves_only_the_ranges(
+        finished, tmp_path, capsys):
+    """--quantize_lr=0: the int8 student's weights are the float student's, bit for bit,
+    and its steps still move the ranges away from the calibrated ones (--quantize_steps=0
+    publishes those); the plan says so."""
+    ns, _ = finished
+    published = {}
+    for name, extra in (("ranges", {"quantize_lr": 0.0}), ("calibrated", {"quantize_steps": 0})):
+        copy = str(tmp_path / name)
+        shutil.copytree(ns.output_dir, copy, symlinks=True)
+        again = type(ns)(**{**vars(ns), "output_dir": copy, "stages": ["quantize"],
+                            "quantize_eval_every": 0, "overwrite": True, **extra})
+        assert run(again)["quantize"]["steps"] == (STEPS if name == "ranges" else 0)
+        published[name] = load_weights(os.path.join(copy, "quantize", "model"))
+    float_student = load_weights(os.path.join(ns.output_dir, "task", "model"))
+    ranges = published["ranges"]
+    shared = sorted(set(float_student) & set(ranges))
+    assert len(shared) >= 10
+    for key in shared:
+        np.testing.assert_array_equal(ranges[key], float_student[key], err_msg=key)
+    points = [k for k in ranges if k not in float_student]
+    assert points and sorted(points) == sorted(k for k in published["calibrated"]
+                                               if k not in float_student)
+    assert any(not np.array_equal(ranges[k], published["calibrated"][k]) for k in points)
+    plan = type(ns)(**{**vars(ns), "dry_run": True, "quantize_lr": 0.0,
+                       "output_dir": str(tmp_path / "plan")})
+    capsys.readouterr()  # the runs' progress
+    assert main(["bin/distill", *argv(plan)]) == 0
+    (phase,) = [p for p in json.loads(capsys.readouterr().out)["phases"]
+                if p["stage"] == "quantize"]
+    assert "weights kept: the float student's (--quantize_lr=0)" in phase["note"]
+    negative = type(plan)(**{**vars(plan), "quantize_lr": -1e-5})
+    assert main(["bin/distill", *argv(negative)]) == 2
+    assert "--quantize_lr=-1e-05: must be >= 0" in capsys.readouterr().err

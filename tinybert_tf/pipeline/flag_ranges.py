@@ -17,7 +17,7 @@ def ranges(c: PipelineConfig) -> list[tuple[str, Any, Callable[[Any], bool], str
     q = c.quantize
     return [
         ("--quantize_steps", q.steps, nonneg, ">= 0 (0 = calibrate only)"),
-        ("--quantize_lr", q.lr, pos, "> 0"),
+        ("--quantize_lr", q.lr, nonneg, ">= 0 (0 = keep the weights, fit the ranges only)"),
         ("--quantize_batch_size", q.batch_size, pos, "> 0"),
         ("--quantize_calibration_examples", q.calibration_examples, pos, ">= 1"),
         ("--quantize_eval_every", q.eval_every, nonneg, ">= 0 (0 = keep the last weights)"),

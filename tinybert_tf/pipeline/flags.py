@@ -415,7 +415,9 @@ def define_quantize(fv: flags.FlagValues) -> None:
     flags.DEFINE_integer("quantize_steps", 300, "Optimizer steps of quantisation-aware "
                          "distillation (0 = calibrate the ranges only).", flag_values=fv)
     flags.DEFINE_float("quantize_lr", 2e-5, "Peak learning rate of the quantize stage "
-                       "(linear warm-up over --warmup_proportion, then decay).",
+                       "(linear warm-up over --warmup_proportion, then decay); 0: the "
+                       "int8 copy keeps the float student's weights and its steps only "
+                       "move the activation ranges (forward passes, no gradients).",
                        flag_values=fv)
     flags.DEFINE_integer("quantize_batch_size", 32, "Global batch size of the quantize "
                          "stage.", flag_values=fv)

@@ -168,6 +168,10 @@ class PhaseSpec:
                              f"{self.batch_flag}.")
 
     def optimizer(self, weight_decay: float) -> keras.optimizers.Optimizer:
+        if self.lr == 0:
+            # A phase that trains no weight (the quantize stage's --quantize_lr=0): keras
+            # still compiles with an optimizer; SGD at 0 keeps no slot variable.
+            return keras.optimizers.SGD(learning_rate=0.0)
         return create_optimizer(self.lr, max(1, self.total_steps),
                                 warmup_steps=self.warmup_steps, weight_decay=weight_decay,
                                 schedule=self.schedule)

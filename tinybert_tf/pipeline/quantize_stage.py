@@ -13,7 +13,10 @@ task stage's training data:
      cross-entropy, Eq. 10; the layer terms with identity projections, the
      teacher having the student's own shape), while the ranges follow each
      batch's by a moving average and gradients pass the fake quantisation
-     straight through;
+     straight through. With --quantize_lr=0 the weights stay the float
+     student's and only the ranges move (forward passes, no gradients): on the
+     demo's weak students this kept more of the float student's answers on text
+     the stage never saw than training the weights did (docs/deploy.md);
   3. selection (--quantize_eval_every N > 0): every N steps the int8 copy's
      dev answers are compared with the float student's (`TaskType.agreement`,
      the measure of parity.json) and the checkpoint that keeps the most is the
@@ -77,12 +80,20 @@ def quantize_phase(ctx: Context, train_size: int) -> PhaseSpec:
     spec.note = (f"teacher: the float task student ({ctx.student_path()}); int8 ranges "
                  f"calibrated on {min(q.calibration_examples, train_size)} training rows "
                  "(the first of epoch 1's order); "
+                 + ("weights kept: the float student's (--quantize_lr=0), only the ranges "
+                    "follow the data; " if ranges_only(ctx) else "")
                  + (f"keeps the checkpoint whose dev answers agree most with the float "
                     f"student's (every {q.eval_every} steps)" if selects(ctx)
                     else "keeps the last weights"))
     if selects(ctx):
         spec.set_evaluation(q.eval_every, rows(ctx, ctx.examples(ctx.task.dev_splits[0])))
     return spec
+
+
+def ranges_only(ctx: Context) -> bool:
+    """--quantize_lr=0: the int8 copy keeps the float student's weights; its steps only
+    move the activation ranges (module docstring, 2.)."""
+    return ctx.config.quantize.lr == 0
 
 
 def selects(ctx: Context) -> bool:
@@ -110,6 +121,10 @@ def quantize(ctx: Context) -> dict[str, Any]:
     print(f"[quantize] {calibration['points']} int8 activation ranges calibrated on "
           f"{len(sample)} rows; padded keys masked with {calibration['mask_value']:.2f}",
           flush=True)
+    if ranges_only(ctx):
+        # No trainable variable, so no gradient is computed: the steps run the student
+        # forward in training mode, where each range moves towards the batch's.
+        student.trainable = False
     with ctx.strategy.scope():
         distiller = _distiller(ctx, student, teacher, spec, ctx.task.type.label_metrics(),
                                prepare=identity_projections)
