@@ -30,6 +30,13 @@ Usage (the demo; about 20 minutes on 2 idle cores, 3 seeds):
 The 4-layer 312-wide preset on the polarity sentences (about 30 minutes):
   python benchmarks/bench_quantize.py --output_dir=runs/bench_quantize_4l --seeds=1,2 \\
       -- --flagfile=configs/demo.cfg --student_config=tinybert_4l_312d --noinit_from_teacher
+The preset on a task built from real text (benchmarks/wiki_kinds.py; about 66 minutes):
+  python benchmarks/wiki_kinds.py runs/wiki_kinds
+  python benchmarks/bench_quantize.py --output_dir=runs/bench_quantize_kinds --seeds=1,2 \\
+      -- --flagfile=configs/demo.cfg --task=text_classification \\
+      --train_file=runs/wiki_kinds/train.csv --validation_file=runs/wiki_kinds/dev.csv \\
+      --student_config=tinybert_4l_312d --noinit_from_teacher --max_seq_len=64 \\
+      --num_aug=1 --teacher_epochs=1 --teacher_batch_size=32
 Another task: add its flags after `--` (e.g. --task=wiki_pairs, or --task=sst-2
 --data_dir=...).
 """

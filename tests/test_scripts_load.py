@@ -61,3 +61,18 @@ def test_bench_quantize_counts_disagreements_by_the_float_top2_gap():
     assert [bands[k]["disagreements"] for k in bands] == [0, 1, 1, 2]
     assert [bands[k]["share"] for k in bands] == [0.2, 0.4, 0.6, 0.8]
     assert all(b["of"] == 2 for b in bands.values())
+
+
+def test_wiki_kinds_splits_people_and_places_by_article(tmp_path):
+    """The real-text task of the 4-layer quantize benchmark (docs/deploy.md): the
+    documented sizes, both kinds in each split, and no dev sentence in train."""
+    import csv
+    kinds = load_script(os.path.join(REPO, "benchmarks", "wiki_kinds.py"))
+    assert kinds.build(str(tmp_path)) == {"train": 7300, "dev": 1234}
+    rows = {split: list(csv.DictReader(open(tmp_path / f"{split}.csv", encoding="utf-8")))
+            for split in ("train", "dev")}
+    assert {r["label"] for r in rows["dev"]} == {"person", "place"}
+    assert sum(r["label"] == "person" for r in rows["dev"]) == 620
+    assert sum(r["label"] == "person" for r in rows["train"]) == 2937
+    assert not {r["text"] for r in rows["dev"]} & {r["text"] for r in rows["train"]}
+    assert set(kinds.DEV) < set(kinds.PEOPLE) | set(kinds.PLACES)
