@@ -25,9 +25,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from tinybert_tf.data.corpus import iter_wiki_articles  # noqa: E402
 
-# Every biography and every country, state or region of the sample with 15
-# sentences or more (Apollo, a god, and "Economy of Angola"-like sub-topics left
-# out: neither a person nor a place).
+# Chosen by hand from the sample's titles: its biographies (Achilles, a hero of myth,
+# counted as a person; Apollo, a god, left out) and its articles on a country, state,
+# province, continent or ocean (sub-topics such as "Economy of Angola", and the
+# Aa River, left out).
 PEOPLE = ("Abraham Lincoln", "Aristotle", "Albert Einstein", "Andre Agassi",
           "Arthur Schopenhauer", "Achilles", "Ayn Rand", "Aldous Huxley",
           "Andrei Tarkovsky", "Albert Sidney Johnston", "Allan Dwan", "Alain Connes")

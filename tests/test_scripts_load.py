@@ -67,9 +67,11 @@ def test_wiki_kinds_splits_people_and_places_by_article(tmp_path):
     """The real-text task of the 4-layer quantize benchmark (docs/deploy.md): the
     documented sizes, both kinds in each split, and no dev sentence in train."""
     import csv
+    import io
     kinds = load_script(os.path.join(REPO, "benchmarks", "wiki_kinds.py"))
     assert kinds.build(str(tmp_path)) == {"train": 7300, "dev": 1234}
-    rows = {split: list(csv.DictReader(open(tmp_path / f"{split}.csv", encoding="utf-8")))
+    rows = {split: list(csv.DictReader(io.StringIO(
+                (tmp_path / f"{split}.csv").read_text(encoding="utf-8"), newline="")))
             for split in ("train", "dev")}
     assert {r["label"] for r in rows["dev"]} == {"person", "place"}
     assert sum(r["label"] == "person" for r in rows["dev"]) == 620
