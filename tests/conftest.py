@@ -78,9 +78,16 @@ def pytest_configure(config):
 
 
 def _configure_tensorflow() -> None:
+    import contextlib
+
     import tensorflow as tf
 
-    cpus = tf.config.list_physical_devices("CPU")
+    from tinybert_tf.startup import filtered_stderr, nvidia_driver_present
+
+    # The first device query probes CUDA; on a machine without a driver its error line is
+    # noise in the test output (tinybert_tf.startup says why), as in the bin/ tools.
+    with contextlib.nullcontext() if nvidia_driver_present() else filtered_stderr():
+        cpus = tf.config.list_physical_devices("CPU")
     try:
         tf.config.set_logical_device_configuration(
             cpus[0], [tf.config.LogicalDeviceConfiguration()] * 2)
