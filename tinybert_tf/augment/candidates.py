@@ -63,7 +63,7 @@ def _top_k_function(model, allowed: np.ndarray, k: int):
     i32 = tf.int32
 
     @tf.function(input_signature=[tf.TensorSpec([None, None], i32)] * 3
-                 + [tf.TensorSpec([None], i32)] * 2)
+                 + [tf.TensorSpec([None], i32)] * 2, autograph=False)
     def top_k(ids, type_ids, mask, positions, exclude):
         """int32 [B, L] x3, [B], [B] -> top-K ids [B, K], valid [B, K] (bool)."""
         out = model_ref()({"input_word_ids": ids, "input_mask": mask, "input_type_ids": type_ids,

@@ -114,7 +114,8 @@ def runtime_names() -> tuple[str, ...]:
 
 def _keras_timer(model, seq_len: int, batch: int):
     spec = {k: tf.TensorSpec([batch, seq_len], tf.int32) for k in INPUT_NAMES}
-    fn = tf.function(lambda x: model(x, training=False)["logits"], input_signature=[spec])
+    fn = tf.function(lambda x: model(x, training=False)["logits"], input_signature=[spec],
+                     autograph=False)
     return lambda x: fn({k: tf.constant(v) for k, v in x.items()})
 
 

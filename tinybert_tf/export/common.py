@@ -13,6 +13,7 @@ import tensorflow as tf
 
 from tinybert_tf import files
 from tinybert_tf.models.encoder import INPUT_NAMES, BertModel
+from tinybert_tf.models.tracing import any_shape_function
 from tinybert_tf.tasks import TaskType, task_type_of
 
 Text = Union[str, tuple]  # "text" or ("text a", "text b" | None)
@@ -73,13 +74,13 @@ def label_permutation(served: TaskType, task: TaskType) -> Optional[list[int]]:
 def output_function(model: BertModel, task: TaskType) -> Callable[[dict], tf.Tensor]:
     """A traced function: a batch of packed inputs -> the model's outputs in the task's
     export space (`task.tflite_output`: probabilities, score, ...). Keep it to call again
-    (as `keras_outputs(..., run=)`) without tracing again."""
+    (as `keras_outputs(..., run=)`) without tracing again; one trace for every batch
+    size and length."""
 
-    @tf.function(reduce_retracing=True)
     def run(batch):
         logits = tf.cast(model(batch, training=False)["logits"], tf.float32)
         return task.tflite_output(logits)
-    return run
+    return any_shape_function(run)
 
 
 def keras_outputs(model: BertModel, task: TaskType, inputs: dict[str, np.ndarray],

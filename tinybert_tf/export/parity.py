@@ -153,7 +153,7 @@ def export_all(model: BertModel, output_dir: str, *, max_seq_len: int,
         files.remove(parity_path)
 
     one = {k: tf.constant(v[:1]) for k, v in dev_inputs.items()}
-    keras_fn = tf.function(lambda x: model(x, training=False)["logits"])
+    keras_fn = tf.function(lambda x: model(x, training=False)["logits"], autograph=False)
     rows: dict[str, dict[str, Any]] = {}
     rows["keras"] = {**compare(task, reference, reference, ctx),
                      "size_bytes": int(sum(v.numpy().nbytes for v in model.weights)),
@@ -161,7 +161,8 @@ def export_all(model: BertModel, output_dir: str, *, max_seq_len: int,
                      "path": None}
     outputs = {}
     if quantized is not None:
-        quantized_fn = tf.function(lambda x: quantized(x, training=False)["logits"])
+        quantized_fn = tf.function(lambda x: quantized(x, training=False)["logits"],
+                                   autograph=False)
         outputs["keras_quantized"] = keras_outputs(quantized, task, dev_inputs)
         rows["keras_quantized"] = {
             **compare(task, reference, outputs["keras_quantized"], ctx),

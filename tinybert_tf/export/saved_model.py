@@ -100,12 +100,13 @@ class ServingModule(tf.Module):
         self.model_variables = [getattr(v, "value", v) for v in model.weights]
 
         ids_spec = [tf.TensorSpec([None, None], tf.int32, name=n) for n in INPUT_NAMES]
-        self.serve_ids = tf.function(self._serve_ids, input_signature=ids_spec)
+        self.serve_ids = tf.function(self._serve_ids, input_signature=ids_spec, autograph=False)
         # The task type decides what the text signature takes and returns.
         if self.text:
             text_specs = self.task.text_input_specs(self.is_pair)
             self._text_names = [spec.name for spec in text_specs]
-            self.serve_text = tf.function(self._serve_text, input_signature=text_specs)
+            self.serve_text = tf.function(self._serve_text, input_signature=text_specs,
+                                          autograph=False)
         else:
             self.serve_text = None
 

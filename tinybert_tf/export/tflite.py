@@ -224,7 +224,7 @@ def model_function(model: BertModel, max_seq_len: int, batch_size: int = 1,
     value = MASK_VALUE if mask_value is None else float(mask_value)
     spec = [tf.TensorSpec([batch_size, max_seq_len], tf.int32, name=n) for n in INPUT_NAMES]
 
-    @tf.function(input_signature=spec)
+    @tf.function(input_signature=spec, autograph=False)
     def predict(input_word_ids, input_mask, input_type_ids):
         if integer and not is_quantized(model):  # a quantised model gathers its own mask
             # A float 0/1 mask from a two-entry table: GATHER has integer kernels,
@@ -249,7 +249,7 @@ def text_model_function(model: BertModel, max_seq_len: int, is_pair: bool,
     names = TEXT_INPUT_NAMES[:2 if is_pair else 1]
     spec = [tf.TensorSpec([1], tf.string, name=n) for n in names]
 
-    @tf.function(input_signature=spec)
+    @tf.function(input_signature=spec, autograph=False)
     def predict(*texts):
         inputs = tokenizer(*texts, max_seq_len=max_seq_len)
         logits = tf.cast(model(inputs, training=False)["logits"], tf.float32)

@@ -16,7 +16,7 @@ def latency_ms(model: BertModel, max_seq_len: int, runs: int = 30) -> float:
     """Median wall time of one batch-1 forward pass at `max_seq_len`, in ms."""
     inputs = dummy_inputs(1, max_seq_len)
 
-    @tf.function
+    @tf.function(autograph=False)
     def forward(x):
         out = model(x, training=False)
         return out["logits"] if "logits" in out else out["sequence_output"]

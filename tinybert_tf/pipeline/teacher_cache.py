@@ -36,6 +36,7 @@ import tensorflow as tf
 from tinybert_tf import files
 from tinybert_tf.data import buckets
 from tinybert_tf.distill.distiller import TEACHER_KEY_PREFIX, teacher_batch_keys
+from tinybert_tf.models.tracing import any_shape_function
 from tinybert_tf.tasks.base import TaskType, inference_batches
 
 CACHE_FOLDER = "teacher_cache"
@@ -110,10 +111,10 @@ def _from_npy(path: str, mmap: bool = False) -> Optional[np.ndarray]:
 
 def forward(fn, strategy: tf.distribute.Strategy):
     """`fn` (inputs -> a nest of tensors, one batch) traced; on TPU through strategy.run
-    (the weights live on the TPU), elsewhere a plain call on the default device."""
-    plain = tf.function(fn, reduce_retracing=True)
+    (the weights live on the TPU, which compiles one program per shape), elsewhere a
+    plain call on the default device, traced once for every shape."""
     if not isinstance(strategy, tf.distribute.TPUStrategy):
-        return plain
+        return any_shape_function(fn)
 
     @tf.function(reduce_retracing=True)
     def on_tpu(x):

@@ -344,7 +344,7 @@ class _Runner:
         mine = int(self.step.numpy())
         local = tf.constant([mine], tf.int64)
 
-        @tf.function
+        @tf.function(autograph=False)
         def every_step():
             return self.strategy.gather(self.strategy.run(lambda: tf.identity(local)), axis=0)
 
@@ -428,7 +428,7 @@ class _Runner:
         if self._finite_weights is None:
             variables = list(self.phase.model.trainable_weights)
 
-            @tf.function
+            @tf.function(autograph=False)
             def finite():
                 if not variables:
                     return tf.constant(True)

@@ -31,6 +31,7 @@ import tensorflow as tf
 
 from tinybert_tf import plugins
 from tinybert_tf.data import buckets
+from tinybert_tf.models.tracing import any_shape_function
 from tinybert_tf.tokenizer import pack_texts
 
 TASK_TYPES: dict[str, type["TaskType"]] = {}
@@ -316,12 +317,11 @@ class TaskType:
 
 def forward_fn(model):
     """One traced inference function per model (float32 logits), reused by every
-    evaluation of that model."""
+    evaluation of that model: one trace for every batch size and bucket length."""
     fn = getattr(model, "_tinybert_logits_fn", None)
     if fn is None:
-        @tf.function(reduce_retracing=True)
-        def fn(inputs):
-            return tf.cast(model(inputs, training=False)["logits"], tf.float32)
+        fn = any_shape_function(
+            lambda inputs: tf.cast(model(inputs, training=False)["logits"], tf.float32))
         model._tinybert_logits_fn = fn
     return fn
 
