@@ -148,6 +148,18 @@ def check_packing(out, doc_ids, L, pair, cls_id, sep_id):
     return groups
 
 
+def test_split_long_cuts_each_sentence_into_budget_pieces_and_drops_empty_ones():
+    rng = np.random.default_rng(5)
+    for budget in (1, 4, 13):
+        for trial in range(6):
+            lens = rng.integers(0, 30, size=int(rng.integers(0, 7)))
+            doc = [[int(x) for x in rng.integers(1, 99, size=n)] for n in lens]
+            ragged = tf.RaggedTensor.from_row_lengths(
+                tf.constant([x for s in doc for x in s], tf.int64), tf.constant(lens, tf.int64))
+            want = [s[i:i + budget] for s in doc for i in range(0, len(s), budget)]
+            assert pretrain.split_long(ragged, budget).to_list() == want, (budget, lens)
+
+
 @pytest.mark.parametrize("pair", [True, False])
 def test_pack_document_keeps_every_token_in_order(tok, pair):
     rng = np.random.default_rng(1)
