@@ -30,12 +30,10 @@ def any_shape_function(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
     it for inputs of that structure and dtypes with unknown dimensions (module
     docstring); later calls of any shape run that graph."""
     traced = tf.function(fn, autograph=False, reduce_retracing=True)
-    seeded = []
 
     def call(inputs):
-        if not seeded:
+        if not traced.experimental_get_tracing_count():
             traced.get_concrete_function(any_shape_spec(inputs))
-            seeded.append(True)
         return traced(inputs)
 
     call.traced = traced  # the tf.function itself, for callers that inspect its traces
