@@ -80,9 +80,9 @@ def pytest_configure(config):
 def _configure_tensorflow() -> None:
     import contextlib
 
-    import tensorflow as tf
+    from tinybert_tf.startup import filtered_stderr, import_tensorflow, nvidia_driver_present
 
-    from tinybert_tf.startup import filtered_stderr, nvidia_driver_present
+    tf = import_tensorflow()  # as the bin/ tools load it (tinybert_tf.startup says how)
 
     # The first device query probes CUDA; on a machine without a driver its error line is
     # noise in the test output (tinybert_tf.startup says why), as in the bin/ tools.

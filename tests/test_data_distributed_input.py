@@ -15,10 +15,13 @@ import sys
 
 import numpy as np
 import pytest
-import tensorflow as tf
 
-from tinybert_tf.data import corpus, pretokenize
-from tinybert_tf.tokenizer import Tokenizer
+from tinybert_tf.startup import import_tensorflow
+
+tf = import_tensorflow()  # run as a worker process too (__main__): as a bin/ tool loads it
+
+from tinybert_tf.data import corpus, pretokenize  # noqa: E402
+from tinybert_tf.tokenizer import Tokenizer  # noqa: E402
 
 L = 24
 WORDS = ["the", "cat", "dog", "sat", "on", "mat", "movie", "film", "good", "bad", "plot"]

@@ -43,6 +43,7 @@ from tinybert_tf.tokenizer import pack_texts
 
 import tasklib
 from numerics import NOISE, assert_parity_agrees, assert_same_labels, decided
+from pipeline_helpers import SERVER_SCRIPT_HEAD
 
 # Every test here compares an export with Keras (make test-isa).
 pytestmark = pytest.mark.numerics
@@ -309,7 +310,7 @@ def test_text_signature_equals_ids_on_reference_tokenisation(exported):
 FRESH_TEXTS_EXTRA = ["Hello World!", "un-affable café"]
 # The SavedModel's text signature in a fresh process (the `fresh` fixture runs it first,
 # then _TFLITE_SCRIPT in the same process: one TensorFlow import for both).
-_SAVED_MODEL_SCRIPT = r"""
+_SAVED_MODEL_SCRIPT = SERVER_SCRIPT_HEAD + r"""
 import json, sys
 import tensorflow as tf
 import tensorflow_text  # registers the tokenizer ops

@@ -43,6 +43,7 @@ from tinybert_tf.models import INPUT_NAMES, BertModel
 from tinybert_tf.models.checkpoint import load_tokenizer
 
 from numerics import assert_labels_are_argmax
+from pipeline_helpers import SERVER_SCRIPT_HEAD
 
 # Served outputs are compared with Keras's (make test-isa).
 pytestmark = pytest.mark.numerics
@@ -131,7 +132,7 @@ def test_publish_writes_version_1_atomically_with_warmup_for_every_signature(pub
 # version folder replayed as TF Serving replays them, then _REQUEST_SCRIPT's requests
 # (defined below) on a pair SavedModel. A replay prints its outputs before the next
 # starts, so a crash in the requests leaves the replays' results.
-_REPLAY_SCRIPT = r"""
+_REPLAY_SCRIPT = SERVER_SCRIPT_HEAD + r"""
 import json, sys
 from tinybert_tf.export.serving import replay_warmup
 for path in json.loads(sys.argv[3]):
@@ -189,7 +190,7 @@ def test_export_all_publishes_a_version_whose_warmup_replays(exported, fresh):
 # In a process that never imports tensorflow-text: load each SavedModel's graph with the
 # loader TF Serving's C++ one mirrors (it imports every function of the graph), then
 # call serving_default on token ids.
-NO_TF_TEXT = r"""
+NO_TF_TEXT = SERVER_SCRIPT_HEAD + r"""
 import json, sys
 import tensorflow as tf
 ids, out = json.loads(sys.argv[1]), {}

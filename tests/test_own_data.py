@@ -20,6 +20,7 @@ from pipeline_helpers import (
     FAST,
     NER_TAGS,
     REPO,
+    SERVER_SCRIPT_HEAD,
     parity_reference,
     read_json,
     run,
@@ -29,7 +30,7 @@ from pipeline_helpers import (
     write_conll,
 )
 
-SERVE = r"""
+SERVE = SERVER_SCRIPT_HEAD + r"""
 import json, sys
 import numpy as np
 import tensorflow as tf

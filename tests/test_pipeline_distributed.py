@@ -154,7 +154,8 @@ def test_a_worker_that_dies_is_one_clear_error_on_the_other(setup):
 
 def test_a_worker_that_never_starts_is_an_error_within_peer_timeout():
     workers = [f"127.0.0.1:{p}" for p in _free_ports(2)]
-    code = ("from tinybert_tf.pipeline.strategy import make_strategy\n"
+    code = ("from tinybert_tf.startup import import_tensorflow\nimport_tensorflow()\n"
+            "from tinybert_tf.pipeline.strategy import make_strategy\n"
             "make_strategy('multi_worker', peer_timeout=3)")
     env = dict(os.environ, TF_CONFIG=_tf_config(workers, 0), TF_CPP_MIN_LOG_LEVEL="3")
     start = time.time()

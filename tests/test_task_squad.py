@@ -28,6 +28,7 @@ from tinybert_tf.tokenizer import Tokenizer
 from numerics import MIN_DECIDED, NOISE, span_margins
 from pipeline_helpers import (
     REPO,
+    SERVER_SCRIPT_HEAD,
     SQUAD_SIZES,
     SQUAD_V1,
     SQUAD_V2,
@@ -293,7 +294,7 @@ def test_exports_agree_with_keras_and_tflite_has_the_task_library_outputs(squad2
     assert all(list(d["shape"]) == [1, SIZES["max_seq_len"]] for d in outs)
 
 
-_ANSWER = """
+_ANSWER = SERVER_SCRIPT_HEAD + """
 import json, sys
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  (the tokenizer's ops)

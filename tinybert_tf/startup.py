@@ -17,6 +17,16 @@ captured: there a CUDA error means something.
 Only the tools call it: a library must not initialise devices on import (a
 user configures logical devices before the first op), nor change other
 libraries' logging.
+
+`import_tensorflow()` is how a tool loads TensorFlow. `import tensorflow` loads
+keras, and keras imports scikit-learn (for its scikit-learn wrappers, which
+import scipy.stats) and matplotlib's pyplot (for its image-gallery plots)
+whenever they are installed: 1.5-2 s of the 4.5-5 s a tool took to start on the
+2-core Intel host, for keras features no tool uses (BUILD.md). The tools load
+TensorFlow with both hidden; afterwards each imports as usual (the report's
+plots import pyplot), and only those keras features see them missing. A
+library imported by a user's program must not do this, so this module imports
+no TensorFlow until a tool asks.
 """
 from __future__ import annotations
 
@@ -27,8 +37,6 @@ import re
 import sys
 import tempfile
 from typing import Iterator, Pattern
-
-import tensorflow as tf
 
 # The lines TensorFlow writes when it looks for CUDA on a machine without a driver.
 CPU_ONLY_NOISE: Pattern[str] = re.compile(
@@ -41,6 +49,35 @@ _DRIVER_PATHS = ("/proc/driver/nvidia", "/dev/nvidia0", "/dev/nvidiactl")
 # through absl at every save). bin/augment, bin/export and bin/benchmark already set
 # absl's verbosity to WARNING; this does it for every tool.
 QUIET_LOGGERS = ("gensim", "smart_open", "tensorflow", "absl")
+# What keras imports when installed and the tools never use (see the module docstring).
+KERAS_OPTIONAL_IMPORTS = ("sklearn", "matplotlib")
+
+
+@contextlib.contextmanager
+def modules_hidden(names: tuple[str, ...]) -> Iterator[None]:
+    """Inside the block, `import name` (and its submodules) raises ImportError for each
+    of `names` not yet imported; after it, they import as usual."""
+    hidden = [name for name in names if name not in sys.modules]
+    for name in hidden:
+        sys.modules[name] = None  # the import system's "not available" mark
+    try:
+        yield
+    finally:
+        for name in hidden:
+            if sys.modules.get(name, ...) is None:
+                del sys.modules[name]
+
+
+def import_tensorflow():
+    """TensorFlow, imported without keras's optional imports when nothing has imported
+    keras yet (see the module docstring); the `tensorflow` module."""
+    if "keras" in sys.modules:
+        import tensorflow as tf
+        return tf
+    with modules_hidden(KERAS_OPTIONAL_IMPORTS):
+        import keras  # noqa: F401  (loaded here, while its optional imports are hidden)
+        import tensorflow as tf
+    return tf
 
 
 def nvidia_driver_present() -> bool:
@@ -74,9 +111,18 @@ def start_tensorflow() -> None:
     """Initialise TensorFlow's devices, without the CUDA probe's error
     on a machine that has no NVIDIA driver (see the module docstring); and keep
     libraries' INFO logging (`QUIET_LOGGERS`) out of the tool's output."""
+    tf = import_tensorflow()
     for name in QUIET_LOGGERS:
         logging.getLogger(name).setLevel(logging.WARNING)
     if nvidia_driver_present():
         return
     with filtered_stderr():
         tf.config.list_physical_devices()
+
+
+def start_spawned_worker() -> None:
+    """A tool's worker process (multiprocessing's "spawn" start method, used as the pool
+    initializer): TensorFlow started as in the tool, before the worker imports anything
+    of ours that imports TensorFlow."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    start_tensorflow()

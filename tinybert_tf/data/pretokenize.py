@@ -16,6 +16,7 @@ process's memory, so a corpus or output there is written in-process.
 from __future__ import annotations
 
 import contextlib
+import functools
 import multiprocessing as mp
 import os
 from typing import Optional, Sequence, Union
@@ -34,28 +35,18 @@ from tinybert_tf.data.tfrecords import (
 )
 from tinybert_tf.models.checkpoint import CheckpointError, inspect_model
 from tinybert_tf.progress import progress_bar
-from tinybert_tf.startup import start_tensorflow
+from tinybert_tf.startup import start_spawned_worker
 from tinybert_tf.tokenizer import Tokenizer, read_vocab
 
-_progress_queue = None
 
-
-def _init_worker(queue) -> None:
-    global _progress_queue
-    _progress_queue = queue
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    if queue is not None:  # a spawned worker: its own TensorFlow start, as bin/ tools do
-        start_tensorflow()
-
-
-def _write_one_shard(job: dict) -> tuple[int, int, int]:
-    """Worker: tokenise and pack shard `index` of the corpus into its TFRecord file.
+def _write_one_shard(job: dict, queue=None) -> tuple[int, int, int]:
+    """Worker: tokenise and pack shard `index` of the corpus into its TFRecord file,
+    putting each batch's sequence count on `queue` (a worker process's progress).
     Returns (index, sequences, bytes); data errors arrive as one-line DataErrors."""
     tok = Tokenizer(job["vocab"], lower_case=job["lower_case"], max_seq_len=job["max_seq_len"])
     ds = corpus.packed_dataset(job["corpus"], tok, job["max_seq_len"], job["pack"], seed=0,
                                fmt=job["fmt"], tfds_data_dir=job["tfds_data_dir"],
                                num_shards=job["num_shards"], index=job["index"])
-    queue = _progress_queue
     records = ds.batch(256).map(encode_batch, num_parallel_calls=2).prefetch(2)
     with corpus.translate_data_errors():
         batches = records.as_numpy_iterator()
@@ -66,7 +57,6 @@ def _write_one_shard(job: dict) -> tuple[int, int, int]:
 
 def _run_jobs(jobs: list[dict], workers: int, bar) -> list[tuple[int, int, int]]:
     if workers == 1:
-        _init_worker(None)
         out = []
         for job in jobs:
             out.append(_write_one_shard(dict(job)))
@@ -76,8 +66,11 @@ def _run_jobs(jobs: list[dict], workers: int, bar) -> list[tuple[int, int, int]]
     ctx = mp.get_context("spawn")  # TensorFlow is not fork-safe
     with ctx.Manager() as manager:
         queue = manager.Queue()
-        with ctx.Pool(workers, initializer=_init_worker, initargs=(queue,)) as pool:
-            pending = pool.imap_unordered(_write_one_shard, jobs)
+        # The initializer lives in a module without TensorFlow: a spawned worker starts
+        # TensorFlow as the tools do before it imports this module for its first job.
+        with ctx.Pool(workers, initializer=start_spawned_worker) as pool:
+            pending = pool.imap_unordered(functools.partial(_write_one_shard, queue=queue),
+                                          jobs)
             while len(out) < len(jobs):
                 while not queue.empty():
                     bar.update(queue.get())
