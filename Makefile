@@ -10,10 +10,17 @@ export TF_CPP_MIN_LOG_LEVEL ?= 2
 
 .PHONY: install demo test test-isa bench
 
-# pip installs uv (pinned in constraints.txt), and uv installs the rest: it downloads,
-# unpacks and byte-compiles in parallel, 43-53 s here against pip's 122 s (BUILD.md).
+# pip installs uv (pinned in constraints.txt), and uv installs the rest: it downloads
+# and unpacks in parallel, 43-53 s here against pip's 122 s (BUILD.md).
 # --system-certs: the system's certificates, as pip uses them (a proxy's CA included).
-UV = $(VENV)/bin/uv pip install -q --python $(VENV)/bin/python --system-certs --compile-bytecode
+# No bytecode is compiled at install: each module is compiled the first time a process
+# imports it, and written to __pycache__ for the next ones. Most of TensorFlow's ~3,000
+# modules are never imported; compiling them all took 14 s of a 24 s install, against
+# about 5 s for what the first process imports (BUILD.md). So make's commands write
+# bytecode even where the environment sets PYTHONDONTWRITEBYTECODE: there every
+# process would compile TensorFlow's modules again (2-5 s each).
+UV = $(VENV)/bin/uv pip install -q --python $(VENV)/bin/python --system-certs
+unexport PYTHONDONTWRITEBYTECODE
 $(STAMP): setup.py constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install -q -c constraints.txt uv
@@ -32,12 +39,8 @@ demo: $(STAMP)
 # once (tests/conftest.py says why not loadgroup); the 15 slowest are printed.
 PYTEST_WORKERS ?= 2
 PYTEST_ARGS := -q -n $(PYTEST_WORKERS) --dist loadscope
-# The package and test helpers are byte-compiled first: about 30 processes import them
-# (two workers, the bin/ tools and fresh-process tests), and where PYTHONDONTWRITEBYTECODE
-# is set each compiled them again (about 0.4 s a process); compileall skips what is current.
 test: $(STAMP)
 	$(VENV)/bin/ruff check . bin/*
-	$(VENV)/bin/python -m compileall -q tinybert_tf tests
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS) --durations=15 tests; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc
 

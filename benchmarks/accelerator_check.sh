@@ -31,8 +31,9 @@ if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; t
 fi
 GPUS=$(nvidia-smi -L | grep -c '^GPU')
 NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
-if ! "$PY" -c "import sys, tensorflow as tf; sys.exit(0 if tf.config.list_physical_devices('GPU') else 3)" \
-        >/dev/null 2>&1; then
+# TensorFlow loaded as the bin/ tools load it (tinybert_tf/startup.py: a faster start).
+if ! "$PY" -c "import sys; from tinybert_tf.startup import import_tensorflow as load
+sys.exit(0 if load().config.list_physical_devices('GPU') else 3)" >/dev/null 2>&1; then
     echo "accelerator_check: nvidia-smi sees $GPUS x $NAME but TensorFlow finds no GPU:" \
          "install the CUDA build (pip install 'tensorflow[and-cuda]') and check" \
          "LD_LIBRARY_PATH / the driver version (nvidia-smi)." >&2
