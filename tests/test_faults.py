@@ -559,6 +559,8 @@ def test_bin_augment_writes_a_task_in_its_own_format_only(tmp_path, capsys):
 
 _TOOLS_SCRIPT = r"""
 import contextlib, io, runpy, sys
+import tinybert_tf.startup
+print("PACKAGE_IMPORTS_TF", "tensorflow" in sys.modules)
 for tool in ("distill", "export", "augment", "benchmark", "pretokenize"):
     for flag in ("--help", "--helpfull", "--nosuch=1"):
         sys.argv = [f"bin/{tool}", flag]
@@ -571,6 +573,9 @@ for tool in ("distill", "export", "augment", "benchmark", "pretokenize"):
                 code = e.code
         print("RC", tool, flag, code, out.getvalue().count("--"),
               "flags:" in out.getvalue(), repr(err.getvalue().strip()[-80:]))
+print("KERAS_OPTIONALS_LOADED", "sklearn" in sys.modules, "matplotlib" in sys.modules)
+import matplotlib.pyplot, sklearn.metrics  # hidden from keras only: they import as usual
+print("IMPORTED_AFTER", matplotlib.pyplot.__name__, sklearn.metrics.__name__)
 """
 
 
@@ -583,6 +588,11 @@ def test_every_tool_answers_help_and_uses_exit_code_2_for_a_bad_flag():
     rows = [line.split(" ", 6)[1:] for line in proc.stdout.splitlines()
             if line.startswith("RC ")]
     assert len(rows) == 15, proc.stdout
+    # The tools start TensorFlow without keras's optional imports (tinybert_tf.startup),
+    # and importing the package alone imports no TensorFlow.
+    assert "PACKAGE_IMPORTS_TF False" in proc.stdout
+    assert "KERAS_OPTIONALS_LOADED False False" in proc.stdout
+    assert "IMPORTED_AFTER matplotlib.pyplot sklearn.metrics" in proc.stdout
     for tool, flag, code, dashes, has_flags, err in rows:
         if flag == "--nosuch=1":
             assert code == "2" and "Unknown command line flag 'nosuch'" in err, (tool, err)

@@ -3,6 +3,7 @@ says "larger" when the student is larger, progress that stays line by line in a
 log file."""
 from __future__ import annotations
 
+import importlib
 import io
 import os
 import subprocess
@@ -100,3 +101,13 @@ def test_a_phase_without_a_terminal_prints_step_lines_not_a_redrawn_bar(monkeypa
     line.step = 4
     text = line.line(line._started + 8.0, {"loss": 0.5, "note": "x"})
     assert text == "[general] step 4/10 2.00s/step eta 12s loss=0.5"
+
+
+def test_hidden_modules_fail_to_import_inside_the_block_and_import_after_it():
+    name = "colorsys"  # a standard module nothing here imports
+    sys.modules.pop(name, None)
+    with startup.modules_hidden((name, "json")):
+        with pytest.raises(ImportError):
+            importlib.import_module(name)
+        assert importlib.import_module("json")  # already imported: left alone
+    assert importlib.import_module(name).rgb_to_hsv(1.0, 0.0, 0.0) == (0.0, 1.0, 1.0)
