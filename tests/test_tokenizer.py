@@ -143,3 +143,32 @@ def test_cached_models_tokenize_as_tensorflow_texts_own_build(bert_tok, lower_ca
     for tok in ours:
         assert [t.to_list() for t in tok.tokenize_with_offsets(texts)] == expected
     assert type(ours[0].vocab) is list and ours[0].vocab == bert_tok.vocab
+
+
+def test_encoder_is_traced_once_and_packs_as_the_call(vocab):
+    """`Tokenizer.encoder`: one trace however many datasets call it (sentences.make_dataset
+    builds one per epoch and split), the same inputs as calling the tokenizer, and no
+    trackable child of the tokenizer (a SavedModel holding it saves no extra function)."""
+    from tinybert_tf.data import sentences
+    from tinybert_tf.data.examples import Example
+
+    tok = Tokenizer(vocab, max_seq_len=16)
+    single, pair = tok.encoder(16), tok.encoder(16, pair=True)
+    assert tok.encoder(16) is single and pair is not single
+    texts = ["the movie was good", "hello world!", "un-affable café"]
+    for batch in (texts, texts[:1]):
+        got, want = single(tf.constant(batch)), tok(batch, max_seq_len=16)
+        for key in want:
+            np.testing.assert_array_equal(got[key].numpy(), want[key].numpy(), err_msg=key)
+    got = pair(tf.constant(texts), tf.constant(texts[::-1]))
+    want = tok(texts, texts[::-1], max_seq_len=16)
+    for key in want:
+        np.testing.assert_array_equal(got[key].numpy(), want[key].numpy(), err_msg=key)
+    examples = [Example(guid=str(i), text_a=t, text_b=None, label=i % 2)
+                for i, t in enumerate(texts)]
+    for shuffle in (False, True):
+        batch = next(iter(sentences.make_dataset(examples, tok, 16, 3, shuffle=shuffle)))
+        assert batch[0]["input_word_ids"].shape == (3, 16)
+    assert single.experimental_get_tracing_count() == 1
+    assert pair.experimental_get_tracing_count() == 1
+    assert "_encoders" not in tok._trackable_children()

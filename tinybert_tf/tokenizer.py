@@ -12,7 +12,7 @@ truncation (BERT's `_truncate_seq_pair`) to `max_seq_len`, zero padding.
 from __future__ import annotations
 
 import functools
-from typing import Optional, Sequence, Union
+from typing import Callable, Optional, Sequence, Union
 
 import numpy as np
 import tensorflow as tf
@@ -134,6 +134,9 @@ class Tokenizer(tf.Module):
         self._wordpiece = tf_text.FastBertTokenizer(
             token_out_type=tf.int32, fast_wordpiece_model_buffer=tf.constant(wordpiece),
             fast_bert_normalizer_model_buffer=tf.constant(normalizer))
+        # `encoder`'s functions, untracked (object.__setattr__): a SavedModel that holds
+        # this tokenizer saves only the signatures it is given.
+        object.__setattr__(self, "_encoders", {})
 
     @property
     def vocab_size(self) -> int:
@@ -209,6 +212,27 @@ class Tokenizer(tf.Module):
         if text_b is not None:
             segments.append(self.tokenize(text_b))
         return self.pack(segments, max_seq_len)
+
+    def encoder(self, max_seq_len: int, pair: bool = False) -> Callable[..., dict]:
+        """`self(text_a[, text_b], max_seq_len)` as a tf.function traced once per
+        (max_seq_len, pair) for this tokenizer: string [B] (and [B]) -> packed inputs,
+        each int32 [B, max_seq_len].
+
+        tf.data traces a map function anew for every dataset it builds (a tiny
+        pipeline run built ten over one tokenizer, each tracing the tokenizer); one that
+        calls this traces only the call."""
+        key = (int(max_seq_len), bool(pair))
+        if key not in self._encoders:
+            spec = tf.TensorSpec([None], tf.string)
+            if pair:
+                def encode(text_a, text_b):
+                    return self(text_a, text_b, max_seq_len=key[0])
+            else:
+                def encode(text_a):
+                    return self(text_a, max_seq_len=key[0])
+            self._encoders[key] = tf.function(
+                encode, input_signature=[spec] * (2 if pair else 1), autograph=False)
+        return self._encoders[key]
 
     def ids_to_tokens(self, ids: Sequence[int]) -> list[str]:
         return [self.vocab[int(i)] for i in ids]
