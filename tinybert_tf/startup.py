@@ -21,8 +21,8 @@ libraries' logging.
 `import_tensorflow()` is how a tool loads TensorFlow. `import tensorflow` loads
 keras, and keras imports scikit-learn (for its scikit-learn wrappers, which
 import scipy.stats) and matplotlib's pyplot (for its image-gallery plots)
-whenever they are installed: 1.5-2 s of the 4.5-5 s a tool took to start on the
-2-core Intel host, for keras features no tool uses (BUILD.md). The tools load
+whenever they are installed: 1-2 s of CPU of the 4-5 s a tool took to start on
+the 2-core Intel host, for keras features no tool uses (BUILD.md). The tools load
 TensorFlow with both hidden; afterwards each imports as usual (the report's
 plots import pyplot), and only those keras features see them missing. A
 library imported by a user's program must not do this, so this module imports
@@ -36,6 +36,7 @@ import os
 import re
 import sys
 import tempfile
+import types
 from typing import Iterator, Pattern
 
 # The lines TensorFlow writes when it looks for CUDA on a machine without a driver.
@@ -68,7 +69,7 @@ def modules_hidden(names: tuple[str, ...]) -> Iterator[None]:
                 del sys.modules[name]
 
 
-def import_tensorflow():
+def import_tensorflow() -> types.ModuleType:
     """TensorFlow, imported without keras's optional imports when nothing has imported
     keras yet (see the module docstring); the `tensorflow` module."""
     if "keras" in sys.modules:
