@@ -20,14 +20,17 @@ import types
 import unicodedata
 from typing import Any, Callable
 
+from tinybert_tf.startup import KERAS_OPTIONAL_IMPORTS  # imports no TensorFlow
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # The first line of a script a test runs in a fresh process as a server would (TensorFlow
-# and tensorflow-text, not our package): scikit-learn and matplotlib look missing, as on
-# a serving image. keras imports both when installed (the tests' reference checks need
-# scikit-learn), 1.5-2 s of every process's start; tinybert_tf.startup does the same
-# for the bin/ tools, which the tests start as they are.
-SERVER_SCRIPT_HEAD = "import sys; sys.modules.update(sklearn=None, matplotlib=None)\n"
+# and tensorflow-text, not our package): what keras imports only because it is installed
+# (scikit-learn, which the tests' reference checks need, and matplotlib; 1-2 s of every
+# process's start) looks missing, as on a serving image. tinybert_tf.startup hides the
+# same modules while the bin/ tools load TensorFlow; the tests start the tools as they are.
+SERVER_SCRIPT_HEAD = "import sys; sys.modules.update({})\n".format(
+    ", ".join(f"{name}=None" for name in KERAS_OPTIONAL_IMPORTS))
 
 GOOD = ["good", "great", "fun"]
 BAD = ["bad", "awful", "boring"]

@@ -223,15 +223,11 @@ class Tokenizer(tf.Module):
         calls this traces only the call."""
         key = (int(max_seq_len), bool(pair))
         if key not in self._encoders:
-            spec = tf.TensorSpec([None], tf.string)
-            if pair:
-                def encode(text_a, text_b):
-                    return self(text_a, text_b, max_seq_len=key[0])
-            else:
-                def encode(text_a):
-                    return self(text_a, max_seq_len=key[0])
+            def encode(*texts):  # text_a, or text_a and text_b: the signature's length
+                return self(*texts, max_seq_len=key[0])
             self._encoders[key] = tf.function(
-                encode, input_signature=[spec] * (2 if pair else 1), autograph=False)
+                encode, input_signature=[tf.TensorSpec([None], tf.string)] * (1 + key[1]),
+                autograph=False)
         return self._encoders[key]
 
     def ids_to_tokens(self, ids: Sequence[int]) -> list[str]:
