@@ -467,7 +467,8 @@ def _document_sequences(source: str, tokenizer, max_seq_len: int, pack: str, see
     docs = tf.data.Dataset.from_generator(gen, output_signature=tf.TensorSpec([None], tf.string))
     if repeat:
         docs = docs.repeat()
-    cls_id, sep_id, pad_id = tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id
+    packer = pretrain.document_packer(int(max_seq_len), tokenizer.cls_id, tokenizer.sep_id,
+                                      tokenizer.pad_id, pack == "pair")
 
     @tf.autograph.experimental.do_not_convert
     def pack_one(sentences):
@@ -477,8 +478,7 @@ def _document_sequences(source: str, tokenizer, max_seq_len: int, pack: str, see
         doc_hash = tf.strings.to_hash_bucket_fast(
             tf.strings.reduce_join(sentences, separator="\n"), 2 ** 62)
         doc_seed = tf.stack([tf.cast(seed, tf.int64), doc_hash])
-        rows = pretrain.pack_document(ids, max_seq_len, cls_id, sep_id, pad_id,
-                                      pack == "pair", doc_seed)
+        rows = packer(tf.cast(ids, tf.int64), doc_seed)
         if document_ids:
             rows[pretrain.DOCUMENT_KEY] = tf.fill(tf.shape(rows["input_mask"])[:1], doc_hash)
         return rows
