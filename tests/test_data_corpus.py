@@ -186,6 +186,30 @@ def test_pack_document_keeps_every_token_in_order(tok, pair):
         assert groups == expect
 
 
+def test_every_corpus_dataset_calls_one_traced_packer_that_packs_as_pack_document(
+        tok, text_corpus):
+    """`document_packer`: the packing graph traced once per setting, however many corpus
+    datasets map through it, with `pack_document`'s rows."""
+    pattern, _ = text_corpus
+    L = 19  # a length no other test packs at: this process has not traced it yet
+    for pair in (True, False):
+        packer = pretrain.document_packer(L, tok.cls_id, tok.sep_id, tok.pad_id, pair)
+        assert packer.experimental_get_tracing_count() == 0
+        mode = "pair" if pair else "single"
+        rows = [list(corpus.packed_dataset(pattern, tok, L, mode, seed=3)) for _ in range(2)]
+        assert packer.experimental_get_tracing_count() == 1
+        assert pretrain.document_packer(L, tok.cls_id, tok.sep_id, tok.pad_id, pair) is packer
+        assert len(rows[0]) == len(rows[1]) > 0
+        ids = tf.ragged.constant([[40, 41, 42, 43, 44], [45, 46], [47] * 20, []],
+                                 dtype=tf.int64, ragged_rank=1)
+        seed = tf.constant([3, 7], tf.int64)
+        got, want = packer(ids, seed), pretrain.pack_document(
+            ids, L, tok.cls_id, tok.sep_id, tok.pad_id, pair, seed)
+        assert got.keys() == want.keys()
+        for key in want:
+            np.testing.assert_array_equal(got[key].numpy(), want[key].numpy(), err_msg=key)
+
+
 def test_mask_batch_statistics_and_rules(tok):
     rng = np.random.default_rng(0)
     B, L = 1024, 32

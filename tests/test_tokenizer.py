@@ -143,6 +143,15 @@ def test_cached_models_tokenize_as_tensorflow_texts_own_build(bert_tok, lower_ca
     for tok in ours:
         assert [t.to_list() for t in tok.tokenize_with_offsets(texts)] == expected
     assert type(ours[0].vocab) is list and ours[0].vocab == bert_tok.vocab
+    # Another vocab of the same casing shares the normaliser (built once per casing) and
+    # still tokenizes as tensorflow-text's own build of that vocab.
+    other = [t for t in bert_tok.vocab if not t.startswith("##")]
+    theirs = tf_text.FastBertTokenizer(vocab=other, token_out_type=tf.int32,
+                                       unknown_token="[UNK]",
+                                       lower_case_nfd_strip_accents=lower_case)
+    assert ([t.to_list() for t in Tokenizer(other, lower_case=lower_case)
+             .tokenize_with_offsets(texts)]
+            == [t.to_list() for t in theirs.tokenize_with_offsets(texts)])
 
 
 def test_encoder_is_traced_once_and_packs_as_the_call(vocab):
