@@ -106,6 +106,35 @@ def _configure_tensorflow() -> None:
     if os.environ.get("TINYBERT_TEST_GRAPPLER") != "1":
         tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
 
+    if os.environ.get("TINYBERT_TEST_OP_TRACEBACKS") != "1":
+        _stop_recording_op_tracebacks()
+
+
+def _stop_recording_op_tracebacks() -> None:
+    """Graph ops built in the test processes record no Python stack, unless
+    TINYBERT_TEST_OP_TRACEBACKS=1 (set it to see, in an error raised by a traced function,
+    the line that built the failing op).
+
+    TensorFlow records the Python stack of each op it adds to a graph, and the first call
+    of a traced function turns every frame of every op's stack into a file and line (its
+    debug info, read only by error messages). Under pytest a stack is some 70 frames deep:
+    tracing and first running a tiny model's train step took 0.60-0.68 s of CPU with the
+    stacks and 0.46-0.50 s without on the 2-core Intel host, and the whole suite 4 min 46 s
+    against 5 min 45 s (BUILD.md). No test reads those stacks; the bin/ tools and the
+    processes the tests start keep them.
+
+    TensorFlow has no public switch: this sets the default of the `extract_traceback`
+    argument of `ops._create_c_op` (the one place that records them) to False, and leaves a
+    TensorFlow without that argument as it is."""
+    import inspect
+
+    from tensorflow.python.framework import ops
+
+    create = inspect.unwrap(ops._create_c_op)
+    names = list(inspect.signature(create).parameters)
+    if names and names[-1] == "extract_traceback" and create.__defaults__:
+        create.__defaults__ = (*create.__defaults__[:-1], False)
+
 # A small real-looking WordPiece vocab: specials, unused rows, letters, words, pieces.
 TINY_VOCAB = (["[PAD]"] + [f"[unused{i}]" for i in range(5)] + ["[UNK]", "[CLS]", "[SEP]",
               "[MASK]", ".", ",", "!", "?", "'", "\""]
