@@ -135,6 +135,7 @@ def _stop_recording_op_tracebacks() -> None:
     if names and names[-1] == "extract_traceback" and create.__defaults__:
         create.__defaults__ = (*create.__defaults__[:-1], False)
 
+
 # A small real-looking WordPiece vocab: specials, unused rows, letters, words, pieces.
 TINY_VOCAB = (["[PAD]"] + [f"[unused{i}]" for i in range(5)] + ["[UNK]", "[CLS]", "[SEP]",
               "[MASK]", ".", ",", "!", "?", "'", "\""]
