@@ -1,0 +1,197 @@
+#!/usr/bin/env python3
+"""The whole method on real GLUE tasks, with its baselines, as one resumable command.
+
+  .venv/bin/python benchmarks/glue.py --glue_dir=../shared/data/glue \
+      --work_dir=runs/glue --results_dir=benchmarks/results/glue --tasks=MRPC,RTE,SST-2
+
+Per task, each step a `bin/distill` run (configs/glue_minilm.cfg) in its own folder
+under --work_dir, so re-running the command resumes where it stopped:
+
+  teacher/<cell>    the embedded MiniLM-L6 fine-tuned, one run per --teacher_grid
+                    cell (LR:EPOCHS); the best on dev is the task's teacher
+  tinybert          general distillation (run once, in the first task's folder, and
+                    shared through --general_model), augmentation, task distillation,
+                    quantize, evaluate, export
+  finetuned         the same general student fine-tuned on the original training set
+                    without a teacher (the paper's "TinyBERT (GD)" baseline)
+
+then writes, under --results_dir, every model's dev and GLUE-test predictions in the
+GLUE submission format (`<model>/<Task>.tsv`, `<model>/dev/<Task>.tsv`: `index`,
+`prediction`), a TF-IDF + logistic-regression baseline's, and `results.json` with the
+metrics, sizes, batch-1 latencies, host and commands. Test labels are never read: the
+test predictions are scored outside the project. --train_limit=SST-2:8000 trains on a
+seeded subset of a task's training set (dev and test stay whole).
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import random
+import shutil
+import subprocess
+import sys
+import time
+from typing import Any
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from absl import app, flags  # noqa: E402
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("glue_dir", os.path.join(ROOT, "..", "shared", "data", "glue"),
+                    "Folder with SST-2/, MRPC/, RTE/ in the GLUE TSV layout.")
+flags.DEFINE_string("work_dir", os.path.join(ROOT, "runs", "glue"), "Where the runs go.")
+flags.DEFINE_string("results_dir", os.path.join(ROOT, "benchmarks", "results", "glue"),
+                    "Where the small result files go (results.json, prediction TSVs).")
+flags.DEFINE_list("tasks", ["MRPC", "RTE", "SST-2"], "GLUE tasks, in the order to run.")
+flags.DEFINE_list("teacher_grid", ["1e-4:3"], "Teacher fine-tuning cells LR:EPOCHS; "
+                  "the best dev score is the task's teacher.")
+flags.DEFINE_list("train_limit", [], "TASK:N: train on a seeded subset of N rows.")
+flags.DEFINE_string("config", os.path.join(ROOT, "configs", "glue_minilm.cfg"),
+                    "The flagfile every run starts from.")
+flags.DEFINE_list("extra", [], "More bin/distill flags for every run (e.g. --seed=1).")
+
+# The paper's Table 1 (GLUE test server): BERT-base teacher and TinyBERT4.
+PAPER = {"SST-2": {"metric": "accuracy", "bert_base": 93.4, "tinybert4": 92.6},
+         "MRPC": {"metric": "f1", "bert_base": 87.5, "tinybert4": 86.4},
+         "RTE": {"metric": "accuracy", "bert_base": 67.0, "tinybert4": 66.6}}
+PRIMARY = {"SST-2": "accuracy", "MRPC": "f1", "RTE": "accuracy"}
+
+
+def log(msg: str) -> None:
+    print(f"[glue {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def distill(args: list[str], log_path: str) -> list[str]:
+    """One bin/distill run (resumes when its folder exists); returns its command."""
+    cmd = [sys.executable, os.path.join(ROOT, "bin", "distill"),
+           f"--flagfile={FLAGS.config}", *args, *[a for a in FLAGS.extra if a]]
+    log(" ".join(cmd[1:]))
+    os.makedirs(os.path.dirname(log_path), exist_ok=True)
+    with open(log_path, "a") as out:
+        rc = subprocess.call(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+    if rc:
+        raise SystemExit(f"benchmarks/glue.py: {cmd[1]} exited {rc}; see {log_path}")
+    return cmd[1:]
+
+
+def task_data(task: str) -> str:
+    """The task's data folder: the GLUE one, or a seeded training subset beside it."""
+    src = os.path.join(FLAGS.glue_dir, task)
+    limits = dict(item.split(":") for item in FLAGS.train_limit)
+    if task not in limits:
+        return os.path.abspath(src)
+    n = int(limits[task])
+    dst = os.path.join(FLAGS.work_dir, "data", f"{task}-train{n}")
+    if not os.path.exists(os.path.join(dst, "train.tsv")):
+        os.makedirs(dst, exist_ok=True)
+        with open(os.path.join(src, "train.tsv")) as f:
+            header, *rows = f.readlines()
+        rows = random.Random(0).sample(rows, min(n, len(rows)))
+        for name in ("dev.tsv", "test.tsv"):
+            shutil.copyfile(os.path.join(src, name), os.path.join(dst, name))
+        with open(os.path.join(dst, "train.tsv.tmp"), "w") as f:
+            f.writelines([header, *rows])
+        os.replace(os.path.join(dst, "train.tsv.tmp"), os.path.join(dst, "train.tsv"))
+    return os.path.abspath(dst)
+
+
+def done(folder: str, stage: str) -> dict[str, Any]:
+    path = os.path.join(folder, stage, "stage_done.json")
+    with open(path) as f:
+        return json.load(f)
+
+
+def run_task(task: str, general_model: str) -> dict[str, Any]:
+    data = task_data(task)
+    base = os.path.join(FLAGS.work_dir, task)
+    common = [f"--task={task}", f"--data_dir={data}"]
+    commands: dict[str, Any] = {}
+    # 1. The teacher: a small grid, the best on dev.
+    grid = {}
+    for cell in FLAGS.teacher_grid:
+        lr, epochs = cell.split(":")
+        out = os.path.join(base, "teacher", f"lr{lr}_ep{epochs}")
+        commands[f"teacher {cell}"] = distill(
+            [*common, "--stages=finetune_teacher", f"--teacher_lr={lr}",
+             f"--teacher_epochs={epochs}", f"--output_dir={out}"], os.path.join(out, "log.txt"))
+        grid[cell] = {"dir": out, "dev": done(out, "finetune_teacher")["dev"]}
+    best = max(grid, key=lambda c: grid[c]["dev"][PRIMARY[task]])
+    teacher = os.path.join(grid[best]["dir"], "finetune_teacher", "model")
+    log(f"{task}: teacher cell {best} (dev {grid[best]['dev']})")
+    # 2. The method: general (or the shared general model), augment, task, quantize,
+    # evaluate, export.
+    main_dir = os.path.join(base, "tinybert")
+    general = [f"--general_model={general_model}"] if general_model else []
+    commands["tinybert"] = distill([*common, f"--task_teacher={teacher}", *general,
+                                    f"--output_dir={main_dir}"],
+                                   os.path.join(main_dir, "log.txt"))
+    general_model = general_model or os.path.join(main_dir, "general", "model")
+    # 3. The same student fine-tuned without a teacher, from the same general model.
+    ft_dir = os.path.join(base, "finetuned")
+    commands["finetuned"] = distill(
+        [*common, f"--task_teacher={teacher}", f"--general_model={general_model}",
+         "--stages=task,evaluate", "--task_phases=finetune", "--nouse_augmented",
+         "--noquantize", "--noglue_test_predictions", f"--output_dir={ft_dir}"],
+        os.path.join(ft_dir, "log.txt"))
+    return {"data_dir": data, "teacher_grid": grid, "teacher_cell": best,
+            "teacher": teacher, "main_dir": main_dir, "finetuned_dir": ft_dir,
+            "general_model": general_model, "commands": commands}
+
+
+def host() -> dict[str, Any]:
+    info: dict[str, Any] = {"machine": platform.machine(), "cores": os.cpu_count()}
+    try:
+        with open("/proc/cpuinfo") as f:
+            text = f.read()
+        info["cpu"] = next(line.split(":", 1)[1].strip() for line in text.splitlines()
+                           if line.startswith("model name"))
+        flag_line = next(line for line in text.splitlines() if line.startswith("flags"))
+        info["isa"] = sorted({f for f in flag_line.split() if f.startswith(
+            ("avx512f", "avx512_bf16", "avx512_vnni", "amx", "avx2"))})
+    except (OSError, StopIteration):
+        pass
+    return info
+
+
+def commit() -> str:
+    try:
+        return subprocess.check_output(["git", "-C", ROOT, "rev-parse", "HEAD"], text=True,
+                                       stderr=subprocess.DEVNULL).strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def main(argv: list[str]) -> None:
+    del argv
+    import glue_results  # TensorFlow starts here, after the flags are parsed
+
+    os.makedirs(FLAGS.work_dir, exist_ok=True)
+    results_path = os.path.join(FLAGS.results_dir, "results.json")
+    results: dict[str, Any] = {}
+    if os.path.exists(results_path):
+        with open(results_path) as f:
+            results = json.load(f)
+    results.update({"host": host(), "commit": commit(), "config": os.path.relpath(
+        FLAGS.config, ROOT), "command": " ".join(sys.argv), "paper_table1": PAPER})
+    results.setdefault("tasks", {})
+    general_model = ""
+    for task in FLAGS.tasks:
+        started = time.time()
+        run = run_task(task, general_model)
+        general_model = run["general_model"]
+        entry = glue_results.collect(task, run, FLAGS.results_dir, PRIMARY[task],
+                                     PAPER[task])
+        entry["wall_seconds_this_invocation"] = round(time.time() - started)
+        results["tasks"][task] = entry
+        os.makedirs(FLAGS.results_dir, exist_ok=True)
+        with open(results_path + ".tmp", "w") as f:
+            json.dump(results, f, indent=1, sort_keys=True)
+        os.replace(results_path + ".tmp", results_path)
+        log(f"{task}: results in {results_path}")
+
+
+if __name__ == "__main__":
+    app.run(main)

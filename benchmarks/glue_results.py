@@ -1,0 +1,219 @@
+"""benchmarks/glue.py's results of one task: every model's predictions and figures.
+
+Models: the fine-tuned teacher, the distilled student (Keras), its int8 TFLite file,
+the same student fine-tuned without a teacher, and a TF-IDF + logistic regression
+baseline. For each: dev metrics, and its dev and GLUE-test predictions in the GLUE
+submission format (`index<TAB>prediction`; dev rows are numbered in file order).
+Latency: batch-1 TFLite float32 of the teacher, the student and a random-weight
+BERT-base of the same sequence length, and the student's int8 file, timed
+interleaved (one call of each in turn, so a load on the machine hits all alike)
+with the same thread count.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any, Sequence
+
+import numpy as np
+
+from tinybert_tf.startup import start_tensorflow
+
+start_tensorflow()
+
+from tinybert_tf.config import get_config  # noqa: E402
+from tinybert_tf.data import buckets, glue_submission  # noqa: E402
+from tinybert_tf.export import tflite  # noqa: E402
+from tinybert_tf.export.benchmark import random_inputs  # noqa: E402
+from tinybert_tf.models.checkpoint import load_model, load_tokenizer  # noqa: E402
+from tinybert_tf.models.encoder import BertModel, count_params, flops_per_example  # noqa: E402
+from tinybert_tf.tasks.base import predict_rows  # noqa: E402
+from tinybert_tf.tasks.catalog import TaskConfig, resolve_task  # noqa: E402
+
+THREADS = 2
+LATENCY_ROUNDS = 60
+
+
+def _in_task_order(logits: np.ndarray, model_labels: Sequence[str],
+                   task_labels: Sequence[str]) -> np.ndarray:
+    """Columns of `logits` [N, C] put in the task's label order, matched by name."""
+    if list(model_labels) == list(task_labels):
+        return logits
+    index = {name: i for i, name in enumerate(model_labels)}
+    return logits[:, [index[name] for name in task_labels]]
+
+
+def _write(path: str, indices: Sequence[str], predictions: Sequence[str]) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    glue_submission.write(path, indices, predictions)
+
+
+def _tflite_rows(task, examples, tokenizer, max_seq_len: int) -> dict[str, np.ndarray]:
+    batches = [inputs for inputs, _ in task.type.dataset(examples, tokenizer, max_seq_len, 256)]
+    return {k: np.concatenate([b[k].numpy() for b in batches]) for k in batches[0]}
+
+
+class Predictor:
+    """Dev and test predictions of one model, written as GLUE files."""
+
+    def __init__(self, task_name: str, task, tokenizer, max_seq_len: int, out_dir: str):
+        self.name, self.task, self.tokenizer, self.len = task_name, task, tokenizer, max_seq_len
+        self.out_dir = out_dir
+        self.dev = task.examples("dev")
+        self.test_indices, self.test = glue_submission.test_set(
+            task_name, task.source.data_dir, "test")
+        self.gold = task.type.gold(self.dev)
+        self.task_file = glue_submission.SUBMISSIONS[task_name.lower()][0].file
+
+    def write(self, model_name: str, dev_ids: np.ndarray, test_ids: np.ndarray
+              ) -> dict[str, float]:
+        strings = glue_submission.prediction_strings
+        _write(os.path.join(self.out_dir, model_name, "dev", self.task_file),
+               [str(i) for i in range(len(dev_ids))], strings(self.name, dev_ids))
+        _write(os.path.join(self.out_dir, model_name, self.task_file),
+               self.test_indices, strings(self.name, test_ids))
+        return self.task.type.score_labels(dev_ids, self.gold)
+
+    def keras(self, model_name: str, model: BertModel) -> dict[str, float]:
+        def ids(examples):
+            logits = predict_rows(model, self.task.type, examples, self.tokenizer, self.len, 64,
+                                  buckets.bucket_boundaries(self.len, 8))
+            return _in_task_order(logits, model.label_names,
+                                  self.task.type.label_names).argmax(-1)
+        return self.write(model_name, ids(self.dev), ids(self.test))
+
+    def tflite(self, model_name: str, path: str, label_names: Sequence[str]
+               ) -> dict[str, float]:
+        runner = tflite.TFLiteRunner(path, batch_size=1, num_threads=THREADS)
+
+        def ids(examples):
+            logits = runner.predict(_tflite_rows(self.task, examples, self.tokenizer, self.len))
+            return _in_task_order(np.asarray(logits, np.float32), label_names,
+                                  self.task.type.label_names).argmax(-1)
+        return self.write(model_name, ids(self.dev), ids(self.test))
+
+    def tfidf(self, model_name: str) -> dict[str, float]:
+        """TF-IDF (word 1-2 grams) + logistic regression, C chosen on dev from a small
+        grid; pairs: both texts' vectors and their element-wise product (overlap)."""
+        from scipy import sparse
+        from sklearn.feature_extraction.text import TfidfVectorizer
+        from sklearn.linear_model import LogisticRegression
+
+        train = self.task.examples("train")
+        pair = self.task.is_pair
+        vec = TfidfVectorizer(ngram_range=(1, 2), min_df=1, sublinear_tf=True)
+        vec.fit([e.text_a for e in train] + ([e.text_b for e in train] if pair else []))
+
+        def features(examples):
+            a = vec.transform([e.text_a for e in examples])
+            if not pair:
+                return a
+            b = vec.transform([e.text_b for e in examples])
+            return sparse.hstack([a, b, a.multiply(b)]).tocsr()
+
+        x_train, y_train = features(train), self.task.type.gold(train)
+        x_dev = features(self.dev)
+        best = None
+        for c in (0.25, 1.0, 4.0, 16.0):
+            clf = LogisticRegression(C=c, max_iter=2000).fit(x_train, y_train)
+            score = self.task.type.score_labels(clf.predict(x_dev), self.gold)
+            if best is None or score[self.task.type.primary_metric] > best[0]:
+                best = (score[self.task.type.primary_metric], c, clf)
+        _, c, clf = best
+        metrics = self.write(model_name, clf.predict(x_dev), clf.predict(features(self.test)))
+        return {**metrics, "C": c}
+
+
+def _latencies(models: dict[str, Any], max_seq_len: int) -> dict[str, float]:
+    """Batch-1 TFLite latency (median ms) of each {name: .tflite bytes or path},
+    one call of each in turn per round, THREADS threads each."""
+    runners = {n: tflite.TFLiteRunner(m, batch_size=1, num_threads=THREADS)
+               for n, m in models.items()}
+    inputs = random_inputs(get_config("bert_base_uncased"), 1, max_seq_len, seed=0)
+    times: dict[str, list[float]] = {n: [] for n in runners}
+    for n, r in runners.items():
+        for _ in range(3):
+            r(inputs)
+    for _ in range(LATENCY_ROUNDS):
+        for n, r in runners.items():
+            t = time.perf_counter()
+            r(inputs)
+            times[n].append((time.perf_counter() - t) * 1e3)
+    return {n: round(float(np.median(v)), 3) for n, v in times.items()}
+
+
+def _facts(model: BertModel, max_seq_len: int) -> dict[str, Any]:
+    return {"params": count_params(model),
+            "params_without_embeddings": count_params(model, exclude_embeddings=True),
+            "gflops_per_example": round(flops_per_example(
+                model.bert_config, max_seq_len, model.num_labels or 0) / 1e9, 4),
+            "shape": f"{model.bert_config.num_layers}x{model.bert_config.hidden_size}"}
+
+
+def collect(task_name: str, run: dict[str, Any], results_dir: str, primary: str,
+            paper: dict[str, Any]) -> dict[str, Any]:
+    task = resolve_task(TaskConfig(task=task_name, data_dir=run["data_dir"]))
+    max_seq_len = task.max_seq_len(0)
+    main = run["main_dir"]
+    teacher = load_model(run["teacher"])
+    student = load_model(os.path.join(main, "task", "model"))
+    finetuned = load_model(os.path.join(run["finetuned_dir"], "task", "model"))
+    tokenizer = load_tokenizer(run["teacher"], max_seq_len)
+    p = Predictor(task_name, task, tokenizer, max_seq_len, results_dir)
+    int8_path = os.path.join(main, "export", tflite.tflite_file("int8"))
+    models: dict[str, Any] = {
+        "teacher": {**_facts(teacher, max_seq_len), "dev": p.keras("teacher", teacher)},
+        "tinybert": {**_facts(student, max_seq_len), "dev": p.keras("tinybert", student)},
+        "tinybert_int8_tflite": {"dev": p.tflite("tinybert_int8_tflite", int8_path,
+                                                 student.label_names)},
+        "finetuned_no_kd": {**_facts(finetuned, max_seq_len),
+                            "dev": p.keras("finetuned_no_kd", finetuned)},
+        "tfidf_logreg": {"dev": p.tfidf("tfidf_logreg")},
+    }
+    with open(os.path.join(main, "report.json")) as f:
+        report = json.load(f)
+    models["teacher"]["latency_ms_keras"] = report["teacher"].get("latency_ms")
+    models["tinybert"]["latency_ms_keras"] = report["student"].get("latency_ms")
+    bert_base = BertModel(get_config("bert_base_uncased"), num_labels=2, head="classifier")
+    bert_base(random_inputs(get_config("bert_base_uncased"), 1, max_seq_len))
+    lat = _latencies({"teacher": tflite.convert(teacher, "float32", max_seq_len, metadata=False),
+                      "tinybert": tflite.convert(student, "float32", max_seq_len, metadata=False),
+                      "tinybert_int8": int8_path,
+                      "bert_base_random": tflite.convert(bert_base, "float32", max_seq_len,
+                                                                metadata=False)},
+                     max_seq_len)
+    models["teacher"]["latency_ms_tflite_float32"] = lat["teacher"]
+    models["tinybert"]["latency_ms_tflite_float32"] = lat["tinybert"]
+    models["tinybert_int8_tflite"]["latency_ms_tflite_int8"] = lat["tinybert_int8"]
+    t_score = models["teacher"]["dev"][primary]
+    s_score = models["tinybert"]["dev"][primary]
+    return {
+        "primary_metric": primary, "max_seq_len": max_seq_len, "models": models,
+        "teacher_grid": run["teacher_grid"], "teacher_cell": run["teacher_cell"],
+        "retained": round(s_score / t_score, 4) if t_score else None,
+        "int8_minus_float_points": round(
+            100 * (models["tinybert_int8_tflite"]["dev"][primary] - s_score), 2),
+        "speedup_tflite_float32": {
+            "teacher_over_tinybert": round(lat["teacher"] / lat["tinybert"], 2),
+            "bert_base_over_tinybert": round(lat["bert_base_random"] / lat["tinybert"], 2),
+            "bert_base_ms": lat["bert_base_random"], "threads": THREADS},
+        "paper": {**paper, "retained": round(paper["tinybert4"] / paper["bert_base"], 4)},
+        "train_rows": len(task.examples("train")),
+        "commands": run["commands"],
+        "data_dir": os.path.relpath(run["data_dir"]),
+        "pipeline_seconds": {who: _seconds(d) for who, d in (
+            ("tinybert", main), ("finetuned_no_kd", run["finetuned_dir"]))},
+        "report": {"ratios": report.get("ratios"), "pred_grid": report.get("pred_grid")},
+    }
+
+
+def _seconds(folder: str) -> dict[str, float]:
+    out = {}
+    for stage in sorted(os.listdir(folder)):
+        path = os.path.join(folder, stage, "stage_done.json")
+        if os.path.exists(path):
+            with open(path) as f:
+                out[stage] = json.load(f).get("seconds")
+    return out
+
