@@ -11,14 +11,14 @@ export TF_CPP_MIN_LOG_LEVEL ?= 2
 .PHONY: install demo test test-isa bench
 
 # pip installs uv (pinned in constraints.txt), and uv installs the rest: it downloads
-# and unpacks in parallel, 43-53 s here against pip's 122 s (BUILD.md).
+# and unpacks in parallel, so it installs faster than pip.
 # --system-certs: the system's certificates, as pip uses them (a proxy's CA included).
 # No bytecode is compiled at install: each module is compiled the first time a process
 # imports it, and written to __pycache__ for the next ones. Most of TensorFlow's ~3,000
-# modules are never imported; compiling them all took 14 s of a 24 s install, against
-# about 5 s for what the first process imports (BUILD.md). So make's commands write
-# bytecode even where the environment sets PYTHONDONTWRITEBYTECODE: there every
-# process would compile TensorFlow's modules again (2-5 s each).
+# modules are never imported, so compiling them all costs more than compiling what the
+# processes import. So make's commands write bytecode even where the environment sets
+# PYTHONDONTWRITEBYTECODE: there every process would compile TensorFlow's modules again.
+# (docs/measurements.md has the install times.)
 UV = $(VENV)/bin/uv pip install -q --python $(VENV)/bin/python --system-certs
 unexport PYTHONDONTWRITEBYTECODE
 $(STAMP): setup.py constraints.txt
@@ -48,7 +48,8 @@ test: $(STAMP)
 # decisions taken from float scores) once per oneDNN setting TensorFlow runs with on
 # x86: kernels limited to AVX2, unlimited (AVX-512 / VNNI / AMX where the CPU has them),
 # and oneDNN off (Eigen kernels), with Grappler on (it picks oneDNN's fused kernels;
-# tests/conftest.py turns it off elsewhere). BUILD.md lists the hosts it passed on.
+# tests/conftest.py turns it off elsewhere). docs/measurements.md lists the hosts it
+# passed on.
 ISA_SETTINGS ?= ONEDNN_MAX_CPU_ISA=AVX2 ONEDNN_MAX_CPU_ISA=ALL TF_ENABLE_ONEDNN_OPTS=0
 test-isa: $(STAMP)
 	@for setting in $(ISA_SETTINGS); do \
