@@ -25,7 +25,7 @@ start_tensorflow()
 from tinybert_tf.config import get_config  # noqa: E402
 from tinybert_tf.data import buckets, glue_submission  # noqa: E402
 from tinybert_tf.export import tflite  # noqa: E402
-from tinybert_tf.export.benchmark import random_inputs  # noqa: E402
+from tinybert_tf.export.benchmark import random_inputs, synthetic_vocab  # noqa: E402
 from tinybert_tf.models.checkpoint import load_model, load_tokenizer  # noqa: E402
 from tinybert_tf.models.encoder import BertModel, count_params, flops_per_example  # noqa: E402
 from tinybert_tf.tasks.base import predict_rows  # noqa: E402
@@ -175,8 +175,10 @@ def collect(task_name: str, run: dict[str, Any], results_dir: str, primary: str,
         report = json.load(f)
     models["teacher"]["latency_ms_keras"] = report["teacher"].get("latency_ms")
     models["tinybert"]["latency_ms_keras"] = report["student"].get("latency_ms")
-    bert_base = BertModel(get_config("bert_base_uncased"), num_labels=2, head="classifier")
-    bert_base(random_inputs(get_config("bert_base_uncased"), 1, max_seq_len))
+    base_config = get_config("bert_base_uncased")
+    bert_base = BertModel(base_config, head="classifier", num_labels=2, label_names=["0", "1"],
+                          vocab=synthetic_vocab(base_config.vocab_size))
+    bert_base(random_inputs(base_config, 1, max_seq_len))
     lat = _latencies({"teacher": tflite.convert(teacher, "float32", max_seq_len, metadata=False),
                       "tinybert": tflite.convert(student, "float32", max_seq_len, metadata=False),
                       "tinybert_int8": int8_path,
