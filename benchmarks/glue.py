@@ -190,6 +190,8 @@ def main(argv: list[str]) -> None:
         with open(results_path + ".tmp", "w") as f:
             json.dump(results, f, indent=1, sort_keys=True)
         os.replace(results_path + ".tmp", results_path)
+        with open(os.path.join(FLAGS.results_dir, "results.md"), "w") as f:
+            f.write(glue_results.markdown(results))
         log(f"{task}: results in {results_path}")
 
 

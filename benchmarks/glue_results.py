@@ -219,3 +219,47 @@ def _seconds(folder: str) -> dict[str, float]:
                 out[stage] = json.load(f).get("seconds")
     return out
 
+
+
+MODEL_ROWS = (("teacher", "teacher: MiniLM-L6 fine-tuned"),
+              ("tinybert", "TinyBERT student (GD + TD with DA)"),
+              ("tinybert_int8_tflite", "TinyBERT student, int8 TFLite file"),
+              ("finetuned_no_kd", "same student fine-tuned, no distillation"),
+              ("tfidf_logreg", "TF-IDF + logistic regression"))
+
+
+def markdown(results: dict[str, Any]) -> str:
+    """The dev-set table of results.json: one row per model, one column per task, the
+    paper's GLUE-test figures below for comparison."""
+    tasks = list(results.get("tasks", {}))
+    head = "| model | " + " | ".join(
+        f"{t} dev {results['tasks'][t]['primary_metric']}" for t in tasks) + " |"
+    lines = [head, "|---" * (len(tasks) + 1) + "|"]
+    for key, label in MODEL_ROWS:
+        cells = []
+        for t in tasks:
+            entry = results["tasks"][t]
+            dev = entry["models"].get(key, {}).get("dev", {})
+            value = dev.get(entry["primary_metric"])
+            cells.append("" if value is None else f"{100 * value:.1f}")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines.append("| student / teacher | " + " | ".join(
+        f"{100 * results['tasks'][t]['retained']:.1f}%" if results["tasks"][t].get("retained")
+        else "" for t in tasks) + " |")
+    papers = [results["tasks"][t]["paper"] for t in tasks]
+    lines.append("| paper (GLUE test): BERT-base -> TinyBERT4 | " + " | ".join(
+        f"{p['bert_base']} -> {p['tinybert4']} ({100 * p['retained']:.1f}%)" for p in papers)
+        + " |")
+    lines.append("")
+    lines.append("| task | teacher ms | student ms | int8 ms | BERT-base ms | teacher / student "
+                 "| BERT-base / student |")
+    lines.append("|---|---|---|---|---|---|---|")
+    for t in tasks:
+        e = results["tasks"][t]
+        m, s = e["models"], e["speedup_tflite_float32"]
+        lines.append(f"| {t} | {m['teacher']['latency_ms_tflite_float32']} | "
+                     f"{m['tinybert']['latency_ms_tflite_float32']} | "
+                     f"{m['tinybert_int8_tflite']['latency_ms_tflite_int8']} | "
+                     f"{s['bert_base_ms']} | {s['teacher_over_tinybert']}x | "
+                     f"{s['bert_base_over_tinybert']}x |")
+    return "\n".join(lines) + "\n"
