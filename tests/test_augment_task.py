@@ -256,3 +256,31 @@ def test_bin_augment(single_dir, tmp_path, kv, capsys):
     assert rc == 2
     errors = [line for line in stderr.splitlines() if line.startswith("bin/augment: error:")]
     assert len(errors) == 1 and "task directory not found" in errors[0]
+
+
+def test_a_pair_tasks_plan_counts_up_to_one_plus_two_n_a_rows_per_example(
+        tmp_path, model, kv, tiny_vocab):
+    """Algorithm 1 varies each sentence of a pair in turn, so a pair gives up to 1 + 2 N_a
+    rows: the dry-run plan sizes the augmented phases on that bound (not N_a + 1), and the
+    augmenter writes more than N_a + 1 rows per pair and no more than the bound."""
+    from pipeline_helpers import run, tiny_flags, write_teacher
+
+    d = tmp_path / "mrpc"
+    d.mkdir()
+    header = ["Quality", "#1 ID", "#2 ID", "#1 String", "#2 String"]
+    rows = [["1", "10", "20", SENTENCES[0], SENTENCES[3]],
+            ["0", "11", "21", SENTENCES[2], SENTENCES[6]]]
+    glue.write_rows(str(d / "train.tsv"), header, rows)
+    glue.write_rows(str(d / "dev.tsv"), header, rows)
+    num_aug, bound = 4, len(rows) * (1 + 2 * 4)
+    plan = run(tiny_flags(tmp_path, tiny_vocab, task="mrpc", data_dir=str(d), dry_run=True,
+                          stages=["augment", "task"], general_model="none", num_aug=num_aug,
+                          task_batch_size=2, task_teacher=write_teacher(
+                              str(tmp_path / "tt"), tiny_vocab, head="classifier")))
+    inter = next(p for p in plan["phases"] if p["phase"] == "intermediate")
+    assert inter["data"] == "augmented train split" and inter["examples"] == bound
+    assert (f"at most {bound} rows (the 2 original rows with up to {2 * num_aug} variants "
+            "each") in inter["note"]
+    out = str(tmp_path / "aug" / "train_aug.tsv")
+    stats = _run(str(d), out, model, kv, task="mrpc", num_aug=num_aug, replace_prob=1.0)
+    assert len(rows) * (num_aug + 1) < stats["written"] <= bound

@@ -129,10 +129,10 @@ def test_recipe_dry_runs_and_its_plan_shows_each_phases_terms_and_layer_map(
     intermediate = {"table3_no_embd": ["attn", "hidn"], "table3_no_attn": ["embd", "hidn"],
                     "table3_no_hidn": ["embd", "attn"],
                     "table3_no_trm": ["embd"]}.get(name, ["embd", "attn", "hidn"])
-    if name == "table2_no_td":
+    if name == "table2_no_td":  # the General TinyBERT fine-tuned on the augmented set
         assert shared == [] and last == ["hard"]
-        assert "augment" not in plan["stages"]
-        assert all(c["data"] == "task train split" for c in cells)
+        assert "augment" in plan["stages"]
+        assert all(c["data"] == "augmented train split" for c in cells)
         return
     (first,) = shared
     assert _terms(first) == intermediate and first["layer_mapping"] == mapping
@@ -147,3 +147,38 @@ def test_recipe_dry_runs_and_its_plan_shows_each_phases_terms_and_layer_map(
         assert {p["data"] for p in task} == {"task train split"}
     else:
         assert "augment" in plan["stages"] and first["data"] == "augmented train split"
+
+
+def test_without_td_differs_from_the_main_recipe_in_its_task_phases_only(tiny_inputs, capsys):
+    """w/o TD is the main recipe with task distillation replaced by fine-tuning on the same
+    (augmented) data: every other part of the plan (stages, models, teacher fine-tuning,
+    quantize) is the main recipe's. Table 7's TinyBERT (GD) is that on the original data."""
+    main_plan, main_task = _plan("tinybert4", tiny_inputs, capsys)
+    no_td, no_td_task = _plan("table2_no_td", tiny_inputs, capsys)
+    gd, gd_task = _plan("table7_tinybert_gd", tiny_inputs, capsys)
+    assert {k: v for k, v in no_td.items() if k != "phases"} == \
+        {k: v for k, v in main_plan.items() if k != "phases"}
+    assert [p for p in no_td["phases"] if p["stage"] != "task"] == \
+        [p for p in main_plan["phases"] if p["stage"] != "task"]
+    assert [_terms(p) for p in main_task] != [_terms(p) for p in no_td_task]
+    assert {p["data"] for p in no_td_task} == {p["data"] for p in main_task} \
+        == {"augmented train split"}
+    # TinyBERT (GD): the same phases on the original training set, no augment stage.
+    assert [p["phase"] for p in gd_task] == [p["phase"] for p in no_td_task]
+    assert {p["data"] for p in gd_task} == {"task train split"}
+    assert "augment" in no_td["stages"] and "augment" not in gd["stages"]
+    assert gd["stages"] != no_td["stages"]
+
+
+def test_bert_small_runs_only_from_the_pretrained_checkpoint_it_is_given(tiny_inputs, capsys):
+    """table1_bert_small.cfg trains nothing before the task: without --general_model (the
+    released BERT-Small) it stops at its placeholder, naming the flag, instead of
+    general-distilling a TinyBERT and calling it BERT-Small; given one, it fine-tunes it."""
+    flagfile = f"--flagfile={os.path.join(PAPER, 'table1_bert_small.cfg')}"
+    without = [a for a in tiny_inputs if not a.startswith("--general_model=")]
+    assert main(["bin/distill", flagfile, *without]) == 2
+    err = capsys.readouterr().err
+    assert "--general_model=models/bert_uncased_L-4_H-512_A-8: no such folder" in err
+    plan, task = _plan("table1_bert_small", tiny_inputs, capsys)
+    assert "general" not in plan["stages"] and "augment" not in plan["stages"]
+    assert {tuple(_terms(p)) for p in task} == {("hard",)}

@@ -57,11 +57,80 @@ def test_every_cell_is_a_flagfile_that_parses(name, tmp_path):
     (["--table=2", "--no_such_flag=1"], "no_such_flag"),
     (["--table=2", "--seeds=1,x"], "give integers"),
     (["--table=2", "--seeds=1,1"], "given twice"),
+    (["--table=2", "--seeds=-1"], "--seeds=-1: -1 is out of range"),
+    (["--table=1", "--cells=bert_small,tinybert4"],
+     "--bert_small_model is required for the BERT-Small cell"),
 ])
 def test_bad_commands_exit_2_with_one_line(extra, message, tmp_path, capsys):
     code = reproduce.main(["bin/reproduce", f"--output_dir={tmp_path}", *extra])
     err = capsys.readouterr().err.strip()
     assert code == 2 and message in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("flag", ["--help", "-h", "--helpfull"])
+def test_help_prints_the_flags_and_exits_0(flag, capsys, monkeypatch):
+    """Through the entry point, as bin/reproduce runs: --help and -h list bin/reproduce's
+    own flags, --helpfull every flag, bin/distill's (passed on to each run) included."""
+    monkeypatch.setattr("sys.argv", ["bin/reproduce", flag])
+    with pytest.raises(SystemExit) as done:
+        reproduce.entry_point()
+    out, err = capsys.readouterr()
+    assert done.value.code == 0 and not err
+    assert "bin/reproduce --table=2" in out
+    for own in ("--table", "--tasks", "--cells", "--seeds", "--glue_dir", "--squad_dir",
+                "--bert_small_model", "--output_dir", "--dry_run"):
+        assert own in out, own
+    assert ("--intermediate_epochs" in out) == (flag == "--helpfull")
+
+
+def test_missing_task_data_is_one_short_line_naming_the_reproduce_flag(tmp_path, capsys):
+    """No --glue_dir (or one without the task's folder), no --squad_dir: one line naming
+    bin/reproduce's flag and what is missing, not bin/distill's --data_dir."""
+    glue = tmp_path / "glue"
+    (glue / "MRPC").mkdir(parents=True)
+    (glue / "MRPC" / "train.tsv").write_text("x\n")
+    cases = [(["--table=2"], "--glue_dir is required for mnli, mrpc, cola"),
+             (["--table=2", f"--glue_dir={glue}"],
+              f"--glue_dir={glue}: no {glue}/MNLI/, {glue}/MRPC/dev.tsv, {glue}/CoLA/;"),
+             (["--table=6", "--tasks=squad1.1"], "--squad_dir is required for squad1.1"),
+             (["--table=6", "--tasks=squad2.0", f"--squad_dir={tmp_path}"],
+              f"no {tmp_path}/train-v2.0.json, {tmp_path}/dev-v2.0.json;")]
+    for extra, message in cases:
+        code = reproduce.main(["bin/reproduce", f"--output_dir={tmp_path / 'o'}", "--dry_run",
+                               *extra])
+        err = capsys.readouterr().err.strip()
+        assert code == 2 and message in err, err
+        assert len(err.splitlines()) == 1 and len(err.replace(str(tmp_path), "T")) < 300
+        assert "--data_dir" not in err and "TaskSpec" not in err
+
+
+def test_a_general_tinybert_starts_only_the_cells_that_start_from_one(tmp_path, tiny_vocab):
+    """Table 1 with --general_model: the TinyBERT cells start from it; BERT-Tiny and PD
+    pre-train their student (MLM), PKD copies the teacher's layers, DistilBERT distils its
+    own, BERT-Small starts from --bert_small_model; a General TinyBERT of another shape
+    than a TinyBERT cell's student is refused, naming the cell."""
+    toy = _toy_argv(tmp_path, tiny_vocab)  # a 2 x 32 student
+    general = write_teacher(str(tmp_path / "general"), tiny_vocab)
+    small = write_teacher(str(tmp_path / "bert_small"), tiny_vocab, layers=1)
+    cmd = ["bin/reproduce", "--table=1", "--tasks=sst-2", f"--output_dir={tmp_path / 'o'}",
+           "--cells=bert_tiny,bert_small,bert4_pkd,distilbert4,tinybert4", *toy,
+           f"--general_model={general}", f"--bert_small_model={small}"]
+    shared, cells = reproduce.plan(reproduce.parse(cmd))
+    given = {c.cell.name: c.general_model for c in cells}
+    assert given == {"bert_tiny": None, "bert_small": small, "bert4_pkd": None,
+                     "distilbert4": None, "tinybert4": general}
+    own = {c for r in shared if r.stage == "general" for c in r.cells}
+    assert own == {"sst-2/bert_tiny", "sst-2/bert4_pkd", "sst-2/distilbert4"}
+    for c in cells:  # the run's own model: the last --general_model wins
+        config = parse_argv(c.run_argv(""))
+        assert config.models.general_model == (given[c.cell.name] or
+                                                c.shared["general"].output)
+    other = write_teacher(str(tmp_path / "general_1l"), tiny_vocab, layers=1)
+    with pytest.raises(reproduce.ReproduceError,
+                       match=r"is 1 x 32, but the TinyBERT4 cell of Table 1 starts from a "
+                             r"General TinyBERT of its --student_config=.* \(2 x 32\); run "
+                             r"that cell on its own \(--cells=tinybert4\)"):
+        reproduce.plan(reproduce.parse([*cmd, f"--general_model={other}"]))
 
 
 def test_a_preempted_cell_ends_reproduce_with_75_and_one_line(tmp_path, capsys, monkeypatch):

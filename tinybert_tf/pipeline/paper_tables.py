@@ -42,13 +42,18 @@ class Column:
 @dataclasses.dataclass(frozen=True)
 class Cell:
     """A row of a table: a recipe (flagfile under configs/paper/), or the teacher
-    (`flagfile` None: its score is the task teacher's in every cell's report)."""
+    (`flagfile` None: its score is the task teacher's in every cell's report).
+
+    model_flag: the bin/reproduce flag naming the pre-trained model the cell starts from
+    (passed as its --general_model), which it cannot make itself; the cell refuses to run
+    without it."""
 
     name: str
     label: str
     flagfile: Optional[str]
     published: dict[str, Optional[float]]
     note: str = ""
+    model_flag: Optional[str] = None
 
     @property
     def is_teacher(self) -> bool:
@@ -114,7 +119,8 @@ TABLE1 = PaperTable(1, "4- and 6-layer students against their baselines", "GLUE 
          _row(GLUE9, [75.4, 74.9, 66.5, 84.8, 87.6, 19.5, 77.1, 83.2, 62.6, 70.2])),
     Cell("bert_small", "BERT-Small", "table1_bert_small.cfg",
          _row(GLUE9, [77.6, 77.0, 68.1, 86.4, 89.7, 27.8, 77.0, 83.4, 61.8, 72.1]),
-         "fine-tunes a pre-trained 4 x 512 checkpoint given as --general_model"),
+         "fine-tunes the pre-trained 4 x 512 checkpoint given as --bert_small_model",
+         model_flag="bert_small_model"),
     Cell("bert4_pkd", "BERT4-PKD", "table1_bert4_pkd.cfg",
          _row(GLUE9, [79.9, 79.3, 70.2, 85.1, 89.4, 24.8, 79.8, 82.6, 62.3, 72.6])),
     Cell("distilbert4", "DistilBERT4", "table1_distilbert4.cfg",

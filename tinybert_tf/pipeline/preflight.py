@@ -20,6 +20,7 @@ from tinybert_tf import files
 from tinybert_tf.config import BertConfig, ConfigError, get_config
 from tinybert_tf.data import glue_submission
 from tinybert_tf.data.examples import DataError
+from tinybert_tf.data.sources import RowTable
 from tinybert_tf.distill.mapping import layer_map
 from tinybert_tf.distill.projections import expected_shapes
 from tinybert_tf.distill.terms import layer_weights, resolve_names
@@ -520,12 +521,22 @@ def _saved_projections(ctx: S.Context, needs: set, student: Optional[BertConfig]
         return None  # the model's own check reports it
 
 
+def augmented_rows_per_example(ctx: S.Context, table: Optional[RowTable] = None) -> int:
+    """At most how many rows augmentation writes per training example: the example, then
+    N_a variants of each text field it varies, one field at a time (1 + 2 N_a for a
+    pair; 1 + 3 N_a for SQuAD: the question, the context before and after the answer).
+    `table`: the source's augmentation table when read (else a pair counts two fields)."""
+    fields = len(table.text_columns) if table is not None else (2 if ctx.task.is_pair else 1)
+    return 1 + ctx.config.augment.num_aug * max(1, fields)
+
+
 def _layer_cache_plan(checks: _Checks, ctx: S.Context, spec: P.PhaseSpec, train, aug,
-                      task_models: tuple[BertConfig, BertConfig]) -> None:
+                      task_models: tuple[BertConfig, BertConfig], per_example: int) -> None:
     """The teacher-layer cache's decision in the plan of a phase whose terms it can
-    hold (pipeline/layer_cache.py); rows not augmented yet count N_a + 1 per example."""
+    hold (pipeline/layer_cache.py); rows not augmented yet count `per_example` rows
+    (`augmented_rows_per_example`) per example."""
     known = aug if spec.augmented else train
-    scale = ctx.config.augment.num_aug + 1.0 if spec.augmented and aug is None else 1.0
+    scale = float(per_example) if spec.augmented and aug is None else 1.0
     cache = checks.run(lambda: task_input.layer_cache_plan(
         ctx, spec, known if known is not None else train, *task_models, scale=scale))
     if cache is not None and cache.layout is not None:
@@ -555,8 +566,9 @@ def _phases(checks: _Checks, ctx: S.Context, needs: set, count_corpus: bool,
         # A folder or flag at fault shows in the train split already: say it once.
         dev = (checks.run(lambda: ctx.examples(ctx.task.dev_splits[0]), "")
                if train is not None else None)
+        table = None
         if "augment" in needs and train is not None:
-            checks.run(lambda: ctx.task.source.augment_table(), "augment: ")
+            table = checks.run(lambda: ctx.task.source.augment_table(), "augment: ")
         # Sizing needs the task tokenizer; only training stages need sizes.
         n_train = (checks.run(lambda: S.rows(ctx, train)) if train is not None and tokenizer_ok
                    and needs & {"finetune_teacher", "task", "quantize"} else None)
@@ -569,14 +581,16 @@ def _phases(checks: _Checks, ctx: S.Context, needs: set, count_corpus: bool,
                 written = (ctx.state.is_done("augment") or bool(d.augmented_file)) \
                     and files.exists(ctx.augmented_path())
                 aug = checks.run(lambda: ctx.examples("train_aug")) if written else None
-                # Not augmented yet: N_a + 1 rows per example at most. Sizes (and the
-                # batch checks) use that bound, not the count before augmentation.
+                # Not augmented yet: at most `per_example` rows per example. Sizes (and
+                # the batch checks) use that bound, not the count before augmentation.
                 size = checks.run(lambda: S.rows(ctx, aug)) if aug is not None else None
-            bound = n_train * (ctx.config.augment.num_aug + 1)
+            per_example = augmented_rows_per_example(ctx, table)
+            bound = n_train * per_example
             note = ("" if size is not None else "the augmented set is not written yet: sizes "
                     f"and steps assume at most {bound} rows (the {n_train} original rows "
-                    f"with up to {ctx.config.augment.num_aug} variants each, --num_aug); the "
-                    "stage sizes itself on the rows written")
+                    f"with up to {per_example - 1} variants each: --num_aug="
+                    f"{ctx.config.augment.num_aug} per text field augmented, one field at a "
+                    "time); the stage sizes itself on the rows written")
             size = bound if size is None and P.reads_augmented(ctx.config) else size
             start, warning = "new", None
             if task_models is not None:
@@ -588,12 +602,14 @@ def _phases(checks: _Checks, ctx: S.Context, needs: set, count_corpus: bool,
                 if note and spec.augmented:
                     spec.note = note
                 if task_models is not None:
-                    _layer_cache_plan(checks, ctx, spec, train, aug, task_models)
+                    _layer_cache_plan(checks, ctx, spec, train, aug, task_models,
+                                      per_example)
             if warning and any(spec.projections == "new" for spec in phases):
                 checks.warnings.append(warning)
             specs.extend(phases)
         if "quantize" in needs and n_train is not None:
-            specs.append(checks.run(lambda: _quantize_phase(ctx, n_train)))
+            specs.append(checks.run(lambda: _quantize_phase(
+                ctx, n_train, augmented_rows_per_example(ctx, table))))
     out = []
     for spec in specs:
         if spec is None:
@@ -610,17 +626,20 @@ def _phases(checks: _Checks, ctx: S.Context, needs: set, count_corpus: bool,
     return out
 
 
-def _quantize_phase(ctx: S.Context, n_train: int) -> P.PhaseSpec:
+def _quantize_phase(ctx: S.Context, n_train: int, per_example: int) -> P.PhaseSpec:
     """The quantize stage's phase: on the augmented rows when they are written (else
-    sized on the original rows, noted)."""
+    sized, as the task phases, on their bound: `per_example` rows per original row,
+    noted)."""
     if not Q.reads_augmented(ctx.config):
         return Q.quantize_phase(ctx, n_train)
     if (ctx.state.is_done("augment") or ctx.config.distill.augmented_file) \
             and files.exists(ctx.augmented_path()):
         return Q.quantize_phase(ctx, S.rows(ctx, ctx.examples("train_aug")))
-    spec = Q.quantize_phase(ctx, n_train)
-    spec.note += (f"; the augmented set is not written yet: epochs assume the {n_train} "
-                  "original rows")
+    bound = n_train * per_example
+    spec = Q.quantize_phase(ctx, bound)
+    spec.note += (f"; the augmented set is not written yet: epochs assume at most {bound} "
+                  f"rows (the {n_train} original rows with up to {per_example - 1} "
+                  "variants each)")
     return spec
 
 

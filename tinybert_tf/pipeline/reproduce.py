@@ -14,7 +14,15 @@ line's own flags (task data, models, sizes: they come last, so they win), and
 A cell then runs its task stage, its quantize stage when its flags make an int8
 student (the default; --noquantize skips it), and evaluate in DIR/<task>/<cell>/ with
 `--general_model`, `--task_teacher` and `--augmented_file` pointing at the
-shared outputs. A shared run records the command it was made with
+shared outputs.
+
+Where a cell's student starts: a cell that needs a pre-trained model it cannot make
+(Table 1's BERT-Small: `Cell.model_flag`, --bert_small_model) gets it as its
+--general_model and refuses to run without it. A --general_model on the command line
+is a General TinyBERT: it starts only the cells that start from one (the tinybert
+recipe, not --student_init=random), and is refused where its shape is not the cell's
+--student_config; the other cells (BERT-Tiny, PD, PKD, DistilBERT) make their student
+with their own recipe's general stage. A shared run records the command it was made with
 (`reproduce.json`) and is re-run with that command, so re-running
 `bin/reproduce` resumes every run where it stopped, as `bin/distill` does, and
 skips what is done. `--dry_run` prints the plan of every shared run and of every
@@ -44,10 +52,14 @@ from typing import Any, Optional, Sequence
 from absl import flags
 
 from tinybert_tf import files
+from tinybert_tf.config import get_config
+from tinybert_tf.data import glue
 from tinybert_tf.files import read_json, write_json_atomic
+from tinybert_tf.models.checkpoint import inspect_model
 from tinybert_tf.pipeline import cli, paper_tables, preflight, seed_tables, table_files
 from tinybert_tf.pipeline import flags as tb_flags
 from tinybert_tf.pipeline import main as distill_main
+from tinybert_tf.pipeline.configs import PipelineConfig
 from tinybert_tf.pipeline.flagfiles import expand_flagfiles
 from tinybert_tf.pipeline.paper_tables import Cell, Column, PaperTable
 from tinybert_tf.tasks.catalog import resolve_task
@@ -62,6 +74,18 @@ _REFUSED = {"task": "--tasks=NAME,... (bin/reproduce sets --task per run)",
             "stages": "nothing (bin/reproduce runs the stages each cell needs)",
             "overwrite": "deleting the cell's folder (DIR/<task>/<cell>) or DIR/shared/..."}
 _OWN = set(tb_flags.REPRODUCE_FLAGS) | {"output_dir", "dry_run"}
+# --general_model goes only to the cells that start from a General TinyBERT (`start_flags`).
+_PER_CELL = {"general_model"}
+USAGE = """Run the cells of one of the TinyBERT paper's tables, each a bin/distill run
+(tinybert_tf/pipeline/reproduce.py; docs/pipeline.md):
+
+  bin/reproduce --table=2 --output_dir=runs/table2 --glue_dir=glue_data --teacher=DIR \\
+      [--general_model=DIR --task_teacher=DIR ...] [--dry_run]
+
+Exit codes: 0 done; 2 a bad command or a failed run's error (one line); 75 a run
+stopped by SIGTERM (re-run to resume); 130 interrupted."""
+_PASSED_ON = ("Every flag of bin/distill (teachers, data, sizes, ...) is passed on to each "
+              "run, after the cell's flagfile: --helpfull lists them.")
 
 
 class ReproduceError(ValueError):
@@ -80,6 +104,8 @@ class Options:
     config_dir: str
     passthrough: list[str]
     seeds: tuple[int, ...] = ()
+    general_model: str = ""  # the command line's: a General TinyBERT (`start_flags`)
+    cell_models: dict[str, str] = dataclasses.field(default_factory=dict)  # Cell.model_flag
 
 
 @dataclasses.dataclass
@@ -110,6 +136,13 @@ class CellRun:
     # The stages the cell runs in its own folder: task, then quantize where the cell's
     # flags make an int8 student (evaluate reads it), then evaluate.
     stages: tuple[str, ...] = CELL_STAGES
+
+    @property
+    def general_model(self) -> Optional[str]:
+        """The model given to the cell (`start_flags`), or None (a shared general run's,
+        or a random student)."""
+        given = [a.split("=", 1)[1] for a in self.argv if a.startswith("--general_model=")]
+        return given[-1] if given else None
 
     def run_argv(self, augmented_name: str) -> list[str]:
         """The cell's command with the shared outputs and its own stages."""
@@ -151,15 +184,26 @@ def parse(argv: Sequence[str], config_dir: str = CONFIG_DIR) -> Options:
         cells = [c for c in cells if c.name in fv.cells]
     tasks = tuple(t.strip().lower() for t in fv.tasks if t.strip()) or table.tasks
     passthrough = [fv[name].serialize() for name in tb_flags.distill_flags()
-                   if fv[name].present and name not in _OWN]
+                   if fv[name].present and name not in _OWN | _PER_CELL]
     seeds = _seeds(fv)
     missing = [c.flagfile for c in cells if not os.path.isfile(os.path.join(config_dir,
                                                                             c.flagfile))]
     if missing:
         raise ReproduceError(f"{config_dir}: no flagfile {', '.join(missing)} for Table "
                              f"{table.number}; choose other --cells.")
+    for c in cells:
+        if c.model_flag and not fv[c.model_flag].value:
+            others = ",".join(o.name for o in cells if o is not c)
+            raise ReproduceError(
+                f"--{c.model_flag} is required for the {c.label} cell of Table "
+                f"{table.number} ({c.flagfile}): give the pre-trained model it starts from "
+                "(a model directory: config.json, vocab.txt, weights; --general_model is a "
+                "General TinyBERT, not this model)"
+                + (f", or leave the cell out: --cells={others}." if others else "."))
+    general_model = fv.general_model if fv["general_model"].present else ""
+    cell_models = {c.model_flag: fv[c.model_flag].value for c in cells if c.model_flag}
     return Options(table, fv.output_dir, tasks, tuple(cells), bool(fv.dry_run), fv.glue_dir,
-                   fv.squad_dir, config_dir, passthrough, seeds)
+                   fv.squad_dir, config_dir, passthrough, seeds, general_model, cell_models)
 
 
 def _seeds(fv: flags.FlagValues) -> tuple[int, ...]:
@@ -174,6 +218,11 @@ def _seeds(fv: flags.FlagValues) -> tuple[int, ...]:
                              "--seeds=42,1,2.") from None
     if len(set(seeds)) != len(seeds):
         raise ReproduceError(f"--seeds={','.join(fv.seeds)}: a seed is given twice.")
+    bad = [s for s in seeds if not 0 <= s < 2**32]
+    if bad:
+        raise ReproduceError(f"--seeds={','.join(fv.seeds)}: {', '.join(map(str, bad))} is "
+                             "out of range; each seed is in [0, 2**32 - 1] (NumPy's seed "
+                             "range), e.g. --seeds=42,1,2.")
     return seeds
 
 
@@ -202,11 +251,94 @@ def data_flags(task: str, opts: Options) -> list[str]:
     return []
 
 
+def check_data(opts: Options) -> None:
+    """Each GLUE and SQuAD task of the table has its data: --glue_dir / --squad_dir with
+    the task's folder and files, or bin/distill's own data flags given (--data_dir,
+    --train_file). ReproduceError naming the flag and what is missing."""
+    given = {a.split("=", 1)[0] for a in opts.passthrough}
+    glue_tasks = [t for t in opts.tasks if t in paper_tables.GLUE_FOLDERS]
+    if glue_tasks and "--data_dir" not in given:
+        folders = [paper_tables.GLUE_FOLDERS[t] for t in glue_tasks]
+        if not opts.glue_dir:
+            raise ReproduceError(
+                f"--glue_dir is required for {', '.join(glue_tasks)}: give the folder of the "
+                f"GLUE download holding {', '.join(f + '/' for f in folders)} (train.tsv and "
+                "the dev files each), or choose other --tasks.")
+        missing = []
+        for task, folder in zip(glue_tasks, folders):
+            spec = glue.get_task(task)
+            where = posixpath.join(opts.glue_dir, folder)
+            if not files.isdir(where):
+                missing.append(f"{where}/")
+                continue
+            missing += [posixpath.join(where, spec.layout(split).file)
+                        for split in ("train", *spec.dev_splits)
+                        if not files.isfile(posixpath.join(where, spec.layout(split).file))]
+        if missing:
+            raise ReproduceError(f"--glue_dir={opts.glue_dir}: no {', '.join(missing)}; point "
+                                 "it at the GLUE download (one folder per task), or choose "
+                                 "other --tasks.")
+    squad_tasks = [t for t in opts.tasks if t in paper_tables.SQUAD_FILES]
+    if squad_tasks and "--train_file" not in given:
+        if not opts.squad_dir:
+            names = [f for t in squad_tasks for f in paper_tables.SQUAD_FILES[t]]
+            raise ReproduceError(f"--squad_dir is required for {', '.join(squad_tasks)}: give "
+                                 f"the folder holding {', '.join(names)}, or choose other "
+                                 "--tasks.")
+        missing = [posixpath.join(opts.squad_dir, f) for t in squad_tasks
+                   for f in paper_tables.SQUAD_FILES[t]
+                   if not files.isfile(posixpath.join(opts.squad_dir, f))]
+        if missing:
+            raise ReproduceError(f"--squad_dir={opts.squad_dir}: no {', '.join(missing)}; "
+                                 "download SQuAD's train and dev files into it, or choose "
+                                 "other --tasks.")
+
+
 def cell_argv(cell: Cell, task: str, opts: Options) -> list[str]:
-    """bin/distill's argv of `cell` on `task` (no output folder, no stages)."""
-    return ["bin/distill", f"--flagfile={os.path.join(opts.config_dir, cell.flagfile)}",
+    """bin/distill's argv of `cell` on `task` (no output folder, no stages), with the
+    model its student starts from (`start_flags`)."""
+    argv = ["bin/distill", f"--flagfile={os.path.join(opts.config_dir, cell.flagfile)}",
             *paper_tables.TASK_FLAGS.get(task, ()), *data_flags(task, opts),
             *opts.passthrough, f"--task={task}"]
+    return argv + start_flags(cell, argv, opts)
+
+
+def start_flags(cell: Cell, argv: list[str], opts: Options) -> list[str]:
+    """The --general_model of `cell`'s run (argv: its command without one): its own
+    pre-trained model (`Cell.model_flag`); else the command line's General TinyBERT when
+    the cell starts from one (the tinybert recipe, not a random student) of that
+    model's shape; else none (its recipe's general stage makes its student)."""
+    if cell.model_flag:
+        return [f"--general_model={opts.cell_models[cell.model_flag]}"]
+    if not opts.general_model:
+        return []
+    config = _checked(lambda: distill_main.parse_argv(argv + [
+        f"--output_dir={opts.output_dir}"]))
+    if config.general.recipe != "tinybert" or config.models.random_student:
+        return []
+    _check_general_shape(cell, config, opts)
+    return [f"--general_model={opts.general_model}"]
+
+
+def _check_general_shape(cell: Cell, config: PipelineConfig, opts: Options) -> None:
+    """ReproduceError when the given General TinyBERT is not the cell's student shape (a
+    TinyBERT4 would run as the TinyBERT6 cell); a model or config that cannot be read is
+    left to the run's own checks, which name the flag."""
+    if opts.general_model.lower() == "none":
+        return
+    try:
+        given = inspect_model(opts.general_model).config
+        student = get_config(config.models.student_config)
+    except (*distill_main.USER_ERRORS, OSError):
+        return
+    shape = (given.num_layers, given.hidden_size)
+    if shape != (student.num_layers, student.hidden_size):
+        raise ReproduceError(
+            f"--general_model={opts.general_model} is {shape[0]} x {shape[1]}, but the "
+            f"{cell.label} cell of Table {opts.table.number} starts from a General TinyBERT "
+            f"of its --student_config={config.models.student_config} ({student.num_layers} "
+            f"x {student.hidden_size}); run that cell on its own (--cells={cell.name}) with "
+            "its General TinyBERT, or leave --general_model out to distil one.")
 
 
 # --- the plan -------------------------------------------------------------------------
@@ -218,6 +350,7 @@ def _key(settings: dict[str, Any]) -> str:
 
 def plan(opts: Options) -> tuple[list[SharedRun], list[CellRun]]:
     """Every cell's run and the shared runs they read, in the order they run."""
+    check_data(opts)
     shared: dict[tuple[str, str, str], SharedRun] = {}
     cells: list[CellRun] = []
     for task in opts.tasks:
@@ -279,7 +412,7 @@ def dry_run_plan(opts: Options) -> dict[str, Any]:
             "shared": [{"stage": r.stage, "folder": r.directory, "cells": r.cells,
                         "plan": _quiet_plan(shared_argv(r))} for r in shared],
             "cells": [{"cell": c.cell.name, "task": c.task, "folder": c.directory,
-                       "flagfile": c.cell.flagfile,
+                       "flagfile": c.cell.flagfile, "general_model": c.general_model,
                        "shares": {s: r.directory for s, r in c.shared.items()},
                        "plan": _quiet_plan(c.argv + [f"--output_dir={c.directory}"])}
                       for c in cells]}
@@ -295,6 +428,12 @@ def run(opts: Options) -> dict[str, Any]:
         print(json.dumps(out, indent=1, default=str), flush=True)
         return out
     shared, cells = plan(opts)
+    if opts.general_model:
+        own = sorted({c.cell.label for c in cells if c.general_model is None})
+        if own:
+            print(f"== reproduce: --general_model={opts.general_model} starts the cells that "
+                  f"start from a General TinyBERT; {', '.join(own)} make their own student.",
+                  flush=True)
     for r in shared:
         argv = shared_argv(r)
         files.makedirs(r.directory)
@@ -462,9 +601,27 @@ def plot(data: dict[str, Any], path: str) -> str:
 
 # --- the command ----------------------------------------------------------------------
 
+def help_text(kind: str) -> str:
+    """--help: the usage and bin/reproduce's own flags; --helpfull: every flag, bin/distill's
+    (passed on to each run) included."""
+    fv = tb_flags.reproduce_flags()
+    if kind == "full":
+        return cli.help_text(fv, USAGE, "full")
+    own = flags.FlagValues()
+    for name in (*tb_flags.REPRODUCE_FLAGS, "output_dir", "dry_run"):
+        own[name] = fv[name]
+    return (f"{USAGE.strip()}\n\nflags:\n{own.get_help(include_special_flags=False)}\n\n"
+            f"{_PASSED_ON}\n")
+
+
 def main(argv: Sequence[str]) -> int:
-    """bin/reproduce: 0 done; 2 a bad command or a failed run's error (one line); 75 a
-    cell's run stopped by SIGTERM (re-run to resume); as bin/distill otherwise (main.py)."""
+    """bin/reproduce: --help / --helpfull, or the run. 0 done; 2 a bad command or a failed
+    run's error (one line); 75 a cell's run stopped by SIGTERM (re-run to resume); as
+    bin/distill otherwise (main.py)."""
+    kind = cli.help_request(argv)
+    if kind is not None:
+        sys.stdout.write(help_text(kind))
+        return cli.EXIT_OK
     try:
         run(parse(argv))
     except ReproduceError as e:
