@@ -69,7 +69,7 @@ from tinybert_tf.pipeline.precision import decide, detect, with_precision  # noq
 from tinybert_tf.tasks import Classification  # noqa: E402
 
 # Log-normal stand-ins (mean, sd of word pieces per segment, [CLS]/[SEP] not included),
-# set to the lengths issue 24 quotes: SST-2's training phrases about 13 word pieces
+# set to typical lengths: SST-2's training phrases about 13 word pieces
 # with [CLS] and [SEP]; MNLI pairs about 40, a premise about twice its hypothesis.
 LENGTHS = {
     "sst2": {"max_seq_len": 64, "labels": 2, "segments": [(11.0, 8.0)]},

@@ -1,4 +1,5 @@
 """benchmarks/glue.py's results of one task: every model's predictions and figures.
+Run alone, it prints a results.json's tables as markdown.
 
 Models: the fine-tuned teacher, the distilled student (Keras), its int8 TFLite file,
 the same student fine-tuned without a teacher, and a TF-IDF + logistic regression
@@ -263,3 +264,17 @@ def markdown(results: dict[str, Any]) -> str:
                      f"{s['bert_base_ms']} | {s['teacher_over_tinybert']}x | "
                      f"{s['bert_base_over_tinybert']}x |")
     return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str]) -> None:
+    """`benchmarks/glue_results.py [results.json]`: print its tables as markdown."""
+    path = argv[1] if len(argv) > 1 else os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "results", "glue", "results.json")
+    with open(path) as f:
+        print(markdown(json.load(f)), end="")
+
+
+if __name__ == "__main__":
+    import sys
+
+    main(sys.argv)

@@ -96,8 +96,7 @@ def _configure_tensorflow() -> None:
 
     # Grappler (TensorFlow's graph optimiser) off in the test processes, unless
     # TINYBERT_TEST_GRAPPLER=1. With the tests' tiny models a traced function runs a few
-    # times, so optimising its graph costs more than it saves: a whole tiny pipeline run took
-    # 41 s with it and 35 s without on the 2-core Intel host (BUILD.md). What the tests
+    # times, so optimising its graph costs more than it saves (docs/measurements.md). What the tests
     # assert does not depend on it: it rewrites graphs into equivalent ones, and every
     # comparison between runs or runtimes has a float tolerance (tests/numerics.py). Grappler
     # also picks oneDNN's fused kernels, so `make test-isa`, which compares those kernels
@@ -117,11 +116,10 @@ def _stop_recording_op_tracebacks() -> None:
 
     TensorFlow records the Python stack of each op it adds to a graph, and the first call
     of a traced function turns every frame of every op's stack into a file and line (its
-    debug info, read only by error messages). Under pytest a stack is some 70 frames deep:
-    tracing and first running a tiny model's train step took 0.60-0.68 s of CPU with the
-    stacks and 0.46-0.50 s without on the 2-core Intel host, and the whole suite 4 min 46 s
-    against 5 min 45 s (BUILD.md). No test reads those stacks; the bin/ tools and the
-    processes the tests start keep them.
+    debug info, read only by error messages). Under pytest a stack is some 70 frames deep,
+    so recording and resolving them is a sizeable share of tracing (docs/measurements.md).
+    No test reads those stacks; the bin/ tools and the processes the tests start keep
+    them.
 
     TensorFlow has no public switch: this sets the default of the `extract_traceback`
     argument of `ops._create_c_op` (the one place that records them) to False, and leaves a
@@ -277,8 +275,8 @@ def pytest_runtest_setup(item):
     """Collect the last test's garbage, then freeze what survives (`gc.freeze`): a worker
     keeps every session fixture, traced function and imported module alive (over 2 GB
     after a few hundred tests), and each full collection walked all of it again, about
-    a second a time; frozen objects are skipped, so a collection walks one test's objects.
-    Measured on the 2-core AMD host: 426 s of the suite's 2675 worker-seconds were GC."""
+    a second a time; frozen objects are skipped, so a collection walks one test's objects
+    (docs/measurements.md has what it saved)."""
     gc.collect()
     gc.freeze()
 

@@ -158,8 +158,9 @@ _TEACHERS: dict = {}
 
 
 def write_teacher(directory: str, vocab, hidden=32, layers=2, heads=4, dropout=0.1,
-                  head=None, seed=3, label_names=None) -> str:
-    """A random tiny BERT directory; `head` with `label_names` (default "0", "1").
+                  head=None, seed=3, label_names=None, positions=64) -> str:
+    """A random tiny BERT directory; `head` with `label_names` (default "0", "1");
+    `positions`: its position table (max_position_embeddings).
 
     Built once per process for each set of arguments, in a private folder; every call
     copies those files (the same weights: the model is seeded with `seed`)."""
@@ -171,13 +172,13 @@ def write_teacher(directory: str, vocab, hidden=32, layers=2, heads=4, dropout=0
 
     keras.utils.set_random_seed(seed)
     key = (tuple(vocab), hidden, layers, heads, dropout, head, seed,
-           None if label_names is None else tuple(label_names))
+           None if label_names is None else tuple(label_names), positions)
     if key in _TEACHERS:
         shutil.copytree(_TEACHERS[key], directory, dirs_exist_ok=True)
         return directory
     config = BertConfig(vocab_size=len(vocab), hidden_size=hidden, num_layers=layers,
                         num_heads=heads, intermediate_size=2 * hidden,
-                        max_position_embeddings=64, hidden_dropout=dropout,
+                        max_position_embeddings=positions, hidden_dropout=dropout,
                         attention_dropout=dropout)
     kwargs = {"head": head}
     if head in ("classifier", "token_classifier"):
@@ -195,10 +196,8 @@ def write_teacher(directory: str, vocab, hidden=32, layers=2, heads=4, dropout=0
 def write_student_config(path: str, vocab_size: int, dropout=0.1, layers=1) -> str:
     """A 16-wide student of `layers` layers. One by default: every layer map of a
     pipeline test is then the uniform map onto the 2-layer tiny teacher's top layer, and
-    the runs trace and train a smaller graph: a whole `tiny_flags` run took 33 s against
-    40 s with two layers, its task stage 9.8 s against 13.6 s (three interleaved runs
-    each, 2-core Intel host, BUILD.md). A test of a map or of what two student layers do
-    asks for `layers=2`."""
+    the runs trace and train a smaller graph (docs/measurements.md). A test of a map or of
+    what two student layers do asks for `layers=2`."""
     from tinybert_tf.config import BertConfig
     config = BertConfig(vocab_size=vocab_size, hidden_size=16, num_layers=layers, num_heads=4,
                         intermediate_size=32, max_position_embeddings=64,

@@ -219,7 +219,7 @@ def _create(python: Path) -> None:
 def _install_steps(base: str, python: Path) -> list[list[str]]:
     """The venv and its packages: with uv where the test environment has it (`make`
     installs it, constraints.txt), else with the venv's own pip. uv skips ensurepip
-    and installs in parallel from its cache (BUILD.md gives both times)."""
+    and installs in parallel from its cache (docs/measurements.md gives both times)."""
     if UV.is_file():
         return [[base, "-m", "venv", "--without-pip", str(VENV_DIR)],
                 [str(UV), "pip", "install", "-q", "--python", str(python), "--system-certs",

@@ -244,3 +244,74 @@ def test_another_recipe_measures_again(tmp_path, monkeypatch):
         assert len(calls) == measured, recipe
     assert calls == ["2x132x12x528", "2x132x12x528", "2x128x2x512"]
     assert sizing.student["name"] == "2x128x2x512"
+
+
+@pytest.mark.parametrize("flags,named", [
+    (("--latency_budget_ms=1.5",), "--latency_budget_ms: only --student_config=auto reads it"),
+    (("--latency_table=lat.csv", "--latency_budget_ms=2"),
+     "--latency_budget_ms, --latency_table: only --student_config=auto reads them"),
+])
+def test_latency_flags_with_a_fixed_student_are_refused_not_ignored(flags, named, tmp_path,
+                                                                     capsys):
+    assert main(["bin/distill", f"--output_dir={tmp_path / 'out'}",
+                 "--student_config=tinybert_4l_312d", *flags, "--dry_run"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and named in err[0], err
+    assert "--student_config=tinybert_4l_312d fixes the shape" in err[0]
+    assert "drop" in err[0] and "or use --student_config=auto" in err[0]
+    assert not os.path.exists(tmp_path / "out")
+
+
+def test_latency_flags_left_at_their_defaults_pass_with_a_fixed_student(tmp_path):
+    config = parse_argv(["bin/distill", f"--output_dir={tmp_path}", "--latency_budget_ms=0",
+                         "--latency_seq_len=128"])
+    assert config.models.student_config == "tinybert_4l_312d"
+
+
+# --- the teacher's layer count, which --layer_mapping maps the student onto ---
+# The embedded teacher (minilm-l6) has 6 layers.
+
+def test_candidates_deeper_than_the_teacher_are_excluded_with_their_reason(tmp_path,
+                                                                           monkeypatch):
+    calls = _fake_measure(monkeypatch, {"4x252x12x1008": 3.0, "6x252x12x1008": 4.0})
+    config = _auto(tmp_path, "--noinit_from_teacher", "--latency_budget_ms=10",
+                   "--latency_candidates=4x256,6x256,8x256,12x256")
+    resolved, sizing = autosize.resolve(config, log=lambda line: None)
+    rows = {c["name"]: c for c in sizing.candidates}
+    why = ("--layer_mapping=uniform maps each student layer onto its own layer of the "
+           "teacher (--teacher=minilm-l6), which has 6")
+    assert rows["8x252x12x1008"]["excluded"] == f"8 layers; {why}"
+    assert rows["12x252x12x1008"]["excluded"] == f"12 layers; {why}"
+    assert "excluded" not in rows["6x252x12x1008"]
+    assert sorted(calls) == ["4x252x12x1008", "6x252x12x1008"]  # excluded: not measured
+    assert sizing.student["name"] == "6x252x12x1008"
+    assert f"2 excluded for their layer count ({why})" in sizing.reason
+    assert "with another head count excluded" not in sizing.reason
+    chosen = json.loads(open(resolved.models.student_config).read())
+    assert chosen["num_layers"] == 6
+
+
+def test_an_explicit_layer_mapping_keeps_only_candidates_of_its_length(tmp_path, monkeypatch):
+    calls = _fake_measure(monkeypatch, {"8x252x12x1008": 5.0})
+    _, sizing = autosize.resolve(_auto(tmp_path, "--layer_mapping=1,2,3,3,4,5,6,6",
+                                       "--latency_budget_ms=10",
+                                       "--latency_candidates=4x256,8x256"),
+                                 log=lambda line: None)
+    assert calls == ["8x252x12x1008"]
+    assert sizing.candidates[0]["excluded"] == (
+        "4 layers; --layer_mapping=1,2,3,3,4,5,6,6 names 8 teacher layers, one per student "
+        "layer")
+    assert sizing.student["name"] == "8x252x12x1008"
+
+
+def test_no_candidate_within_the_teachers_layers_is_one_error(tmp_path, monkeypatch, capsys):
+    calls = _fake_measure(monkeypatch, {})
+    out = tmp_path / "out"
+    assert main(["bin/distill", f"--output_dir={out}", "--student_config=auto",
+                 "--latency_budget_ms=10", "--latency_candidates=8x256,12x256",
+                 "--dry_run"]) == 2
+    err = capsys.readouterr().err
+    assert ("--latency_candidates: no shape left has at most 6 layers, and "
+            "--layer_mapping=uniform maps each student layer") in err, err
+    assert "add shapes of at most 6 layers, or give --layer_mapping an explicit list" in err
+    assert calls == [] and not os.path.exists(out / autosize.FOLDER / "config.json")

@@ -401,6 +401,33 @@ def test_short_names_and_hub_names(monkeypatch, minilm_dir):
             load_model(name)
 
 
+@pytest.mark.parametrize("imports", [
+    "import keras, tinybert_tf",
+    # The package first: it imports no TensorFlow; importing its models registers them.
+    "import sys, tinybert_tf\n"
+    "assert not {'tensorflow', 'keras'} & set(sys.modules), 'import tinybert_tf is not cheap'\n"
+    "import keras, tinybert_tf.models"])
+def test_keras_load_model_finds_our_classes_after_importing_the_package_in_a_fresh_process(
+        config, vocab, tmp_path, imports):
+    """docs/models.md: `keras.models.load_model("x.keras")` with `tinybert_tf` imported
+    (this suite's process imported the encoder long ago: a fresh one shows it)."""
+    import subprocess
+
+    from pipeline_helpers import REPO
+    model = make_model(config, vocab, head="classifier", num_labels=2,
+                       label_names=["neg", "pos"])
+    path = str(tmp_path / "model.keras")
+    model.save(path)
+    code = (f"{imports}\n"
+            f"m = keras.models.load_model({path!r})\n"
+            "print(type(m).__module__, type(m).__name__, m.label_names)\n")
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": REPO}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=env, cwd=str(tmp_path), timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split("\n")[-2] == "tinybert_tf.models.encoder BertModel ['neg', 'pos']"
+
+
 # --------------------------------------------------------------------------- bad input
 @pytest.fixture(scope="module")
 def pristine(config, vocab, tmp_path_factory):
@@ -429,6 +456,23 @@ def test_missing_and_corrupt_config(model_dir):
     _expect(model_dir, r"config\.json:2: invalid JSON")
     os.remove(cfg)
     _expect(model_dir, r"config\.json: file not found")
+
+
+def test_a_corrupt_teacher_config_names_a_fix_that_works(model_dir):
+    """A model's config.json is not regenerated: deleting it is no fix (it only
+    turns the error into "file not found"); both errors say to restore it."""
+    from tinybert_tf.models.checkpoint import inspect_model
+    cfg = os.path.join(model_dir, "config.json")
+    with open(cfg, "w") as f:
+        f.write('{"hidden_size": 32,\n')
+    for read in (load_model, inspect_model):
+        with pytest.raises(CheckpointError, match=r"config\.json:2: invalid JSON") as info:
+            read(model_dir)
+        assert "restore it from where the model came from" in str(info.value)
+        assert "regenerated" not in str(info.value) and "delete" not in str(info.value)
+    os.remove(cfg)
+    message = _expect(model_dir, r"config\.json: file not found; a model directory needs it")
+    assert "restore it from where the model came from" in message
 
 
 def test_missing_and_corrupt_weights(model_dir):

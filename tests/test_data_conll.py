@@ -126,6 +126,37 @@ def test_a_pos_column_taken_for_tags_names_the_tag_column_flag(tmp_path):
         conll.load_conll(path, tag_column=1)
 
 
+def test_a_pos_column_is_a_token_classification_task_scored_by_token_accuracy(tmp_path):
+    """--task=token_classification --tag_column=1 on CoNLL-2003: part-of-speech tags,
+    read as plain tags (docs/data.md: token accuracy), not refused."""
+    from tinybert_tf.tasks import TaskConfig, resolve_task
+    task = resolve_task(TaskConfig(task="token_classification", tag_column=1,
+                                   train_file=fixture("ner_train.conll"),
+                                   validation_file=fixture("ner_dev.conll")))
+    assert not task.type.is_iob2 and task.type.metric_names == ("accuracy",)
+    assert task.type.label_names[:3] == (".", "CD", "DT")
+    assert task.source.describe()["scheme"] is None
+    assert [e.label for e in task.examples("train")][1] == [
+        task.type.label_names.index("NNP")] * 2  # Peter Blackburn
+    # IOB2 tags keep entity scores under the same reader.
+    ner = resolve_task(TaskConfig(task="token_classification",
+                                  train_file=fixture("ner_train.conll"),
+                                  validation_file=fixture("ner_dev.conll")))
+    assert ner.type.is_iob2 and ner.source.describe()["scheme"] == "iob2"
+    assert ner.type.metric_names[0] == "f1"
+
+
+def test_span_tags_of_another_scheme_are_refused_naming_the_flag_not_python(tmp_path):
+    path = write(tmp_path, "iobes.conll", "Peter B-PER\nBlackburn E-PER\n\nParis S-LOC\n")
+    with raises_at(path, 2, "'E-PER' (word 'Blackburn') is not IOB2", "--tag_column",
+                   "convert IOBES/BILOU tags to IOB2", "read as plain tags") as err:
+        conll.load_conll(path, scheme="auto")
+    assert "scheme=None" not in str(err.value)
+    assert conll.decide_scheme(conll.load_conll(path, scheme=None)) == "iob2"
+    assert conll.decide_scheme(conll.load_conll(fixture("ner_train.conll"), tag_column=1,
+                                                scheme=None)) is None
+
+
 def test_invalid_iob2_sequences_are_counted_and_warned_once(tmp_path, caplog):
     path = write(tmp_path, "iob1.conll", "The O\nEuropean I-ORG\nUnion I-ORG\n\n"
                  "Peter B-PER\nSmith I-LOC\nsaid O\n\nin O\nBonn I-LOC\n")

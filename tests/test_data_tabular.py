@@ -185,6 +185,25 @@ def test_label_unseen_in_training_names_file_line_and_labels_flag(tmp_path):
         tabular.encode_labels(dev, ["negative", "neutral", "positive"])
 
 
+def test_an_id_column_as_labels_is_refused_not_planned_as_one_class_per_row(tmp_path):
+    rows = "".join(f"Review number {i}.,r{i:03d},{'positive' if i % 2 else 'negative'}\n"
+                   for i in range(24))
+    path = write(tmp_path, "train.csv", "text,id,label\n" + rows)
+    with pytest.raises(DataError, match=re.escape(
+            f"{path}: the labels in column 'id' take 24 different values in 24 rows, "
+            "['r000', 'r001', 'r002', ... (24 in all)]: that is text or ids, not class "
+            "labels; pass --label_column=NAME of the column that holds the classes (or "
+            "--task=text_regression for numeric targets).")):
+        tabular.label_set(tabular.load_examples(path, label_column="id"))
+    assert tabular.label_set(tabular.load_examples(path)) == ["negative", "positive"]
+    # A handful of rows may each have their own class; --labels says so on purpose.
+    few = write(tmp_path, "few.csv", "text,label\n" + "".join(
+        f"Text {i}.,c{i}\n" for i in range(10)))
+    assert len(tabular.label_set(tabular.load_examples(few))) == 10
+    assert len(tabular.label_set(tabular.load_examples(path, label_column="id"),
+                                 [f"r{i:03d}" for i in range(24)])) == 24
+
+
 def test_fractional_number_is_not_a_class_label(tmp_path):
     path = write(tmp_path, "scores.jsonl", '{"text": "Okay.", "label": 0.5}\n')
     with raises_at(path, 1, "0.5", "--task=text_regression"):

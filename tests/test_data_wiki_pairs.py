@@ -190,7 +190,7 @@ def test_task_flag_builds_the_pair_task_and_refuses_data_flags():
 
 
 def test_the_embedded_split_has_the_documented_sizes():
-    """The shipped task (docs/data.md): reading the 206-page sample takes ~10 s."""
+    """The shipped task has the sizes docs/data.md gives."""
     split = wiki_pairs.build()
     assert {k: len(v) for k, v in split.items()} == {"train": 2786, "dev": 2400}
     assert {k: len({p.article for p in v}) for k, v in split.items()} == \

@@ -1,4 +1,4 @@
-"""Export artefacts give the Keras model's answers (issue 7, Tests).
+"""Export artefacts give the Keras model's answers.
 
 One tiny classifier (hidden 32, 2 layers) is fitted for a few steps on a
 separable toy task (sentiment words decide the label), so labels are
@@ -409,7 +409,7 @@ def test_failed_saved_model_export_leaves_previous_export_intact(tmp_path, tiny_
     assert sorted(os.listdir(tmp_path)) == ["sm"]  # no half-written temporary left
 
 
-# --- issue 14: what the clients read -------------------------------------------------
+# --- what the clients read ----------------------------------------------------------
 
 TEXT_CASES = ["The movie was GREAT!", "Café, un-affable plots?", "xyzzy qwv", "  dog   ran  ",
               "", " ".join(["a very good film"] * 10)]  # the last one is truncated to L

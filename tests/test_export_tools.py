@@ -228,3 +228,61 @@ def test_bin_export_reads_the_task_and_length_the_model_records(tmp_path, tiny_v
     with pytest.raises(ExportError, match=r"--serving_version=0: must be a positive integer"):
         _export_in_process(tool, f"--model_dir={recorded}", f"--output_dir={tmp_path / 'c'}",
                            "--serving_version=0")
+
+
+@pytest.mark.parametrize("mask,file_mode,dir_mode", [(0o022, 0o644, 0o755),
+                                                     (0o027, 0o640, 0o750)])
+def test_every_file_of_a_hugging_face_export_gets_the_umasks_usual_mode(
+        tmp_path, tiny_vocab, mask, file_mode, dir_mode):
+    """safetensors writes model.safetensors owner-only (0600); published, it has the mode
+    of the other files, what `open` gives under the umask."""
+    from tinybert_tf.models.checkpoint import load_model
+    from tinybert_tf.models.hf_io import export_hf
+    model = load_model(model_dir(tmp_path, tiny_vocab, "classifier"))
+    old = os.umask(mask)
+    try:
+        out = export_hf(model, str(tmp_path / "hf"))
+    finally:
+        os.umask(old)
+    modes = {name: os.stat(os.path.join(out, name)).st_mode & 0o777
+             for name in os.listdir(out)}
+    assert "model.safetensors" in modes and "config.json" in modes
+    assert modes == {name: file_mode for name in modes}, {k: oct(v) for k, v in modes.items()}
+    assert os.stat(out).st_mode & 0o777 == dir_mode
+
+
+@pytest.mark.parametrize("value,message", [
+    ("99999999999999999999", "--serving_version=99999999999999999999: too large; TF "
+                             "Serving's versions are int64, at most 9223372036854775807"),
+    ("0", "--serving_version=0: must be a positive integer"),
+])
+def test_a_serving_version_out_of_range_names_the_limit_and_the_help_agrees(
+        tmp_path, tiny_vocab, value, message):
+    from tinybert_tf.export import ExportError
+    tool = load_bin_export()
+    src = model_dir(tmp_path, tiny_vocab, "classifier")
+    with pytest.raises(ExportError, match=re.escape(message)):
+        _export_in_process(tool, f"--model_dir={src}", f"--output_dir={tmp_path / 'out'}",
+                           "--task=polarity", f"--serving_version={value}")
+    assert not (tmp_path / "out").exists()
+    help_text = tool.FLAGS["serving_version"].help
+    assert "Unset: the next free one" in help_text and "0 and an existing version are errors" \
+        in help_text and "2**63 - 1" in help_text
+    assert "0: the next free one" not in help_text
+
+
+def test_a_float_model_as_quantized_model_dir_names_that_flag_and_what_it_expects(
+        tmp_path, tiny_vocab):
+    from tinybert_tf.export import ExportError
+    tool = load_bin_export()
+    src = model_dir(tmp_path, tiny_vocab, "classifier")
+    with pytest.raises(ExportError) as err:
+        _export_in_process(tool, f"--model_dir={src}", f"--output_dir={tmp_path / 'out'}",
+                           "--task=polarity", "--export_formats=float32",
+                           f"--quantized_model_dir={src}")
+    message = str(err.value)
+    assert message.startswith(f"--quantized_model_dir={src} is a float model"), message
+    assert "must be the quantize stage's fake-quantised copy of the student (OUTPUT/" \
+        "quantize/model)" in message and "drop it to export the float model alone" in message
+    assert "quantized=" not in message and f"--model_dir={src}" not in message
+    assert not (tmp_path / "out" / "export" / "parity.json").exists()

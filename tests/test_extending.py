@@ -115,6 +115,48 @@ def test_a_plugins_import_error_names_the_plugin_its_file_and_line(tmp_path, mon
         parse_argv(["bin/distill", out, "--plugins=broken_import"])
 
 
+def test_a_plugin_that_calls_sys_exit_on_import_is_one_error_not_a_silent_exit(
+        tmp_path, monkeypatch, capsys):
+    from tinybert_tf.pipeline.main import main
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "exits_on_import.py").write_text("import sys\n\nsys.exit(3)\n")
+    assert main(["bin/distill", f"--output_dir={tmp_path / 'out'}",
+                 "--plugins=exits_on_import", "--dry_run"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert re.match(r"distill: error: --plugins=exits_on_import: importing it called "
+                    r"sys\.exit\(3\) \(.*exits_on_import\.py, line 3\); a plugin module must "
+                    r"only define and register its objects on import", err[0]), err[0]
+    assert not os.path.exists(tmp_path / "out")
+
+
+def test_a_duplicate_registration_of_an_object_is_one_short_line(registries, tmp_path,
+                                                                  monkeypatch):
+    """An instance (an export format, a stage's I/O) is named by its type and the line
+    that registered it, not by its repr of hundreds of characters."""
+    from tinybert_tf.pipeline.main import parse_argv
+    from tinybert_tf.plugins import PluginError
+    monkeypatch.syspath_prepend(str(tmp_path))
+    code, _ = PLUGINS["format_float32"]
+    (tmp_path / "format_again.py").write_text(code.format(how="", how_kw=""))
+    with pytest.raises(PluginError) as err:
+        parse_argv(["bin/distill", f"--output_dir={tmp_path / 'out'}",
+                    "--plugins=format_again"])
+    message = str(err.value)
+    assert "\n" not in message and len(message) < 300 + len(str(tmp_path)), message
+    assert message == (
+        "--plugins=format_again: export format 'float32' is already registered (a "
+        "tinybert_tf.export.formats.ExportFormat); registering another ExportFormat at "
+        f"{tmp_path / 'format_again.py'}, line 2 would replace it silently. Choose another "
+        "name, or say it replaces the existing one (replace=True).")
+    from tinybert_tf.pipeline import stage_io
+    with pytest.raises(PluginError) as err:
+        stage_io.register_stage_io("export", stage_io.StageIO())
+    assert "<function" not in str(err.value) and len(str(err.value)) < 300 + len(__file__)
+    assert "stage I/O declaration 'export' is already registered" in str(err.value)
+    assert f"{__file__}, line" in str(err.value) and "replace=True" in str(err.value)
+
+
 def test_a_plugin_terms_build_error_is_the_plugins_not_an_internal_error(
         registries, tmp_path, monkeypatch, tiny_vocab, capsys):
     from tinybert_tf.pipeline.main import main
@@ -135,3 +177,37 @@ def test_a_plugin_terms_build_error_is_the_plugins_not_an_internal_error(
     assert "internal error" not in err and len(err.strip().splitlines()) == 1, err
     assert re.search(r"^distill: error: --plugins=boom_term \(.*boom_term\.py, line 9, in "
                      r"build\): TypeError: needs a teacher with a pooler; fix the plugin", err)
+
+
+@pytest.mark.parametrize("kind", ["phase", "recipe", "holdout"])
+def test_registering_a_taken_name_is_refused_unless_it_says_it_replaces(kind):
+    from tinybert_tf import plugins
+    from tinybert_tf.data import holdout
+    from tinybert_tf.pipeline import phases, recipes
+
+    if kind == "holdout":
+        holdout.register_holdout("_test_taken", lambda: frozenset({"A"}))
+        with pytest.raises(plugins.PluginError, match="_test_taken.*replace=True"):
+            holdout.register_holdout("_test_taken", _other_titles)
+        holdout.register_holdout("_test_taken", _other_titles, replace=True)
+        assert holdout.HOLDOUTS["_test_taken"] is _other_titles
+        return
+    base, register, table = {
+        "phase": (phases.PHASE_KINDS["prediction"], phases.register_phase, phases.PHASE_KINDS),
+        "recipe": (recipes.RECIPES["tinybert"], recipes.register_recipe, recipes.RECIPES),
+    }[kind]
+    original = type(base)
+    impostor = type("Impostor", (original,), {"name": base.name, "__module__": "someone.else"})
+    with pytest.raises(plugins.PluginError, match=f"{base.name}.*replace=True"):
+        register(impostor)
+    assert type(table[base.name]) is original  # the built-in is untouched
+    try:
+        register(replace=True)(impostor)
+        assert type(table[base.name]) is impostor
+    finally:
+        register(replace=True)(original)
+    assert type(table[base.name]) is original
+
+
+def _other_titles() -> frozenset:
+    return frozenset({"B"})

@@ -598,3 +598,63 @@ def test_every_tool_answers_help_and_uses_exit_code_2_for_a_bad_flag():
             assert code == "2" and "Unknown command line flag 'nosuch'" in err, (tool, err)
         else:
             assert code == "0" and has_flags == "True" and int(dashes) > 10, (tool, flag, err)
+
+
+# --- a diverging phase names its learning-rate flag, and the redo the docs promise ---------
+
+def _spec(stage, name, kind="", cell=None):
+    from tinybert_tf.pipeline.phases import PhaseSpec
+    spec = PhaseSpec(stage, name, f"/out/{stage}/{name}", "data", 8, 4, 1, 1, 1.0, 0, 1e-3,
+                     "linear", 0.1, [], "--batch")
+    spec.kind, spec.cell = kind, cell
+    return spec
+
+
+def test_every_diverging_phase_is_told_its_own_learning_rate_flag(tmp_path):
+    import types
+
+    from tinybert_tf.pipeline.main import parse_argv
+    from tinybert_tf.pipeline.stages import divergence_hint
+    config = parse_argv(["bin/distill", f"--output_dir={tmp_path}", "--teacher_lr=3e-05",
+                         "--quantize_lr=2e-05", "--pkd_lr=1e-05", "--finetune_lr=4e-05",
+                         "--general_lr=1e-04", "--intermediate_lr=5e-05", "--pred_lr=6e-05",
+                         "--pred_grid=16:1e-05,32:2e-05"])
+    ctx = types.SimpleNamespace(config=config)
+    for spec, lower in (
+            (_spec("general", "distill"), "lower --general_lr (now 0.0001)"),
+            (_spec("finetune_teacher", "train"), "lower --teacher_lr (now 3e-05)"),
+            (_spec("quantize", "qat"), "lower --quantize_lr (now 2e-05)"),
+            (_spec("task", "intermediate", "intermediate"), "lower --intermediate_lr (now 5e-05)"),
+            (_spec("task", "intermediate_2", "intermediate"), "lower --intermediate_lr"),
+            (_spec("task", "prediction", "prediction"), "lower --pred_lr (now 6e-05)"),
+            (_spec("task", "pkd", "pkd"), "lower --pkd_lr (now 1e-05)"),
+            (_spec("task", "finetune", "finetune"), "lower --finetune_lr (now 4e-05)"),
+            (_spec("task", "prediction_b32_lr2e-05", "prediction", {"batch": 32, "lr": 2e-05}),
+             "lower the learning rate of its --pred_grid cell 32:2e-05 (--pred_grid=16:1e-05,"
+             "32:2e-05)")):
+        hint = divergence_hint(ctx, spec)
+        assert hint.startswith(lower), (spec.stage, spec.name, hint)
+        assert hint.endswith(f", then redo the stage with --stages={spec.stage} --overwrite")
+        assert "the phase's learning rate" not in hint
+
+
+def test_a_diverged_stage_is_redone_with_the_lower_rate_as_the_message_and_docs_say(
+        base, tmp_path, capsys):
+    """docs/pipeline.md's fault table: a changed rate is another config, which a plain
+    re-run refuses; `--stages=STAGE --overwrite` (the message's fix) redoes the stage."""
+    from tinybert_tf.pipeline.training import Diverged
+    ns = _with(base, output_dir=str(tmp_path / "out"), stages=["task"], use_augmented=False,
+               task_phases=["prediction"], pred_lr=1e9, pred_epochs=3)
+    with pytest.raises(Diverged) as info:
+        run(ns)
+    assert ("too high a learning rate: lower --pred_lr (now 1e+09), then redo the stage with "
+            "--stages=task --overwrite") in str(info.value)
+    lower = _with(ns, pred_lr=1e-3, pred_epochs=1)
+    with pytest.raises(OutputDirError, match=r"--pred_lr.*--overwrite"):
+        run(lower)
+    run(_with(lower, overwrite=True))
+    assert RunState(lower.output_dir).is_done("task")
+    doc = open(os.path.join(REPO, "docs", "pipeline.md"), encoding="utf-8").read()
+    row = next(line for line in doc.splitlines() if "training diverged at step N" in line)
+    assert "learning rate lowered and `--stages=STAGE --overwrite`" in row
+    assert "a plain re-run refuses" in row

@@ -75,3 +75,31 @@ def test_unreachable_and_missing_paths_are_one_clear_error(tmp_path):
         files.stat(missing)
     assert not files.is_remote(missing) and files.is_remote("gs://b/x")
     assert files.absolute("gs://b/x") == "gs://b/x" and os.path.isabs(files.absolute("rel"))
+
+
+def test_usual_permissions_give_owner_only_files_the_umasks_mode_and_keep_exec_bits(
+        tmp_path):
+    folder = tmp_path / "made_by_mkdtemp"
+    (folder / "sub").mkdir(parents=True)
+    for name, mode in (("weights", 0o600), ("sub/tool", 0o700)):
+        (folder / name).write_bytes(b"x")
+        os.chmod(folder / name, mode)
+    os.chmod(folder, 0o700)
+    old = os.umask(0o022)
+    try:
+        files.usual_permissions(str(folder))
+        single = tmp_path / "single"
+        single.write_bytes(b"y")
+        os.chmod(single, 0o600)
+        files.usual_permissions(str(single))
+        with files.atomic_path(str(tmp_path / "atomic")) as tmp:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT, 0o600)  # as tempfile.mkstemp does
+            os.close(fd)
+    finally:
+        os.umask(old)
+
+    def mode(path):
+        return os.stat(path).st_mode & 0o777
+    assert (mode(folder), mode(folder / "sub")) == (0o755, 0o755)
+    assert (mode(folder / "weights"), mode(folder / "sub" / "tool")) == (0o644, 0o755)
+    assert mode(single) == 0o644 and mode(tmp_path / "atomic") == 0o644

@@ -39,6 +39,8 @@ def test_all_stages_run_in_order_and_write_their_outputs(finished):
         for key in ("params", "flops", "latency_ms"):
             assert report[who][key] > 0
         assert 0.0 <= report[who]["dev"]["accuracy"] <= 1.0
+    assert report["latency"]["interleaved"] and report["latency"]["rounds"] >= 1
+    assert report["latency"]["batch"] == 1
     r = report["ratios"]
     assert r["params"] > 1 and r["flops"] > 1
     assert r["retained"] == pytest.approx(report["student"]["dev"]["accuracy"]

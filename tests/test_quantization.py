@@ -1,4 +1,4 @@
-"""The int8 fake-quantised encoder (issue 25): it computes what TFLite's full-integer
+"""The int8 fake-quantised encoder: it computes what TFLite's full-integer
 kernels compute, learns its ranges, and converts with exactly those ranges to a file
 with no float op, for every task head."""
 import json

@@ -1,4 +1,4 @@
-"""The quantize stage (issue 25): planned, run and resumed like every stage; evaluate
+"""The quantize stage: planned, run and resumed like every stage; evaluate
 reports its int8 student, and export converts int8 from it with its learnt ranges,
 next to the float student's post-training int8."""
 import json

@@ -159,3 +159,23 @@ def test_a_stale_export_publishes_the_next_version_next_to_the_first(base, tmp_p
     assert sorted(os.listdir(served)) == ["1", "2", "models.config"]
     assert (served / "1" / "saved_model.pb").read_bytes() == first  # never rewritten
     assert files.content_fingerprint(str(served / "2")) != "missing"
+
+
+def test_a_hand_deleted_serving_version_redoes_the_export_saying_why(base, tmp_path, capsys):
+    ns = _with(base, output_dir=str(tmp_path / "out"), stages=["export"],
+               export_formats=["saved_model"])
+    _finished_task_stage(_with(ns, stages=["task"]), base.task_teacher)
+    run(ns)
+    served = tmp_path / "out" / "export" / "serving"
+    done = json.load(open(tmp_path / "out" / "export" / "stage_done.json"))
+    assert done["outputs"][os.path.join("export", "serving", "1")] == "exists"
+    shutil.rmtree(served / "1")  # the only version, deleted by hand
+    capsys.readouterr()
+    run(ns)
+    out = capsys.readouterr().out
+    assert (f"== export: its output {served / '1'} is missing (deleted since the stage "
+            "finished); it runs again") in out
+    assert (served / "1" / "saved_model.pb").is_file()
+    capsys.readouterr()
+    run(ns)
+    assert "== export: done already, skipped" in capsys.readouterr().out

@@ -279,7 +279,7 @@ def test_reading_a_model_without_metadata_says_so(bare_flat):
 
 
 def test_task_library_refuses_the_model_without_metadata(task_library, bare_flat, tmp_path):
-    """The issue: a bare model gives 'No metadata or input process unit found'."""
+    """Without metadata, a bare model gives 'No metadata or input process unit found'."""
     with pytest.raises(tasklib.TaskLibError, match="No metadata or input process unit found"):
         tasklib.classify(write(tmp_path, "bare.tflite", bare_flat), ["a film"])
 

@@ -190,9 +190,9 @@ class BertConfig:
         }
 
 
-def read_json(path: str) -> dict[str, Any]:
-    """Read a JSON object, raising ConfigError that names the file and line."""
-    return files.read_json(path, error=ConfigError, expect=dict)
+def read_json(path: str, fix: str = "fix the file") -> dict[str, Any]:
+    """Read a JSON object, raising ConfigError that names the file, the line and `fix`."""
+    return files.read_json(path, error=ConfigError, expect=dict, fix=fix)
 
 
 # all-MiniLM-L6-v2's width: its presets differ only in depth.

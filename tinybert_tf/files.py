@@ -16,6 +16,7 @@ one: GCS objects appear whole when their upload completes.
 """
 from __future__ import annotations
 
+import builtins
 import contextlib
 import dataclasses
 import hashlib
@@ -256,13 +257,54 @@ def _temporary_sibling(path: str) -> str:
     return os.path.join(directory, f".{name}.tmp-{os.getpid()}")
 
 
+def umask() -> int:
+    """This process's umask: from /proc (Linux), else by setting it and setting it back
+    (which other threads could see for that instant)."""
+    try:
+        with builtins.open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def usual_permissions(path: str) -> None:
+    """Give the local `path` (a file, or a folder and everything under it) the mode that
+    `open` and `mkdir` give under the umask (0644 and 0755 under 022), execute bits
+    kept: some writers (tempfile.mkdtemp, safetensors' save_file) make them owner-only,
+    and a published model must be readable by a serving account. Remote: nothing."""
+    if is_remote(path):
+        return
+    mask = umask()
+
+    def fix(p: str, folder: bool) -> None:
+        mode = 0o777 if folder or os.stat(p).st_mode & 0o100 else 0o666
+        os.chmod(p, mode & ~mask)
+
+    with translate_errors(path, "set the permissions of"):
+        if not os.path.isdir(path):
+            fix(path, False)
+            return
+        for root, _, names in os.walk(path):
+            fix(root, True)
+            for name in names:
+                child = os.path.join(root, name)
+                if not os.path.islink(child):
+                    fix(child, False)
+
+
 @contextlib.contextmanager
 def atomic_path(path: str) -> Iterator[str]:
     """Yields a hidden temporary path next to `path` to write to (with `files.open`,
     `tf.io.TFRecordWriter`, or any writer that takes a path).
 
-    On normal exit the temporary file is renamed onto `path`; on any exception it
-    is removed and `path` is left untouched. The name starts with a dot, so
+    On normal exit the temporary file gets the umask's usual mode
+    (`usual_permissions`) and is renamed onto `path`; on any exception it is
+    removed and `path` is left untouched. The name starts with a dot, so
     globs such as `PREFIX-*` never see it. Local callers may still write the
     temporary path with Python's `open`; remote paths need `files.open`.
     """
@@ -271,6 +313,8 @@ def atomic_path(path: str) -> Iterator[str]:
     tmp = _temporary_sibling(path)
     try:
         yield tmp
+        if not is_remote(tmp) and os.path.exists(tmp):
+            usual_permissions(tmp)  # a writer may have made it owner-only
         rename(tmp, path, overwrite=True)
     except BaseException:
         with contextlib.suppress(Exception):
@@ -324,13 +368,14 @@ _MISSING = object()
 
 
 def read_json(path: str, default: Any = _MISSING, error: type[Exception] = ValueError,
-              expect: Optional[type] = None) -> Any:
+              expect: Optional[type] = None, fix: str = "fix the file") -> Any:
     """The JSON in `path`.
 
     A missing file returns `default` when one is given, else raises `error`;
     invalid JSON, bad UTF-8 or (with `expect`) another top-level type raise
-    `error` naming the file, the line and the fix. An unreachable path raises
-    FileAccessError.
+    `error` naming the file, the line and `fix` (what repairs it: only the caller
+    knows whether the file is regenerated when deleted). An unreachable path
+    raises FileAccessError.
     """
     if not isfile(path):
         if default is not _MISSING:
@@ -340,11 +385,10 @@ def read_json(path: str, default: Any = _MISSING, error: type[Exception] = Value
     try:
         data = json.loads(raw.decode("utf-8"))
     except json.JSONDecodeError as e:
-        raise error(f"{path}:{e.lineno}: invalid JSON ({e.msg}); fix the file, or delete it "
-                    "to have it regenerated.") from None
+        raise error(f"{path}:{e.lineno}: invalid JSON ({e.msg}); {fix}.") from None
     except UnicodeDecodeError as e:
-        raise error(f"{path}: not UTF-8 text ({e.reason}).") from None
+        raise error(f"{path}: not UTF-8 text ({e.reason}); {fix}.") from None
     if expect is not None and not isinstance(data, expect):
         raise error(f"{path}: expected a JSON {expect.__name__} at the top level, got "
-                    f"{type(data).__name__}.")
+                    f"{type(data).__name__}; {fix}.")
     return data

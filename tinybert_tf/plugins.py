@@ -42,15 +42,46 @@ def register(table: MutableMapping[str, Any], name: str, obj: Any, *, what: str,
     """
     old = table.get(name)
     if old is not None and old is not obj and _identity(old) != _identity(obj) and not replace:
-        where = getattr(sys.modules.get(_identity(obj)[0]), "__file__", None)
-        by = f" by {_identity(obj)[0]}" + (f" ({where})" if where else "")
+        if _is_named(obj):
+            where = getattr(sys.modules.get(_identity(obj)[0]), "__file__", None)
+            new = f"{_identity(obj)[1]} by {_identity(obj)[0]}" + (f" ({where})" if where
+                                                                  else "")
+        else:  # an instance: its class's module is ours; say where it was registered
+            caller = _caller()
+            new = f"another {type(obj).__qualname__}" + (f" at {caller}" if caller else "")
         raise PluginError(
-            f"{what} {name!r} is already registered ({_identity(old)[0]}."
-            f"{_identity(old)[1]}); registering {_identity(obj)[1]}{by} would replace it "
-            f"silently. Choose another name, or say it replaces the existing one "
-            f"(replace=True).")
+            f"{what} {name!r} is already registered ({_label(old)}); registering {new} "
+            f"would replace it silently. Choose another name, or say it replaces the "
+            f"existing one (replace=True).")
     table[name] = obj
     return obj
+
+
+def _is_named(obj: Any) -> bool:
+    """A class or function (it has a qualified name), not an instance."""
+    return isinstance(getattr(obj, "__qualname__", None), str)
+
+
+def _label(obj: Any) -> str:
+    """A short name for messages: MODULE.NAME of a class or function, "a MODULE.TYPE"
+    of an instance (whose repr may run to hundreds of characters)."""
+    if _is_named(obj):
+        module = getattr(obj, "__module__", "") or ""
+        return f"{module}.{obj.__qualname__}" if module else obj.__qualname__
+    return f"a {type(obj).__module__}.{type(obj).__qualname__}"
+
+
+def _caller() -> str:
+    """"FILE, line N" of the innermost frame outside this package and importlib: the
+    code that called a register function; "" when the package registers itself."""
+    package = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    frame = sys._getframe(1)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not filename.startswith("<") and not os.path.abspath(filename).startswith(package):
+            return f"{filename}, line {frame.f_lineno}"
+        frame = frame.f_back
+    return ""
 
 
 def load(modules: Sequence[str]) -> None:
@@ -72,6 +103,12 @@ def load(modules: Sequence[str]) -> None:
                               f"ModuleNotFoundError: {e}; install what it imports.") from None
         except PluginError as e:
             raise PluginError(f"--plugins={name}: {e}") from None
+        except SystemExit as e:  # sys.exit() on import would end the tool without a word
+            where = _where(e).rstrip(": ")
+            raise PluginError(f"--plugins={name}: importing it called sys.exit({e.code!r})"
+                              f"{f' ({where})' if where else ''}; a plugin module must only define "
+                              "and register its objects on import: remove the exit, or put "
+                              "its script code under `if __name__ == \"__main__\":`.") from None
         except Exception as e:  # noqa: BLE001  (a plugin may raise anything on import)
             raise PluginError(f"--plugins={name}: cannot import it: {_where(e)}"
                               f"{type(e).__name__}: {' '.join(str(e).split())[:400]}; fix the "

@@ -21,8 +21,8 @@ libraries' logging.
 `import_tensorflow()` is how a tool loads TensorFlow. `import tensorflow` loads
 keras, and keras imports scikit-learn (for its scikit-learn wrappers, which
 import scipy.stats) and matplotlib's pyplot (for its image-gallery plots)
-whenever they are installed: 1-2 s of CPU of the 4-5 s a tool took to start on
-the 2-core Intel host, for keras features no tool uses (BUILD.md). The tools load
+whenever they are installed: a large share of a tool's start, for keras features no
+tool uses (docs/measurements.md). The tools load
 TensorFlow with both hidden; afterwards each imports as usual (the report's
 plots import pyplot), and only those keras features see them missing. A
 library imported by a user's program must not do this, so this module imports

@@ -30,3 +30,21 @@ def median_ms(fn: Callable[[], Any], runs: int = 30, warmup: int = 3,
                 len(times) >= 3 or times[0] / 1e3 > budget_s / 2):
             break
     return float(np.median(times))
+
+
+def interleaved_median_ms(fns: dict[str, Callable[[], Any]], runs: int = 100,
+                          warmup: int = 3) -> dict[str, float]:
+    """Median wall time in ms of each of several calls, timed in rounds: every round
+    calls each function once in turn, so a load that comes and goes on the machine
+    slows all of them alike and their ratio stays meaningful. Each `fn` should block
+    until its result is ready."""
+    for fn in fns.values():
+        for _ in range(max(0, warmup)):
+            fn()
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(max(1, runs)):
+        for name, fn in fns.items():
+            t = time.perf_counter()
+            fn()
+            times[name].append((time.perf_counter() - t) * 1e3)
+    return {name: float(np.median(values)) for name, values in times.items()}

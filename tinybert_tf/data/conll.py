@@ -16,7 +16,11 @@ Tags (scheme "iob2", the default) must be O / B-TYPE / I-TYPE. An I-X that
 does not continue an entity of type X is not an error: it is counted
 (`Sentences.invalid_iob2`) and warned about once per file, as conlleval
 tolerates it; `entities.py` decides what such a tag means when scoring. With
-`scheme=None` tags are plain labels (e.g. part-of-speech tags).
+`scheme=None` tags are plain labels (e.g. part-of-speech tags). `scheme="auto"`
+(what `--task=token_classification` reads with) decides from the file: IOB2
+when every tag is, plain when no tag has a span prefix (B-, I-, E-, S-, L-,
+U- and a type: part of speech), and an error for span tags of another scheme
+(IOBES, BILOU), which would otherwise score as plain tags.
 
 Alignment (`align_words`): a sentence becomes `[CLS] pieces [SEP] padding`. The
 FIRST word piece of each word carries the word's tag id; continuation pieces,
@@ -42,7 +46,9 @@ logger = logging.getLogger(__name__)
 
 IGNORE = -1  # label / word_index of positions that are no word's first piece
 DOCSTART = "-DOCSTART-"
-SCHEMES = ("iob2", None)
+SCHEMES = ("iob2", None, "auto")
+# A tag of a span scheme: IOB2's B-/I-, IOBES' E-/S-, BILOU's L-/U-, and a type.
+_SPAN_TAG = re.compile(r"^[BIESLU]-.+$")
 _SPACES = re.compile(r"[ \t]+")
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")  # not str.splitlines: a word may hold U+2028
 _JSONL_EXTENSIONS = (".jsonl", ".json", ".ndjson")
@@ -70,7 +76,7 @@ class Sentences(list):
 
     skipped: sentences dropped (empty token lists in JSON lines);
     invalid_iob2: I- tags that continue no entity of their type (see module doc);
-    scheme: "iob2" or None (plain tags).
+    scheme: "iob2" or None (plain tags); what "auto" decided, for a file read with it.
     """
 
     def __init__(self, items: Iterable[Sentence] = (), source: str = "", skipped: int = 0,
@@ -116,7 +122,8 @@ def load_conll(path: str, tag_column: int = -1, require_tags: bool = True,
       path: the file (any `tf.io.gfile` path).
       tag_column: the tag's column, 0-based (negative: from the end); column 0 is the word.
       require_tags: False accepts a one-column (words only) file: tags None.
-      scheme: "iob2" checks tags; None takes them as plain labels.
+      scheme: "iob2" checks tags; None takes them as plain labels; "auto" decides
+        from the tags (module doc).
     """
     _check_scheme(scheme)
     text = read_text_file(path)
@@ -259,26 +266,45 @@ def _tag_list(value: Any, key: str, tag_names: Optional[Sequence[str]], path: st
 
 def _check_scheme(scheme: Optional[str]) -> None:
     if scheme not in SCHEMES:
-        raise ValueError(f"scheme={scheme!r}: use 'iob2' or None (plain tags).")
+        raise ValueError(f"scheme={scheme!r}: use 'iob2', None (plain tags) or 'auto'.")
+
+
+def decide_scheme(sentences: Sequence[Sentence]) -> Optional[str]:
+    """"iob2" when every tag is O / B-X / I-X, None (plain tags, e.g. part of speech)
+    when no tag has a span prefix; span tags of another scheme (IOBES, BILOU) stay
+    "iob2", which then refuses them naming the line."""
+    tags = {t for s in sentences for t in (s.tags or ())}
+    if all(is_iob2_tag(t) for t in tags):
+        return "iob2"
+    return "iob2" if any(_SPAN_TAG.match(t) for t in tags) else None
 
 
 def _finish(sentences: list[Sentence], path: str, scheme: Optional[str], skipped: int
             ) -> Sentences:
     """Check IOB2 tags (malformed: error; I-X continuing nothing: counted, one warning)."""
     invalid, first = 0, None
+    auto = scheme == "auto"
+    if auto:
+        scheme = decide_scheme(sentences)
+        if scheme is None:
+            logger.info("%s: the tags are not IOB2 entity tags (e.g. part of speech): plain "
+                        "tags, scored by token accuracy (for entity scores point --tag_column "
+                        "at an IOB2 column).", path)
     if scheme == "iob2":
         for s in sentences:
             if s.tags is None:
                 continue
             for i, tag in enumerate(s.tags):
                 if not is_iob2_tag(tag):
+                    plain = ("tags without span prefixes (part of speech) are read as plain "
+                             "tags, scored by token accuracy" if auto else
+                             "in Python, plain tags such as POS read with scheme=None")
                     raise DataError(
                         f"{path}:{s.word_line(i)}: tag {tag!r} (word {s.words[i]!r}) is not IOB2 "
                         f"(O, B-TYPE or I-TYPE). If the file has part-of-speech or chunk columns "
                         f"(word POS chunk NER, as CoNLL-2003), the entity tags are the column "
                         f"--tag_column names (0-based; default -1, the last): point it at the "
-                        f"NER column. Else convert IOBES/BILOU tags to IOB2 (in Python, plain "
-                        f"tags such as POS read with scheme=None).")
+                        f"NER column. Else convert IOBES/BILOU tags to IOB2 ({plain}).")
             bad = invalid_iob2(s.tags)
             if bad and first is None:
                 first = (s.word_line(bad[0]), s.tags[bad[0]],

@@ -248,7 +248,9 @@ class TokenSource(DataSource):
       labels: `--labels`: the tags in id order (also the names of integer tags in
         JSON lines); None: "O" then B-/I- of every type seen in training, sorted.
       tokens_key, tags_key: JSON-lines keys of the words and the tags.
-      scheme: "iob2" (tags checked, entity metrics) or None (plain tags).
+      scheme: "iob2" (tags checked, entity metrics), None (plain tags, token
+        accuracy) or "auto": decided by the training file's tags
+        (`conll.decide_scheme`), then used for every split.
     """
 
     kind = "token_files"
@@ -266,8 +268,9 @@ class TokenSource(DataSource):
         self.tokens_key, self.tags_key = tokens_key, tags_key
         self.scheme = scheme
         self._files = _Cached()
-        self.label_names: tuple[str, ...] = tuple(conll.tag_set(self.sentences("train"),
-                                                                self.explicit))
+        train = self.sentences("train")
+        self.scheme = train.scheme  # "auto": what the training tags decided
+        self.label_names: tuple[str, ...] = tuple(conll.tag_set(train, self.explicit))
 
     @property
     def augmented_name(self) -> str:  # train_aug.conll or .jsonl

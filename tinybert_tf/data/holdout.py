@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from tinybert_tf import plugins
 from tinybert_tf.data import corpus
 from tinybert_tf.data.examples import DataError
 
@@ -27,9 +28,12 @@ NONE = "none"
 HOLDOUTS: dict[str, Callable[[], frozenset[str]]] = {}
 
 
-def register_holdout(name: str, titles: Callable[[], frozenset[str]]) -> None:
-    """Register `titles()` (page titles, computed when first needed) under `name`."""
-    HOLDOUTS[name.strip().lower()] = titles
+def register_holdout(name: str, titles: Callable[[], frozenset[str]], *,
+                     replace: bool = False) -> None:
+    """Register `titles()` (page titles, computed when first needed) under `name`;
+    another function under a taken name is refused unless `replace=True`."""
+    plugins.register(HOLDOUTS, name.strip().lower(), titles, what="general hold-out",
+                     replace=replace)
 
 
 def resolve(value: str, task: str) -> str:

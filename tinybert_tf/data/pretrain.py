@@ -138,7 +138,7 @@ def document_packer(max_seq_len: int, cls_id: int, sep_id: int, pad_id: int,
     Every corpus dataset maps its documents through the packing graph; called inside
     the map's function, the traced function is one call op there, so building another
     dataset (a phase, an epoch's input, a count of the corpus) no longer traces the
-    packing ops again (about 0.1 s of CPU each, BUILD.md)."""
+    packing ops again (docs/measurements.md)."""
     spec = [tf.RaggedTensorSpec([None, None], tf.int64, ragged_rank=1,
                                 row_splits_dtype=tf.int64),
             tf.TensorSpec([2], tf.int64)]

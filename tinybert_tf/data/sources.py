@@ -262,6 +262,6 @@ def glue_source(task: Any, data_dir: str, tfds_data_dir: Optional[str] = None) -
     if not data_dir:
         if spec.name == "polarity":
             return PolaritySource()
-        raise DataError(f"--data_dir is required for --task={task}: point it at the task's "
+        raise DataError(f"--data_dir is required for --task={spec.name}: point it at the task's "
                         "GLUE folder (train.tsv, dev.tsv, ...) or use 'tfds'.")
     return GlueTsvSource(spec, data_dir)

@@ -118,6 +118,8 @@ _FIELD_LIMIT = 2**31 - 1
 
 # More distinct labels than this, in more than half the rows: not a class column.
 _MAX_CLASSES = 100
+# A different label on every one of more rows than this: an id or text column.
+_ONE_PER_ROW = 10
 
 
 def _csv_records(text: str, path: str, delimiter: str) -> Iterator[tuple[int, list[str]]]:
@@ -410,13 +412,14 @@ def label_set(examples: Sequence[Example], explicit: Union[str, Sequence[str], N
         raise DataError(f"{src}: no labels; a training file needs a label column "
                         f"(--label_column).")
     labelled = sum(e.label is not None for e in examples)
-    if len(seen) > _MAX_CLASSES and len(seen) > labelled // 2:
+    if len(seen) > _MAX_CLASSES and len(seen) > labelled // 2 \
+            or len(seen) == labelled > _ONE_PER_ROW:
         src = getattr(examples, "source", "") or "examples"
         raise DataError(f"{src}: the labels{_column_note(examples)} take {len(seen)} "
                         f"different values in {labelled} rows, {_some(list(seen), 3)}: "
                         "that is text or ids, not class labels; pass --label_column=NAME of "
-                        "the column that holds the classes (or --task=text_regression for "
-                        "numeric targets).")
+                        "the column that holds the classes (or "
+                        "--task=text_regression for numeric targets).")
     if all(_INT_NAME.match(n) for n in seen):
         return sorted(seen, key=lambda n: (int(n), n))
     return sorted(seen)

@@ -1,4 +1,4 @@
-"""The paper's Table 1 efficiency columns on this machine (issue 7, item 4).
+"""The paper's Table 1 efficiency columns on this machine.
 
 For a teacher and a student config with random weights at one sequence
 length: parameters, FLOPs, and latency / throughput at each batch size for

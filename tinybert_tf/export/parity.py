@@ -201,26 +201,34 @@ def export_all(model: BertModel, output_dir: str, *, max_seq_len: int,
     return parity
 
 
-def check_quantized(model: BertModel, quantized: Optional[BertModel]) -> None:
+def check_quantized(model: BertModel, quantized: Optional[BertModel],
+                    model_name: str = "the model to export",
+                    quantized_name: str = "quantized=") -> None:
     """`model` is a float task model and `quantized` (if any) its fake-quantised copy
-    (same head, labels and vocab); ExportError otherwise."""
+    (same head, labels and vocab); ExportError otherwise. `model_name` and
+    `quantized_name` say how the caller's user gave them (bin/export: its flags)."""
     if is_quantized(model):
-        raise ExportError("the model to export is fake-quantised (a quantize stage "
-                          "output): pass the float task student as the model and this one "
-                          "as quantized= (bin/export: --quantized_model_dir).")
+        raise ExportError(f"{model_name} is fake-quantised (a quantize stage output): pass "
+                          f"the float task student as {model_name.split('=')[0]} and this one "
+                          f"as {quantized_name.split('=')[0]}"
+                          + (" (bin/export: --quantized_model_dir)."
+                             if quantized_name == "quantized=" else "."))
     if quantized is None:
         return
     if not is_quantized(quantized):
-        raise ExportError("quantized= is a float model; give the quantize stage's student "
-                          "(OUTPUT/quantize/model).")
+        raise ExportError(f"{quantized_name} is a float model (no learnt int8 ranges), but "
+                          "it must be the quantize stage's fake-quantised copy of the student "
+                          "(OUTPUT/quantize/model); give that, or drop it to export the float "
+                          "model alone (int8 is then calibrated after training).")
     mine = (model.head_type, model.num_labels, model.label_names, model.vocab,
             model.bert_config.to_dict())
     theirs = (quantized.head_type, quantized.num_labels, quantized.label_names,
               quantized.vocab, quantized.bert_config.to_dict())
     if mine != theirs:
-        raise ExportError("the quantised student is not a copy of the model to export (head, "
-                          "labels, vocab or config differ); export the float student it was "
-                          "quantised from.")
+        raise ExportError(f"{quantized_name} is not a quantised copy of {model_name} (head, "
+                          "labels, vocab or config differ); give the quantize stage's student "
+                          "of the same run (OUTPUT/quantize/model), made from this float "
+                          "student.")
 
 
 def _reorder(outputs: np.ndarray, order: Optional[list[int]]) -> np.ndarray:

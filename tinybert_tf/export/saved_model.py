@@ -204,17 +204,9 @@ def export_saved_model(model: BertModel, directory: str, max_seq_len: int,
     with tempfile.TemporaryDirectory(prefix="tinybert-assets-") as asset_dir:
         module = ServingModule(model, max_seq_len, is_pair, asset_dir, task, text=text)
         with atomic_directory(directory) as tmp:
+            # atomic_directory gives the folder the umask's usual (readable) mode.
             tf.saved_model.save(module, tmp, signatures=module.signatures())
-            _make_readable(tmp)
     return files.absolute(directory)
-
-
-def _make_readable(directory: str) -> None:
-    """mkdtemp makes 0700 dirs: open them up so a serving user can read the export."""
-    for root, dirs, names in os.walk(directory):
-        os.chmod(root, 0o755)
-        for f in names:
-            os.chmod(os.path.join(root, f), 0o644)
 
 
 def custom_ops(directory: str) -> list[str]:

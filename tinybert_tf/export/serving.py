@@ -102,13 +102,18 @@ def list_versions(serving_root: str) -> dict[int, str]:
 
 
 def check_version(version: Any, what: str = "version") -> int:
-    """A positive int64 from an int or a string of digits (a flag value), else ExportError."""
+    """A positive int64 from an int or a string of digits (a flag value), else ExportError
+    (0 and negative numbers: not a version; above 2**63 - 1: past TF Serving's int64)."""
     number = None
     if isinstance(version, (int, np.integer)) and not isinstance(version, bool):
         number = int(version)
     elif isinstance(version, str) and version.strip().isdigit():
         number = int(version)
-    if number is None or not 1 <= number <= MAX_VERSION:
+    if number is not None and number > MAX_VERSION:
+        raise ExportError(f"{what}={number}: too large; TF Serving's versions are int64, at "
+                          f"most {MAX_VERSION} (2**63 - 1): pick a smaller number, or leave it "
+                          "unset to publish as the next free version.")
+    if number is None or number < 1:
         raise ExportError(f"{what}={version!r}: must be a positive integer (TF Serving loads "
                           "only folders named by an integer); leave it unset to publish as the "
                           "next free version.")
@@ -193,6 +198,7 @@ def _assemble(source: Union[str, SavedModelWriter], staged: str,
         requests = build_warmup_requests(staged, warmup_texts, tokenizer,
                                          text_inputs=text_inputs, signatures=signatures)
         write_warmup_requests(staged, requests, overwrite=True)
+    files.usual_permissions(staged)  # a served version is read by the server's account
 
 
 def _upload_version(staged: str, root: str, name: str, requested: Optional[int]) -> int:

@@ -132,10 +132,9 @@ def save_model(model: BertModel, directory: str,
         write_json(os.path.join(tmp, CONFIG_FILE), config)
         write_vocab(vocab, os.path.join(tmp, VOCAB_FILE))
         for file_name, tensors in ((WEIGHTS_FILE, arrays), *extra.items()):
+            # (safetensors writes 0600; atomic_directory gives it the usual mode.)
             safetensors.numpy.save_file(tensors, os.path.join(tmp, file_name),
                                         metadata={"format": FORMAT})
-            # safetensors writes 0600; a model folder must be readable by a serving account.
-            os.chmod(os.path.join(tmp, file_name), 0o644)
     return files.absolute(directory)
 
 

@@ -155,7 +155,8 @@ def _publish_remote(local: str, directory: str) -> None:
 
 @contextmanager
 def atomic_directory(directory: str) -> Iterator[str]:
-    """Yield a temporary sibling directory; on success it replaces `directory`.
+    """Yield a temporary sibling directory; on success it gets the umask's usual
+    permissions (`files.usual_permissions`) and replaces `directory`.
 
     On error the temporary directory is removed and `directory` is untouched. A
     remote `directory` (gs://, ram://) is written in a local temporary folder and
@@ -178,13 +179,12 @@ def atomic_directory(directory: str) -> Iterator[str]:
     if os.path.exists(directory) and not os.path.isdir(directory):
         raise CheckpointError(f"{directory}: exists and is not a directory; choose another path.")
     tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(directory)}.tmp-", dir=parent)
-    # mkdtemp makes 0700 folders; a model directory must be readable by a serving
-    # account, like any folder made with the usual umask.
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o777 & ~umask)
     try:
         yield tmp
+        # mkdtemp makes a 0700 folder and some writers (safetensors) 0600 files; a model
+        # directory must be readable by a serving account, like anything made under the
+        # usual umask.
+        files.usual_permissions(tmp)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -198,9 +198,18 @@ def atomic_directory(directory: str) -> Iterator[str]:
         shutil.rmtree(old, ignore_errors=True)
 
 
+# A model directory's JSON files are not regenerated: they come with the model.
+_RESTORE = ("restore it from where the model came from (its Hugging Face repository or "
+            "keras-hub preset, or the run or tool that saved it)")
+
+
 def read_model_json(path: str) -> dict[str, Any]:
+    """A JSON file of a model directory; CheckpointError naming the file and the fix."""
+    if not files.isfile(path):
+        raise CheckpointError(f"{path}: file not found; a model directory needs it: "
+                              f"{_RESTORE}.")
     try:
-        return read_json(path)
+        return read_json(path, fix=f"fix the file or {_RESTORE}")
     except ConfigError as e:
         raise CheckpointError(str(e)) from e
 

@@ -25,6 +25,12 @@ config, no weights): a LAYERSxHIDDEN shape takes it, its hidden size rounded to
 the nearest multiple (128 -> 132 for 12 heads), feed-forward 4H; a shape or table
 row that names another count is excluded, its candidate row saying why.
 
+Layers: `--layer_mapping` maps every student layer onto a teacher layer, so a
+candidate it refuses cannot be trained: under uniform, top or bottom one with more
+layers than the teacher (`--teacher`, and `--task_teacher` when given), under an
+explicit list one with another count than the list names. Such a candidate is
+excluded (not measured), its row saying why, as a head-count exclusion is.
+
 Table format (CSV, `#` comments and blank lines ignored), header then one row
 per shape: `layers,hidden,heads,intermediate,latency_ms`.
 """
@@ -40,6 +46,7 @@ import numpy as np
 
 from tinybert_tf import files
 from tinybert_tf.config import BertConfig
+from tinybert_tf.distill.mapping import STRATEGIES, layer_map
 from tinybert_tf.export.benchmark import random_inputs, synthetic_vocab
 from tinybert_tf.export.formats import FORMATS
 from tinybert_tf.models.checkpoint import inspect_model
@@ -172,7 +179,7 @@ class HeadRule:
             text += (f": LAYERSxHIDDEN shapes took them, hidden sizes rounded to multiples "
                      f"of {self.heads}")
             text += f" ({', '.join(f'{a} -> {b}' for a, b in widths)})" if widths else ""
-        excluded = sum(bool(c.excluded) for c in candidates)
+        excluded = sum(c.excluded.endswith(self.why) for c in candidates)
         if excluded:
             text += f"; {excluded} with another head count excluded"
         return text
@@ -198,6 +205,89 @@ def head_rule(config) -> Optional[HeadRule]:
     except (ValueError, OSError):  # CheckpointError and ConfigError are ValueErrors
         return None
     return HeadRule(heads, names, recipe.terms_flag(config))
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerRule:
+    """`--layer_mapping` (`mapping`) maps each student layer onto one of the `layers`
+    layers of the teacher named `teacher` (a flag): a candidate it refuses is excluded."""
+
+    mapping: str
+    layers: int
+    teacher: str
+
+    @property
+    def builtin(self) -> bool:
+        return self.mapping.strip().lower() in STRATEGIES
+
+    @property
+    def why(self) -> str:
+        if self.builtin:
+            return (f"--layer_mapping={self.mapping.strip().lower()} maps each student layer "
+                    f"onto its own layer of the teacher ({self.teacher}), which has "
+                    f"{self.layers}")
+        count = len([p for p in self.mapping.split(",") if p.strip()])
+        return (f"--layer_mapping={self.mapping} names {count} teacher layers, one per "
+                "student layer")
+
+    def check(self, candidate: Candidate) -> Candidate:
+        """`candidate`, excluded (with the reason) when the mapping refuses its layers."""
+        if candidate.excluded:
+            return candidate
+        try:
+            layer_map(self.mapping, candidate.shape.layers, self.layers)
+        except ValueError:
+            return dataclasses.replace(
+                candidate, excluded=f"{candidate.shape.layers} layers; {self.why}")
+        return candidate
+
+    def nothing_left(self, m) -> str:
+        """The error when the rule (with any head rule) excludes every candidate of `m`."""
+        where = (f"--latency_table={m.latency_table}: no row" if m.latency_table
+                 else "--latency_candidates: no shape")
+        if self.builtin:
+            return (f"{where} left has at most {self.layers} layers, and {self.why}; add "
+                    f"shapes of at most {self.layers} layers, or give --layer_mapping an "
+                    "explicit list of teacher layers, one per student layer (repeats "
+                    "allowed, e.g. 1,2,3,4,5,6,6,6).")
+        count = len([p for p in self.mapping.split(",") if p.strip()])
+        return (f"{where} left has {count} layers, and {self.why}; add shapes of {count} "
+                "layers, or use --layer_mapping=uniform (at most the teacher's "
+                f"{self.layers} layers).")
+
+    def note(self, candidates: Sequence[Candidate]) -> str:
+        """What the rule excluded from `candidates`, for the reason."""
+        excluded = sum(c.excluded.endswith(self.why) for c in candidates)
+        return f"; {excluded} excluded for their layer count ({self.why})" if excluded else ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"mapping": self.mapping, "layers": self.layers, "teacher": self.teacher}
+
+
+def layer_rule(config) -> Optional[LayerRule]:
+    """The `LayerRule` of the run (config: `PipelineConfig`): the teacher with the fewest
+    layers among `--teacher` and `--task_teacher`; None when no teacher can be read or
+    `--layer_mapping` is wrong whatever the student (preflight then reports that)."""
+    mapping = config.loss.layer_mapping
+    found = []
+    for flag, path in (("--teacher", config.models.teacher),
+                       ("--task_teacher", config.models.task_teacher)):
+        if not path:
+            continue
+        try:
+            found.append((inspect_model(path).config.num_layers, f"{flag}={path}"))
+        except (ValueError, OSError):
+            return None
+    if not found:
+        return None
+    layers, teacher = min(found)
+    rule = LayerRule(mapping, layers, teacher)
+    if not rule.builtin:
+        try:  # the list alone (length checked against itself): its values must fit
+            layer_map(mapping, len([p for p in mapping.split(",") if p.strip()]), layers)
+        except ValueError:
+            return None
+    return rule
 
 
 def parse_shape(text: str, where: str = "--latency_candidates") -> Shape:
@@ -290,7 +380,7 @@ class Sizing:
 
 
 def choose(candidates: Sequence[Candidate], budget_ms: float, request: dict[str, Any],
-           rule: Optional[HeadRule] = None) -> Sizing:
+           rule: Optional[HeadRule] = None, layers: Optional[LayerRule] = None) -> Sizing:
     """Apply the rule (module docstring) to the measured candidates not excluded."""
     if not budget_ms > 0:
         raise ValueError("--student_config=auto needs --latency_budget_ms > 0: the latency "
@@ -311,21 +401,23 @@ def choose(candidates: Sequence[Candidate], budget_ms: float, request: dict[str,
     reason = (f"{shape.name} has the most transformer-layer parameters "
               f"({shape.transformer_params:,}) of the {len(within)} of {len(eligible)} "
               f"candidates within {budget_ms:g} ms ({best.latency_ms:.3g} ms on "
-              f"{request['runtime']})") + (rule.note(candidates) if rule else "")
+              f"{request['runtime']})") + (rule.note(candidates) if rule else "") + (
+                  layers.note(candidates) if layers else "")
     return Sizing(request, rows, {**shape.as_dict(), "name": shape.name,
                                   "params": shape.transformer_params,
                                   "latency_ms": round(best.latency_ms, 4)}, reason)
 
 
 def size_student(models_config, base: Optional[BertConfig] = None,
-                 log=print, heads: Optional[HeadRule] = None) -> Sizing:
+                 log=print, heads: Optional[HeadRule] = None,
+                 layers: Optional[LayerRule] = None) -> Sizing:
     """Measure (or read) every candidate and choose (models_config: `ModelsConfig`;
-    `heads`: the general stage's `HeadRule`, if any)."""
+    `heads`: the general stage's `HeadRule`, `layers`: the run's `LayerRule`, if any)."""
     m = models_config
     if m.latency_runtime not in RUNTIMES:
         raise ValueError(f"--latency_runtime={m.latency_runtime}: use one of "
                          f"{', '.join(RUNTIMES)}.")
-    request = _request(m, heads)
+    request = _request(m, heads, layers)
     if not m.latency_budget_ms > 0:
         choose([], m.latency_budget_ms, request)  # raises the budget error
     if m.latency_table:
@@ -344,13 +436,17 @@ def size_student(models_config, base: Optional[BertConfig] = None,
         candidates = list(unique.values())
     if heads is not None and all(c.excluded for c in candidates):
         raise ValueError(heads.nothing_left(m))
+    if layers is not None:
+        candidates = [layers.check(c) for c in candidates]
+        if all(c.excluded for c in candidates):
+            raise ValueError(layers.nothing_left(m))
     for i, c in enumerate(candidates):
         if c.latency_ms is None and not c.excluded:
             ms = measure(c.shape, m.latency_runtime, m.latency_seq_len, m.latency_batch,
                          base=base)
             log(f"[auto student] {c.shape.name:<18} {ms:9.3f} ms on {m.latency_runtime}")
             candidates[i] = dataclasses.replace(c, latency_ms=ms)
-    return choose(candidates, m.latency_budget_ms, request, heads)
+    return choose(candidates, m.latency_budget_ms, request, heads, layers)
 
 
 def plot(sizing: Sizing, path: str) -> str:
@@ -363,7 +459,7 @@ def plot(sizing: Sizing, path: str) -> str:
     measured = [c for c in sizing.candidates if c["latency_ms"] is not None]
     for kind, colour, marker, label in (("fits", "tab:green", "o", "within budget"),
                                         ("over", "tab:grey", "o", "over budget"),
-                                        ("excluded", "tab:grey", "x", "excluded (heads)")):
+                                        ("excluded", "tab:grey", "x", "excluded (heads, layers)")):
         pts = [c for c in measured if ("excluded" if c.get("excluded") else
                                        "fits" if c["within_budget"] else "over") == kind]
         if pts:
@@ -413,29 +509,34 @@ def resolve(config, log=print):
     if m.student_config != AUTO:
         return config, None
     folder = posixpath.join(config.run.output_dir, FOLDER)
-    rule = head_rule(config)
-    sizing = _reuse(folder, m, rule) or size_student(m, log=log, heads=rule)
+    rule, layers = head_rule(config), layer_rule(config)
+    sizing = _reuse(folder, m, rule, layers) or size_student(m, log=log, heads=rule,
+                                                             layers=layers)
     log(f"[auto student] {sizing.reason}")
     path = write(sizing, folder, BertConfig())
     models = dataclasses.replace(m, student_config=path)
     return dataclasses.replace(config, models=models), sizing
 
 
-def _request(m, rule: Optional[HeadRule] = None) -> dict[str, Any]:
-    """What the choice depends on: the --latency_* flags and the general stage's head
-    rule (another recipe, --loss_terms or teacher may change the candidates)."""
+def _request(m, rule: Optional[HeadRule] = None,
+             layers: Optional[LayerRule] = None) -> dict[str, Any]:
+    """What the choice depends on: the --latency_* flags, the general stage's head rule
+    and the layer rule (another recipe, --loss_terms, --layer_mapping or teacher may
+    change the candidates)."""
     return {"budget_ms": m.latency_budget_ms, "runtime": m.latency_runtime,
             "seq_len": m.latency_seq_len, "batch": m.latency_batch,
             "table": m.latency_table or None,
             "candidates": None if m.latency_table else list(m.latency_candidates),
-            "teacher_heads": rule.as_dict() if rule is not None else None}
+            "teacher_heads": rule.as_dict() if rule is not None else None,
+            "teacher_layers": layers.as_dict() if layers is not None else None}
 
 
-def _reuse(folder: str, m, rule: Optional[HeadRule]) -> Optional[Sizing]:
+def _reuse(folder: str, m, rule: Optional[HeadRule],
+           layers: Optional[LayerRule] = None) -> Optional[Sizing]:
     path = posixpath.join(folder, "sizing.json")
     if not files.isfile(path):
         return None
     data = json.loads(files.read_text(path))
-    if data.get("request") != _request(m, rule):
+    if data.get("request") != _request(m, rule, layers):
         return None
     return Sizing(data["request"], data["candidates"], data["student"], data["reason"])

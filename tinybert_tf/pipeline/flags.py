@@ -50,6 +50,20 @@ REMOVED_FLAGS = {
 }
 
 
+# Flags only --student_config=auto reads: set with a fixed student, they would be ignored.
+AUTO_STUDENT_FLAGS = ("latency_budget_ms", "latency_table", "latency_runtime",
+                      "latency_seq_len", "latency_batch", "latency_candidates")
+
+
+def ignored_auto_student_flags(fv: flags.FlagValues) -> list[str]:
+    """The `AUTO_STUDENT_FLAGS` given (on the command line or in a flagfile) with a value
+    other than their default while --student_config is not auto, as `--name`."""
+    if fv["student_config"].value == "auto":
+        return []
+    return [f"--{name}" for name in AUTO_STUDENT_FLAGS
+            if fv[name].present and fv[name].value != fv[name].default]
+
+
 def _terms_help() -> str:
     aliases = "; ".join(f"{a} = {','.join(v)}" for a, v in ALIASES.items())
     return f"any of {', '.join(sorted(TERMS))} ({aliases})"
@@ -243,7 +257,8 @@ def define_run(fv: flags.FlagValues) -> None:
                        "layers (bfloat16) cached for an intermediate phase of several epochs "
                        "(0 = never); the plan says whether they fit.", flag_values=fv)
     flags.DEFINE_integer("eval_batch_size", 64, "Batch size of evaluation.", flag_values=fv)
-    flags.DEFINE_integer("latency_runs", 30, "Batch-1 forward passes timed for report.json.",
+    flags.DEFINE_integer("latency_runs", 100, "Rounds of batch-1 forward passes timed for "
+                         "report.json, one call of each model per round.",
                          flag_values=fv)
     flags.DEFINE_float("lock_stale_minutes", DEFAULT_STALE_MINUTES,
                        "A run locks --output_dir (OUTPUT/.lock) and heartbeats; a lock left on "
@@ -380,7 +395,8 @@ def define_task_distillation(fv: flags.FlagValues) -> None:
     flags.DEFINE_float("pred_lr", 3e-5, "Learning rate of the prediction-layer phase.",
                        flag_values=fv)
     flags.DEFINE_float("finetune_epochs", 3, "Epochs of the finetune phase (ground-truth "
-                       "labels of the original training set).", flag_values=fv)
+                       "labels, no teacher; on the augmented set with --use_augmented, as "
+                       "the prediction phase).", flag_values=fv)
     flags.DEFINE_float("finetune_lr", 3e-5, "Learning rate of the finetune phase.",
                        flag_values=fv)
     flags.DEFINE_list("pred_grid", [], "BATCH:LR cells (e.g. 16:1e-5,32:3e-5): the last "
@@ -526,7 +542,8 @@ def distill_flags() -> flags.FlagValues:
 
 
 # bin/reproduce's own flags (besides bin/distill's, which pass through to every run).
-REPRODUCE_FLAGS = ("table", "tasks", "cells", "seeds", "glue_dir", "squad_dir")
+REPRODUCE_FLAGS = ("table", "tasks", "cells", "seeds", "glue_dir", "squad_dir",
+                   "bert_small_model")
 
 
 def reproduce_flags() -> flags.FlagValues:
@@ -549,6 +566,12 @@ def reproduce_flags() -> flags.FlagValues:
                         "each GLUE task gets --data_dir=GLUE_DIR/<Task>.", flag_values=fv)
     flags.DEFINE_string("squad_dir", "", "Folder holding train-v1.1.json, dev-v1.1.json, "
                         "train-v2.0.json and dev-v2.0.json for the SQuAD tasks.",
+                        flag_values=fv)
+    flags.DEFINE_string("bert_small_model", "",
+                        "Table 1's BERT-Small cell: the pre-trained 4 x 512 checkpoint it "
+                        "fine-tunes (Turc et al. 2019, Google's uncased_L-4_H-512_A-8 as a "
+                        "model directory; docs/models.md). --general_model is a General "
+                        "TinyBERT and starts only the cells that start from one.",
                         flag_values=fv)
     flags.mark_flag_as_required("table", flag_values=fv)
     return fv
@@ -589,8 +612,9 @@ def define_export_tool_flags(fv: flags.FlagValues = FLAGS) -> None:
     _loose(flags.DEFINE_string, "serving_model_name", "", "TF Serving model name written to "
            "OUTPUT/export/serving/models.config (empty: the task name).", fv=fv)
     _loose(flags.DEFINE_integer, "serving_version", 0, "Publish the SavedModel as this "
-           "version folder (0: the next free one). An existing version is an error: served "
-           "versions are never rewritten.", fv=fv)
+           "version folder, 1 to 2**63 - 1 (TF Serving's int64). Unset: the next free one. "
+           "0 and an existing version are errors: served versions are never rewritten.",
+           fv=fv)
 
 
 def define_benchmark_tool_flags(fv: flags.FlagValues = FLAGS) -> None:

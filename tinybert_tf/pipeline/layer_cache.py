@@ -26,7 +26,7 @@ from the cache is training against the teacher's outputs rounded to bfloat16:
 the same losses and updates, to float rounding (1e-6), as recomputing the
 teacher every step and rounding its outputs (tests/test_layer_cache.py).
 Against the unrounded float32 teacher each target moves by at most 2^-9 of
-its magnitude (half a bfloat16 step); docs/distillation.md gives the
+its magnitude (half a bfloat16 step); docs/measurements.md gives the
 measured change of the losses.
 
 Files, under the phase folder's `layer_cache/`: `cache.json` (what the values

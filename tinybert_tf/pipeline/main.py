@@ -85,6 +85,13 @@ def parse_argv(argv: Sequence[str]) -> PipelineConfig:
     if fv.run_eagerly and fv.jit_compile:
         raise UsageError("--run_eagerly and --jit_compile exclude each other (an eager "
                          "step is not compiled): drop one of them.")
+    ignored = tb_flags.ignored_auto_student_flags(fv)
+    if ignored:
+        it, they = ("it", "it") if len(ignored) == 1 else ("them", "they")
+        raise UsageError(f"{', '.join(ignored)}: only --student_config=auto reads {it} (to "
+                         f"size the student); --student_config={fv.student_config} fixes the "
+                         f"shape, so {they} would be ignored: drop {it}, or use "
+                         "--student_config=auto.")
     load_plugins(fv.plugins)
     return PipelineConfig.from_flags(fv)
 

@@ -22,8 +22,11 @@ Built-in kinds (the paper's Sec. 3.3 / 4, footnote 9, Table 2):
                 STS-B's on the original one; --pred_epochs, --pred_lr, linear
                 warm-up (--warmup_proportion) and decay.
   finetune      standard fine-tuning: cross-entropy (MSE for a score) against
-                the ground truth of the ORIGINAL training set, no teacher: the
-                paper's "w/o Pred" (after intermediate) and "w/o TD" (alone);
+                the ground truth, no teacher, on the data the prediction phase
+                would read (the augmented set with --use_augmented, STS-B's and
+                SQuAD's original one), so that each of the paper's "w/o Pred"
+                (after intermediate) and "w/o TD" (alone) changes one thing;
+                --nouse_augmented fine-tunes on the original set;
                 --finetune_epochs, --finetune_lr, linear warm-up and decay.
 
 A kind registered by user code (`@register_phase`, imported with --plugins)
@@ -56,6 +59,7 @@ from typing import Any, ClassVar, Optional, Protocol, Sequence
 import keras
 import numpy as np
 
+from tinybert_tf import plugins
 from tinybert_tf.config import BertConfig
 from tinybert_tf.distill.optimizer import create_optimizer
 from tinybert_tf.distill.projections import expected_shapes, mismatch
@@ -252,14 +256,20 @@ class PhaseKind:
 
 
 PHASE_KINDS: dict[str, PhaseKind] = {}
+# name -> the registered class (the registry rule compares classes, not instances).
+_PHASE_CLASSES: dict[str, type[PhaseKind]] = {}
 
 
-def register_phase(cls: type[PhaseKind]) -> type[PhaseKind]:
-    """Class decorator: make a phase kind available to --task_phases by its `name`."""
-    if not cls.name:
-        raise ValueError(f"{cls.__name__}: a registered PhaseKind needs a `name`.")
-    PHASE_KINDS[cls.name] = cls()
-    return cls
+def register_phase(cls: Optional[type[PhaseKind]] = None, *, replace: bool = False):
+    """Class decorator (`@register_phase`, or `@register_phase(replace=True)` to replace
+    a registered kind): make a phase kind available to --task_phases by its `name`."""
+    def add(c: type[PhaseKind]) -> type[PhaseKind]:
+        if not c.name:
+            raise ValueError(f"{c.__name__}: a registered PhaseKind needs a `name`.")
+        plugins.register(_PHASE_CLASSES, c.name, c, what="task phase", replace=replace)
+        PHASE_KINDS[c.name] = c()
+        return c
+    return add(cls) if cls is not None else add
 
 
 def phase_kinds(names: Sequence[str], flag: str = "--task_phases") -> list[PhaseKind]:
@@ -341,14 +351,17 @@ class PredictionPhase(PhaseKind):
 
 @register_phase
 class FinetunePhase(PhaseKind):
-    """Fine-tuning on the ground truth of the original training set (no teacher)."""
+    """Fine-tuning on the ground truth (no teacher), on the prediction phase's data."""
 
     name = "finetune"
-    reads_augmented = False
     epochs_flag, lr_flag = "--finetune_epochs", "--finetune_lr"
 
     def terms(self, config, task):
         return [HardLabelTerm(task=task)]
+
+    def on_augmented(self, task):
+        # The prediction phase's data (it stands in for that phase): STS-B's original set.
+        return self.reads_augmented and not task.predict_on_original_data
 
     def epochs(self, config):
         return config.distill.finetune_epochs

@@ -3,7 +3,7 @@
 The teacher's forward pass is most of a distillation step's FLOPs (83% for
 bert_base -> tinybert4, docs/distillation.md) and it is never trained, so
 running it in bfloat16 halves its cost wherever bfloat16 matmuls are fast, at
-the price of rounding its outputs (docs/distillation.md has the measured
+the price of rounding its outputs (docs/measurements.md has the measured
 change of each loss term).
 
 `auto` picks bfloat16 where the hardware has fast bfloat16 matmuls: a TPU,

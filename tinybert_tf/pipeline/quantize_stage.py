@@ -147,7 +147,7 @@ def quantize(ctx: Context) -> dict[str, Any]:
                   task_input.phase_input(ctx, train, spec), spec.steps_per_epoch,
                   spec.epochs, max_steps=spec.max_steps,
                   **(selection or dict(evaluate=evaluate)))
-    result = _run(ctx, phase)
+    result = _run(ctx, phase, spec)
     last = {k: v for k, v in (result["evals"][-1] if result["evals"] else {}).items()
             if k != "step"}
     kept = result["best"] if selection and result.get("best") else None

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from typing import ClassVar, Optional, Sequence, Union
 
+from tinybert_tf import plugins
 from tinybert_tf.config import BertConfig
 from tinybert_tf.distill.distilbert import init_mismatch
 from tinybert_tf.distill.mapping import layer_map
@@ -112,14 +113,20 @@ class GeneralRecipe:
 
 
 RECIPES: dict[str, GeneralRecipe] = {}
+# name -> the registered class (the registry rule compares classes, not instances).
+_RECIPE_CLASSES: dict[str, type[GeneralRecipe]] = {}
 
 
-def register_recipe(cls: type[GeneralRecipe]) -> type[GeneralRecipe]:
-    """Class decorator: make a recipe available as `--recipe=<cls.name>`."""
-    if not cls.name:
-        raise ValueError(f"{cls.__name__}: a registered recipe needs a `name`.")
-    RECIPES[cls.name] = cls()
-    return cls
+def register_recipe(cls: Optional[type[GeneralRecipe]] = None, *, replace: bool = False):
+    """Class decorator (`@register_recipe`, or `@register_recipe(replace=True)` to replace
+    a registered recipe): make a recipe available as `--recipe=<cls.name>`."""
+    def add(c: type[GeneralRecipe]) -> type[GeneralRecipe]:
+        if not c.name:
+            raise ValueError(f"{c.__name__}: a registered recipe needs a `name`.")
+        plugins.register(_RECIPE_CLASSES, c.name, c, what="general recipe", replace=replace)
+        RECIPES[c.name] = c()
+        return c
+    return add(cls) if cls is not None else add
 
 
 def get_recipe(name: str) -> GeneralRecipe:

@@ -8,7 +8,8 @@ fingerprints of the earlier stages it read (`stages.upstream`):
             size, mtime and their first and last MiB), e.g. the task's data
             files, the teacher, the word vectors, the corpus;
   outputs   the content fingerprint (or, for artefacts other tools may rewrite,
-            the existence) of what it published.
+            the existence) of what it published, the TF Serving version folders
+            an export published included.
 
 A re-run reuses a done stage only when all of it still matches (`reuse_problem`);
 otherwise the stage runs again, saying why, and so does every stage made from it.
@@ -137,13 +138,26 @@ def _export_reads(ctx: Context) -> dict[str, Any]:
 
 
 def _export_outputs(ctx: Context) -> dict[str, str]:
-    out = {ctx.state.path("export", "parity.json"): "content"}
+    """parity.json, each unpublished artefact, and the version folder each published
+    format served (export/serving/<N>, as parity.json names it): TF Serving may add
+    files to it, so it is recorded as existing, not by content."""
+    parity_path = ctx.state.path("export", "parity.json")
+    out = {parity_path: "content"}
     # With the quantize stage, int8_ptq is written beside the learnt-range int8.
     ptq = [POST_TRAINING_INT8] if has_quantize_stage(ctx.config) else []
     for name in [*ctx.config.export.formats, *ptq]:
         fmt = FORMATS.get(name)
         if fmt is not None and not fmt.published:
             out[ctx.state.path("export", fmt.artefact)] = "exists"
+    try:
+        rows = files.read_json(parity_path, default={}).get("formats") or {}
+    except (ValueError, AttributeError):  # a damaged parity.json is reported as changed
+        rows = {}
+    for name, row in rows.items():
+        fmt = FORMATS.get(name)
+        if fmt is not None and fmt.published and isinstance(row, dict) \
+                and isinstance(row.get("path"), str):
+            out[ctx.state.path("export", row["path"])] = "exists"
     return out
 
 

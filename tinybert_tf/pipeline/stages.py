@@ -71,6 +71,7 @@ from tinybert_tf.pipeline import (
 )
 from tinybert_tf.pipeline.context import Context, has_quantize_stage, rows
 from tinybert_tf.pipeline.phases import (
+    PHASE_KINDS,
     PROJECTIONS,
     PhaseSpec,
     general_projections,
@@ -190,25 +191,32 @@ def _with_padding(ctx: Context, spec: PhaseSpec) -> PhaseSpec:
 
 # --- shared helpers --------------------------------------------------------------------
 
-# The learning-rate flag of each (stage, phase): what a diverged phase's message names.
-LR_FLAGS = {("general", "distill"): "general_lr", ("finetune_teacher", "train"): "teacher_lr",
-            ("task", "intermediate"): "intermediate_lr", ("task", "prediction"): "pred_lr"}
+# The learning-rate flag of each stage's phase (the task stage's: its phase kind's
+# `lr_flag`, or the --pred_grid cell): what a diverged phase's message names.
+LR_FLAGS = {"general": "general_lr", "finetune_teacher": "teacher_lr",
+            "quantize": "quantize_lr"}
 
 
-def divergence_hint(ctx: Context, stage: str, phase: str) -> str:
-    """What to change when `phase` of `stage` diverges: its learning-rate flag and value,
-    and the command that redoes the stage."""
-    flag = LR_FLAGS.get((stage, phase))
+def divergence_hint(ctx: Context, spec: PhaseSpec) -> str:
+    """What to change when the phase of `spec` diverges: its learning-rate flag and
+    value (or its --pred_grid cell), and the command that redoes the stage."""
     results = ctx.config.results()
-    lower = (f"lower --{flag} (now {results[flag]:g})" if flag in results
-             else "lower the phase's learning rate")
-    return f"{lower}, then redo the stage with --stages={stage} --overwrite"
+    kind = PHASE_KINDS.get(spec.kind) if spec.stage == "task" else None
+    flag = kind.lr_flag.removeprefix("--") if kind is not None else LR_FLAGS.get(spec.stage)
+    if spec.cell is not None:
+        lower = (f"lower the learning rate of its --pred_grid cell "
+                 f"{spec.cell['batch']}:{spec.cell['lr']:g} (--pred_grid="
+                 f"{','.join(results['pred_grid'])})")
+    elif flag in results:
+        lower = f"lower --{flag} (now {results[flag]:g})"
+    else:  # a phase kind or stage of a plugin that names no flag
+        lower = f"lower the learning rate of {spec.stage}/{spec.name}"
+    return f"{lower}, then redo the stage with --stages={spec.stage} --overwrite"
 
 
-def _run(ctx: Context, phase: Phase) -> dict[str, Any]:
+def _run(ctx: Context, phase: Phase, spec: PhaseSpec) -> dict[str, Any]:
     r = ctx.config.run
-    stage = posixpath.basename(posixpath.dirname(phase.directory.rstrip("/")))
-    phase.hint = phase.hint or divergence_hint(ctx, stage, phase.name)
+    phase.hint = phase.hint or divergence_hint(ctx, spec)
     with peer_errors(r.peer_timeout):
         return run_phase(phase, ctx.strategy, checkpoint_every=r.checkpoint_every,
                          keep_checkpoints=r.keep_checkpoints, log_every=1, verbose=1,
@@ -291,7 +299,7 @@ def general(ctx: Context) -> dict[str, Any]:
         phase = Phase("general", spec.directory, distiller, distiller.checkpoint_items(), None,
                       spec.steps_per_epoch, spec.epochs, max_steps=spec.max_steps,
                       make_input=functools.partial(general_input, ctx, tokenizer))
-        steps = _run(ctx, phase)["steps"]
+        steps = _run(ctx, phase, spec)["steps"]
     else:
         print(f"[general] --recipe={recipe.name} trains nothing: the initialised student is "
               "the general model", flush=True)
@@ -381,7 +389,7 @@ def finetune_teacher(ctx: Context) -> dict[str, Any]:
                   distiller.checkpoint_items(model_key="teacher"),
                   task_input.phase_input(ctx, train, spec), spec.steps_per_epoch,
                   spec.epochs, max_steps=spec.max_steps, evaluate=_evaluator(ctx, teacher, dev))
-    result = _run(ctx, phase)
+    result = _run(ctx, phase, spec)
     last = result["evals"][-1] if result["evals"] else {}
     if ctx.chief:
         save_model(teacher, ctx.state.work_path("finetune_teacher", "model"),
@@ -521,7 +529,7 @@ def _task_phase(ctx: Context, spec: PhaseSpec, student: BertModel, teacher: Bert
                   task_input.phase_input(ctx, examples, spec, teacher_logits=logits,
                                          teacher_layers=layers),
                   spec.steps_per_epoch, spec.epochs, max_steps=spec.max_steps, **selection)
-    result = _run(ctx, phase)
+    result = _run(ctx, phase, spec)
     if distiller.projections is not None:
         projections = distiller.projections.arrays()
     return result, projections
@@ -545,14 +553,17 @@ def evaluate(ctx: Context) -> dict[str, Any]:
                                  *([split] if prefix else [])) if ctx.chief else None
             metrics = _evaluator(ctx, model, ctx.examples(split), out)()
             dev.update({prefix + k: v for k, v in metrics.items()})
-        results[who] = {**evaluation.model_facts(model, ctx.max_seq_len, r.latency_runs),
-                        "dev": dev}
+        results[who] = {**evaluation.model_facts(model, ctx.max_seq_len), "dev": dev}
+    latencies = evaluation.latencies_ms(models, ctx.max_seq_len, r.latency_runs)
+    for who, ms in latencies.items():
+        results[who]["latency_ms"] = ms
     primary = ctx.task.type.primary_metric
     if len(splits) > 1:
         primary = f"{splits[0]}_{primary}"
     data = report.build_report(ctx.task.name, results["teacher"], results["student"], primary,
                                max_seq_len=ctx.max_seq_len,
                                quantized=results.get("quantized_student"))
+    data["latency"] = evaluation.latency_conditions(r.latency_runs)
     data["models"] = {"teacher": ctx.teacher_path(), "student": ctx.student_path(),
                       **({"quantized_student": ctx.quantized_path()}
                          if "quantized_student" in models else {})}

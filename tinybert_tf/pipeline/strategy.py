@@ -160,7 +160,7 @@ def make_strategy(name: str, tpu: str = "",
     """
     if name not in BUILDERS:
         raise StrategyError(f"--strategy={name!r} is unknown; use one of "
-                            f"{', '.join(STRATEGIES)}.")
+                            f"{', '.join(BUILDERS)}.")
     if name == "multi_worker":
         configure_peer_timeout(peer_timeout)
     with peer_errors(peer_timeout):

@@ -98,8 +98,9 @@ def token_classification(config: TaskConfig) -> Task:
                         "--task=token_classification tags one sentence per example; drop it.")
     tokens_key = config.text_column if config.text_column != "text" else "tokens"
     tags_key = config.label_column if config.label_column != "label" else "tags"
+    # IOB2 tags get entity metrics; plain tags (part of speech) token accuracy.
     source = _checked(TokenSource(own_files(config), config.data_format or None,
                                   config.tag_column, labels=list(config.labels) or None,
-                                  tokens_key=tokens_key, tags_key=tags_key))
+                                  tokens_key=tokens_key, tags_key=tags_key, scheme="auto"))
     return Task(config.task.lower(), TokenClassification(source.label_names), source,
                 is_pair=False, default_max_seq_len=128)
