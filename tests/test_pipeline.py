@@ -82,6 +82,8 @@ def test_a_run_ends_by_naming_where_its_artefacts_are(sst2_run, tmp_path, capsys
                  "export/model_float32.tflite", "export/parity.json", "logs"):
         assert os.path.join(ns.output_dir, path) in tail, path
     assert "TF Serving model, version 1" in tail
+    quantized = os.path.join(ns.output_dir, "quantize", "model")
+    assert (quantized in tail) == os.path.isdir(quantized)
 
 
 def test_other_config_in_same_output_dir_is_refused(sst2_run, tmp_path):

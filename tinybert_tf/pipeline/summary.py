@@ -29,6 +29,7 @@ def artefacts(ctx: Context) -> list[tuple[str, str]]:
     add("fine-tuned teacher", state.path("finetune_teacher", "model"))
     add("augmented training data", ctx.augmented_path())
     add("student (task model directory)", ctx.student_path())
+    add("int8 student (quantize stage, fake-quantised model directory)", ctx.quantized_path())
     add("report: dev metrics, size, speed", state.path("report.json"))
     add("loss curves", state.path("loss_curves.png"))
     export_dir = state.path("export")
