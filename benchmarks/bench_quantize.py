@@ -61,10 +61,10 @@ from tinybert_tf.export.common import keras_outputs  # noqa: E402
 from tinybert_tf.export.tflite import FLAVOURS  # noqa: E402
 from tinybert_tf.files import read_json, write_json_atomic  # noqa: E402
 from tinybert_tf.models.checkpoint import load_model, load_tokenizer  # noqa: E402
-from tinybert_tf.pipeline.context import STAGES, Context  # noqa: E402
 from tinybert_tf.pipeline.main import parse_argv, run_argv  # noqa: E402
 from tinybert_tf.pipeline.quantize_stage import quantize  # noqa: E402
-from tinybert_tf.pipeline.state import RunState  # noqa: E402
+from tinybert_tf.pipeline.run.context import STAGES, Context  # noqa: E402
+from tinybert_tf.pipeline.run.state import RunState  # noqa: E402
 from tinybert_tf.tasks.catalog import resolve_task  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

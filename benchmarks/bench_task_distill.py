@@ -23,7 +23,7 @@ epoch (tracing), for
   ours bucketed         batches padded to their length bucket (--length_buckets=8);
                         the intermediate phase then needs --mask_padding
   ours + auto precision the teacher in --teacher_precision=auto's dtype
-  ours + cache          the teacher caches (pipeline/layer_cache.py, teacher_cache.py):
+  ours + cache          the teacher caches (pipeline/training/layer_cache.py, teacher_cache.py):
                         the teacher runs once, before the epochs ("setup s")
   ours default          what bin/distill runs by default: intermediate phase padded
                         (the reference's losses) + auto precision + layer cache;
@@ -63,9 +63,9 @@ from tinybert_tf.distill import Distiller, create_optimizer, make_terms  # noqa:
 from tinybert_tf.distill.terms import PredictionTerm  # noqa: E402
 from tinybert_tf.models import BertModel  # noqa: E402
 from tinybert_tf.models.checkpoint import load_tokenizer  # noqa: E402
-from tinybert_tf.pipeline import layer_cache, task_input  # noqa: E402
-from tinybert_tf.pipeline import teacher_cache as cache_lib  # noqa: E402
-from tinybert_tf.pipeline.precision import decide, detect, with_precision  # noqa: E402
+from tinybert_tf.pipeline.settings.precision import decide, detect, with_precision  # noqa: E402
+from tinybert_tf.pipeline.training import layer_cache, task_input  # noqa: E402
+from tinybert_tf.pipeline.training import teacher_cache as cache_lib  # noqa: E402
 from tinybert_tf.tasks import Classification  # noqa: E402
 
 # Log-normal stand-ins (mean, sd of word pieces per segment, [CLS]/[SEP] not included),

@@ -264,7 +264,7 @@ def quickstart_run(tmp_path_factory, tiny_vocab):
     """configs/quickstart_text_classification.cfg as shipped, every stage from general to
     export on the review CSVs, with toy models and step caps (`quickstart_argv`); run
     from the flagfile, as a newcomer runs it. Its CSV classification serves
-    tests/test_own_data.py too."""
+    tests/e2e/test_own_data.py too."""
     from pipeline_helpers import quickstart_argv, shared_argv_run
     return shared_argv_run(tmp_path_factory, "quickstart",
                            lambda tmp: quickstart_argv(tmp, tiny_vocab))

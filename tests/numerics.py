@@ -121,7 +121,7 @@ def span_margins(nbest: Mapping[str, list], null_diffs: Mapping[str, float],
 
 
 def _bfloat16_crash() -> Optional[str]:
-    from tinybert_tf.pipeline.precision import bfloat16_crash, detect
+    from tinybert_tf.pipeline.settings.precision import bfloat16_crash, detect
     return bfloat16_crash(detect())
 
 

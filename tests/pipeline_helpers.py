@@ -471,7 +471,7 @@ def load_tool(name: str) -> types.ModuleType:
 def run_tool(name: str, *args: str) -> int:
     """The exit code of `bin/NAME ARGS...` run in this process as its `__main__` runs it
     (help, flag parsing, errors as one line on stderr); its flags are reset afterwards."""
-    from tinybert_tf.pipeline import cli
+    from tinybert_tf.cli import tool as cli
     tool = load_tool(name)
     try:
         return cli.run_tool(f"bin/{name}", tool.main, [f"bin/{name}", *args], tool.FLAGS,
@@ -508,8 +508,8 @@ def quickstart_argv(tmp, vocab) -> list[str]:
 
 def argv_flag_values(argv: list[str]) -> types.SimpleNamespace:
     """Every pipeline flag's value for a bin/distill command line (flagfiles expanded)."""
+    from tinybert_tf.cli.flagfiles import expand_flagfiles
     from tinybert_tf.pipeline import flags as tb_flags
-    from tinybert_tf.pipeline.flagfiles import expand_flagfiles
     fv = tb_flags.distill_flags()
     fv(expand_flagfiles(argv))
     return types.SimpleNamespace(**{name: fv[name].value for name in fv})

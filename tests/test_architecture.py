@@ -88,7 +88,7 @@ def test_no_hand_written_module_is_over_700_lines():
 
 def test_every_pipeline_flag_is_read_by_a_typed_config():
     from tinybert_tf.pipeline import flags as tb_flags
-    from tinybert_tf.pipeline.configs import _TYPES
+    from tinybert_tf.pipeline.settings.configs import _TYPES
     fv = tb_flags.distill_flags()
     defined = {name for name in fv} - {"flagfile", "undefok", "helpshort", "helpfull",
                                         "helpxml", "help", "?"}
@@ -107,7 +107,7 @@ def test_a_removed_flag_names_its_replacement(tmp_path):
 
 
 def test_run_config_holds_exactly_the_result_affecting_settings():
-    from tinybert_tf.pipeline.configs import PipelineConfig
+    from tinybert_tf.pipeline.settings.configs import PipelineConfig
     base = PipelineConfig.from_flags(flag_values(output_dir="o"))
     for name, value in (("export_threads", 3), ("export_latency_runs", 2), ("stages", ["task"]),
                         ("checkpoint_every", 7), ("eval_batch_size", 8), ("strategy", "mirrored")):

@@ -23,7 +23,7 @@ def registries():
     from tinybert_tf.data import sources
     from tinybert_tf.distill import terms
     from tinybert_tf.export import formats
-    from tinybert_tf.pipeline import phases, recipes, strategy
+    from tinybert_tf.pipeline.training import phases, recipes, strategy
     from tinybert_tf.tasks import base, catalog
     tables = [terms.TERMS, base.TASK_TYPES, catalog.TASK_FACTORIES, sources.SOURCES,
               formats.FORMATS, strategy.BUILDERS, phases.PHASE_KINDS, recipes.RECIPES]
@@ -43,9 +43,9 @@ def test_every_example_of_the_extending_guide_runs(registries):
     from tinybert_tf.data.sources import SOURCES
     from tinybert_tf.distill.terms import TERMS
     from tinybert_tf.export.formats import FORMATS
-    from tinybert_tf.pipeline.phases import PHASE_KINDS
-    from tinybert_tf.pipeline.recipes import RECIPES
-    from tinybert_tf.pipeline.strategy import BUILDERS
+    from tinybert_tf.pipeline.training.phases import PHASE_KINDS
+    from tinybert_tf.pipeline.training.recipes import RECIPES
+    from tinybert_tf.pipeline.training.strategy import BUILDERS
     from tinybert_tf.tasks import TASK_FACTORIES, TASK_TYPES
     assert "soft_and_hard" in PHASE_KINDS
     assert "clscos" in TERMS and "multi_label" in TASK_TYPES and "fasttext" in SOURCES
@@ -183,7 +183,7 @@ def test_a_plugin_terms_build_error_is_the_plugins_not_an_internal_error(
 def test_registering_a_taken_name_is_refused_unless_it_says_it_replaces(kind):
     from tinybert_tf import plugins
     from tinybert_tf.data import holdout
-    from tinybert_tf.pipeline import phases, recipes
+    from tinybert_tf.pipeline.training import phases, recipes
 
     if kind == "holdout":
         holdout.register_holdout("_test_taken", lambda: frozenset({"A"}))

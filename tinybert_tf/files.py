@@ -19,6 +19,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import dataclasses
+import errno
 import hashlib
 import json
 import os
@@ -392,3 +393,15 @@ def read_json(path: str, default: Any = _MISSING, error: type[Exception] = Value
         raise error(f"{path}: expected a JSON {expect.__name__} at the top level, got "
                     f"{type(data).__name__}; {fix}.")
     return data
+
+
+def os_fix(e: OSError) -> str:
+    """What to do about an OSError raised while writing an output."""
+    if isinstance(e, PermissionError) or e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return "the folder is read-only for this user: fix its permissions or choose another"
+    if e.errno in (errno.ENOTDIR, errno.EEXIST, errno.EISDIR):
+        return "a path component is a file where a folder belongs (or the reverse): " \
+               "choose another path"
+    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        return "the disk (or quota) is full: free space or choose another folder"
+    return "check the path and its permissions"

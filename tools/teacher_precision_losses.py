@@ -9,7 +9,7 @@ teacher and the demo's 1-layer student initialised from its layer 6, as the
 demo's general stage starts it. It builds the task stage's terms (embd, attn, hidn
 with the reference's padding convention and with --mask_padding, and pred),
 and for each batch computes every term twice, with the float32 teacher and
-with the teacher cast to --dtype (pipeline/precision.py `with_precision`),
+with the teacher cast to --dtype (pipeline/settings/precision.py `with_precision`),
 with the same student and projections. Prints per term the mean and largest
 relative difference |L_low - L_fp32| / L_fp32 over the batches, and the
 teacher outputs' own relative error (RMS of the difference / RMS of the value).
@@ -41,7 +41,7 @@ from tinybert_tf.distill.terms import PredictionTerm  # noqa: E402
 from tinybert_tf.models import BertModel  # noqa: E402
 from tinybert_tf.models.checkpoint import load_model, load_tokenizer  # noqa: E402
 from tinybert_tf.pipeline.main import parse_argv  # noqa: E402
-from tinybert_tf.pipeline.precision import with_precision  # noqa: E402
+from tinybert_tf.pipeline.settings.precision import with_precision  # noqa: E402
 from tinybert_tf.tasks import Classification, resolve_task  # noqa: E402
 from tinybert_tf.tokenizer import Tokenizer  # noqa: E402
 

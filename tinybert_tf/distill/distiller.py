@@ -38,7 +38,7 @@ when the step is traced, from the batch's keys (`teacher_keys`).
 Preemption: `watch_stop_requests(request, agreed)` makes every train step
 all-reduce the per-worker `request` flag together with the loss counts (no
 extra collective) and store the sum in `agreed`, so all workers see a SIGTERM
-received by any of them at the same step (see pipeline/training.py).
+received by any of them at the same step (see pipeline/training/loop.py).
 
 Static shapes: with fixed-length, drop_remainder batches the train step is
 traced once per phase (`train_traces` counts traces), so `jit_compile=True`

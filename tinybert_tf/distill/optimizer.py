@@ -82,7 +82,7 @@ class AdamW(keras.optimizers.AdamW):
     phase pays) and runs fewer kernels per step. A sparse (IndexedSlices) gradient is
     made dense first: Adam's moments decay in every row anyway. (keras' own sparse
     path drifts from the formula under two mirrored replicas; this one does not:
-    tests/test_distill_optimizer.py.) Keras' update is kept for AMSGrad and other
+    tests/distill/test_distill_optimizer.py.) Keras' update is kept for AMSGrad and other
     backends. Weight decay is keras' decoupled decay, lr-scaled, before the step.
     """
 

@@ -26,7 +26,7 @@ which breaks calibration of the int8 flavour.
 dynamic_int8: TF 2.20 quantises dense weights per output channel, which makes
 FULLY_CONNECTED version 12; the Task Library's runtime (tflite-support 0.4.4)
 refuses it. Per-tensor dense weights (version 9) load there, and agree as well
-(tests/test_tflite_metadata.py), so the flavour uses them.
+(tests/export/test_tflite_metadata.py), so the flavour uses them.
 
 Text-in (`text_float32`): inputs `text` (and `text_b`), string [1]; the
 model's own `Tokenizer` (tensorflow-text FastBertTokenizer + core packing
@@ -138,7 +138,7 @@ def _learnt_int8(converter, rows) -> None:
     Not `supported_ops=[TFLITE_BUILTINS_INT8]`: TF 2.20 checks for a representative
     data set before it looks for FakeQuant ops (`_save_conversion_params_metric`
     builds its QuantizationMode without the graph) and refuses. Every tensor has a
-    range, so nothing stays float (tests/test_quantization.py checks each op).
+    range, so nothing stays float (tests/models/test_quantization.py checks each op).
     """
     converter.optimizations = [tf.lite.Optimize.DEFAULT]
 

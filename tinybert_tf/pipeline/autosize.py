@@ -51,8 +51,8 @@ from tinybert_tf.export.benchmark import random_inputs, synthetic_vocab
 from tinybert_tf.export.formats import FORMATS
 from tinybert_tf.models.checkpoint import inspect_model
 from tinybert_tf.models.encoder import BertModel
-from tinybert_tf.pipeline.recipes import get_recipe
-from tinybert_tf.pipeline.report import save_png
+from tinybert_tf.pipeline.run.report import save_png
+from tinybert_tf.pipeline.training.recipes import get_recipe
 from tinybert_tf.timing import median_ms
 
 AUTO = "auto"

@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, Optional, Sequence
 
-from tinybert_tf.pipeline import phases as P
-from tinybert_tf.pipeline.configs import PipelineConfig
-from tinybert_tf.pipeline.recipes import GeneralRecipe
+from tinybert_tf.pipeline.settings.configs import PipelineConfig
+from tinybert_tf.pipeline.training import phases as P
+from tinybert_tf.pipeline.training.recipes import GeneralRecipe
 
 
 def ranges(c: PipelineConfig) -> list[tuple[str, Any, Callable[[Any], bool], str]]:

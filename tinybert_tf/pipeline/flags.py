@@ -24,13 +24,13 @@ from tinybert_tf.distill.terms import ALIASES, TERMS
 from tinybert_tf.export.formats import FORMATS
 from tinybert_tf.export.parity import DEFAULT_FORMATS
 from tinybert_tf.pipeline.autosize import DEFAULT_CANDIDATES
-from tinybert_tf.pipeline.configs import AUTO_PRECISION, INPUT_SHARDING, PRECISIONS
-from tinybert_tf.pipeline.context import STAGES
-from tinybert_tf.pipeline.lock import DEFAULT_STALE_MINUTES
-from tinybert_tf.pipeline.phases import PHASE_KINDS
-from tinybert_tf.pipeline.precision import TEACHER_PRECISIONS
-from tinybert_tf.pipeline.recipes import RECIPES
-from tinybert_tf.pipeline.strategy import DEFAULT_PEER_TIMEOUT, STRATEGIES
+from tinybert_tf.pipeline.run.context import STAGES
+from tinybert_tf.pipeline.run.lock import DEFAULT_STALE_MINUTES
+from tinybert_tf.pipeline.settings.configs import AUTO_PRECISION, INPUT_SHARDING, PRECISIONS
+from tinybert_tf.pipeline.settings.precision import TEACHER_PRECISIONS
+from tinybert_tf.pipeline.training.phases import PHASE_KINDS
+from tinybert_tf.pipeline.training.recipes import RECIPES
+from tinybert_tf.pipeline.training.strategy import DEFAULT_PEER_TIMEOUT, STRATEGIES
 from tinybert_tf.tasks.catalog import task_names
 
 FLAGS = flags.FLAGS
@@ -330,7 +330,7 @@ def define_general(fv: flags.FlagValues) -> None:
     flags.DEFINE_string("recipe", "tinybert",
                         "Recipe of the general stage: " + "; ".join(
                             f"{name} = {r.summary}" for name, r in sorted(RECIPES.items()))
-                        + " (pipeline/recipes.py).", flag_values=fv)
+                        + " (pipeline/training/recipes.py).", flag_values=fv)
     flags.DEFINE_integer("general_max_seq_len", 128, "Sequence length of general distillation.",
                          flag_values=fv)
     flags.DEFINE_integer("general_batch_size", 256, "Effective global batch of general "
@@ -551,7 +551,7 @@ def reproduce_flags() -> flags.FlagValues:
     run) and its own."""
     fv = distill_flags()
     flags.DEFINE_integer("table", None, "The paper's table to reproduce, 1-7 "
-                         "(tinybert_tf/pipeline/paper_tables.py).", flag_values=fv)
+                         "(tinybert_tf/paper/tables.py).", flag_values=fv)
     flags.DEFINE_list("tasks", [], "Tasks to run each cell on (--task names); default: the "
                       "table's tasks.", flag_values=fv)
     flags.DEFINE_list("cells", [], "Only these cells of the table (default: every cell but "

@@ -10,7 +10,7 @@ Once every check has passed the run locks `--output_dir` (the chief alone under
 multi_worker: the workers share its folder), removes what killed writers left,
 records its config and runs the stages; the lock is released at the end.
 
-Exit codes of `main` (bin/distill) are every tool's (`tinybert_tf.pipeline.cli`):
+Exit codes of `main` (bin/distill) are every tool's (`tinybert_tf.cli.tool`):
 0 done; 2 an error of the command or its environment (flag, file, data, a
 folder in use, full disk, read-only folder, a plugin's code), printed as one
 message naming the flag or file and the fix; 1 an internal error (a bug: one
@@ -32,21 +32,22 @@ import keras
 from absl import flags
 
 from tinybert_tf import plugins
+from tinybert_tf.cli import tool as cli
+from tinybert_tf.cli.flagfiles import expand_flagfiles
+from tinybert_tf.cli.tool import UsageError, environment_message  # noqa: F401
 from tinybert_tf.config import ConfigError
 from tinybert_tf.data.examples import DataError
 from tinybert_tf.models.checkpoint import CheckpointError
-from tinybert_tf.pipeline import autosize, cli, preflight, stage_io
+from tinybert_tf.pipeline import autosize, preflight, stage_io
 from tinybert_tf.pipeline import flags as tb_flags
-from tinybert_tf.pipeline.cli import UsageError, environment_message  # noqa: F401
-from tinybert_tf.pipeline.configs import PipelineConfig
-from tinybert_tf.pipeline.context import CHIEF_ONLY_STAGES, STAGES, Context
-from tinybert_tf.pipeline.flagfiles import expand_flagfiles
-from tinybert_tf.pipeline.lock import FileLock, LockError, read_holder
 from tinybert_tf.pipeline.quantize_stage import quantize
+from tinybert_tf.pipeline.run.context import CHIEF_ONLY_STAGES, STAGES, Context
+from tinybert_tf.pipeline.run.lock import FileLock, LockError, read_holder
+from tinybert_tf.pipeline.run.state import LOCK_FILE, OutputDirError, RunState
+from tinybert_tf.pipeline.settings.configs import PipelineConfig
 from tinybert_tf.pipeline.stages import STAGE_FUNCTIONS
-from tinybert_tf.pipeline.state import LOCK_FILE, OutputDirError, RunState
-from tinybert_tf.pipeline.strategy import make_strategy
 from tinybert_tf.pipeline.summary import artefacts_table
+from tinybert_tf.pipeline.training.strategy import make_strategy
 from tinybert_tf.tasks.catalog import resolve_task
 
 log = logging.getLogger("tinybert_tf")
@@ -248,7 +249,7 @@ def _wait_for_chief(state: RunState, stage: str, stale_after: float,
 
 def main(argv: Sequence[str]) -> int:
     """The command: --help, or the run; every error becomes one message on stderr and an
-    exit code (tinybert_tf.pipeline.cli)."""
+    exit code (tinybert_tf.cli.tool)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     kind = cli.help_request(argv)
     if kind is not None:

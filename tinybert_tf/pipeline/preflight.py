@@ -28,14 +28,15 @@ from tinybert_tf.export.formats import FORMATS, check_formats, format_problems
 from tinybert_tf.models.checkpoint import CheckpointError, ModelInfo, inspect_model
 from tinybert_tf.models.heads import HEADS
 from tinybert_tf.models.labels import label_order, output_names
-from tinybert_tf.pipeline import flag_ranges, stage_io, task_input
-from tinybert_tf.pipeline import phases as P
+from tinybert_tf.pipeline import flag_ranges, stage_io
 from tinybert_tf.pipeline import quantize_stage as Q
 from tinybert_tf.pipeline import stages as S
-from tinybert_tf.pipeline.configs import PipelineConfig
-from tinybert_tf.pipeline.context import STAGES, upstream
-from tinybert_tf.pipeline.recipes import RECIPES, GeneralRecipe, get_recipe
-from tinybert_tf.pipeline.state import unfinished_stage_output
+from tinybert_tf.pipeline.run.context import STAGES, upstream
+from tinybert_tf.pipeline.run.state import unfinished_stage_output
+from tinybert_tf.pipeline.settings.configs import PipelineConfig
+from tinybert_tf.pipeline.training import phases as P
+from tinybert_tf.pipeline.training import task_input
+from tinybert_tf.pipeline.training.recipes import RECIPES, GeneralRecipe, get_recipe
 from tinybert_tf.tasks.catalog import Task
 from tinybert_tf.tokenizer import SPECIAL_TOKENS
 
@@ -533,7 +534,7 @@ def augmented_rows_per_example(ctx: S.Context, table: Optional[RowTable] = None)
 def _layer_cache_plan(checks: _Checks, ctx: S.Context, spec: P.PhaseSpec, train, aug,
                       task_models: tuple[BertConfig, BertConfig], per_example: int) -> None:
     """The teacher-layer cache's decision in the plan of a phase whose terms it can
-    hold (pipeline/layer_cache.py); rows not augmented yet count `per_example` rows
+    hold (pipeline/training/layer_cache.py); rows not augmented yet count `per_example` rows
     (`augmented_rows_per_example`) per example."""
     known = aug if spec.augmented else train
     scale = float(per_example) if spec.augmented and aug is None else 1.0

@@ -42,8 +42,6 @@ from tinybert_tf.export.common import keras_outputs, output_function
 from tinybert_tf.export.formats import ExportContext
 from tinybert_tf.models.checkpoint import load_model, save_model
 from tinybert_tf.models.quantization import calibrate
-from tinybert_tf.pipeline import task_input
-from tinybert_tf.pipeline.phases import PhaseSpec, reads_augmented
 from tinybert_tf.pipeline.stages import (
     Context,
     _distiller,
@@ -52,7 +50,9 @@ from tinybert_tf.pipeline.stages import (
     _run,
     rows,
 )
-from tinybert_tf.pipeline.training import Phase, TrainingStateError
+from tinybert_tf.pipeline.training import task_input
+from tinybert_tf.pipeline.training.loop import Phase, TrainingStateError
+from tinybert_tf.pipeline.training.phases import PhaseSpec, reads_augmented
 
 # Terms the quantize stage may use: its teacher is the float copy of the student.
 QUANTIZE_TERMS = ("pred", "embd", "attn", "hidn")

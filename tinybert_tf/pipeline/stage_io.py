@@ -30,8 +30,8 @@ from tinybert_tf.data import corpus as corpus_lib
 from tinybert_tf.export.formats import FORMATS
 from tinybert_tf.export.parity import POST_TRAINING_INT8
 from tinybert_tf.models.checkpoint import CheckpointError, resolve
-from tinybert_tf.pipeline.context import STAGES, Context, has_quantize_stage, upstream
-from tinybert_tf.pipeline.state import read_facts
+from tinybert_tf.pipeline.run.context import STAGES, Context, has_quantize_stage, upstream
+from tinybert_tf.pipeline.run.state import read_facts
 
 
 @dataclasses.dataclass(frozen=True)

@@ -2,10 +2,10 @@
 
   general          GD: pre-trained teacher -> student on the general corpus (embd+attn+hidn),
                    or another registered recipe (--recipe: distilbert, mlm, first_layers;
-                   pipeline/recipes.py); W_e/W_h saved with it when it trains them
+                   pipeline/training/recipes.py); W_e/W_h saved with it when it trains them
   finetune_teacher the teacher fine-tuned on the task (skipped when --task_teacher is given)
   augment          Algorithm 1 -> OUTPUT/augment/<the source's augmented file>
-  task             TD: the phases of --task_phases (pipeline/phases.py; default intermediate
+  task             TD: the phases of --task_phases (training/phases.py; default intermediate
                    layers on the (augmented) task data, then the prediction layer), the last
                    one once per --pred_grid cell; the best dev checkpoint is the task model
   quantize         the task student teaches its int8 fake-quantised copy (quantisation-aware
@@ -62,15 +62,17 @@ from tinybert_tf.models.checkpoint import (
     save_model,
 )
 from tinybert_tf.models.labels import put_in_order
-from tinybert_tf.pipeline import (
-    autosize,
+from tinybert_tf.pipeline import autosize
+from tinybert_tf.pipeline.run import report
+from tinybert_tf.pipeline.run.context import Context, has_quantize_stage, rows
+from tinybert_tf.pipeline.settings.precision import with_precision
+from tinybert_tf.pipeline.training import (
     baseline_phases,  # noqa: F401  (registers --task_phases=pkd)
     evaluation,
-    report,
     task_input,
 )
-from tinybert_tf.pipeline.context import Context, has_quantize_stage, rows
-from tinybert_tf.pipeline.phases import (
+from tinybert_tf.pipeline.training.loop import Phase, run_phase
+from tinybert_tf.pipeline.training.phases import (
     PHASE_KINDS,
     PROJECTIONS,
     PhaseSpec,
@@ -79,10 +81,8 @@ from tinybert_tf.pipeline.phases import (
     reads_augmented,
     task_phase_specs,
 )
-from tinybert_tf.pipeline.precision import with_precision
-from tinybert_tf.pipeline.recipes import GeneralRecipe, get_recipe
-from tinybert_tf.pipeline.strategy import can_create_variables, num_workers, peer_errors
-from tinybert_tf.pipeline.training import Phase, run_phase
+from tinybert_tf.pipeline.training.recipes import GeneralRecipe, get_recipe
+from tinybert_tf.pipeline.training.strategy import can_create_variables, num_workers, peer_errors
 
 log = logging.getLogger("tinybert_tf")
 
@@ -100,7 +100,7 @@ def _corpus_source(ctx: Context) -> str:
 
 
 def general_recipe(ctx: Context) -> GeneralRecipe:
-    """The registered recipe of --recipe (pipeline/recipes.py)."""
+    """The registered recipe of --recipe (pipeline/training/recipes.py)."""
     return get_recipe(ctx.config.general.recipe)
 
 

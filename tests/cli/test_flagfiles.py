@@ -1,0 +1,65 @@
+"""Flagfiles: nested ones resolve against the including file, errors name file and line."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tinybert_tf.cli.flagfiles import FlagfileError, expand_flagfiles
+from tinybert_tf.pipeline.main import main
+
+
+def write(path, text: str, bom: bool = False) -> str:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write((b"\xef\xbb\xbf" if bom else b"") + text.encode("utf-8"))
+    return str(path)
+
+
+def test_a_nested_flagfile_is_found_next_to_the_file_that_names_it(tmp_path, monkeypatch):
+    write(tmp_path / "cfg" / "common.cfg", "# shared\n--seed=7\n\n// absl comment\n--a=1\n")
+    top = write(tmp_path / "cfg" / "task.cfg", "--flagfile=common.cfg\n  --b=2  \n")
+    monkeypatch.chdir(tmp_path)  # not the folder of the flagfiles
+    assert expand_flagfiles(["prog", f"--flagfile={top}", "--c=3"]) == \
+        ["prog", "--seed=7", "--a=1", "--b=2", "--c=3"]
+    # The two-argument form, as absl accepts it; arguments after -- stay as they are.
+    assert expand_flagfiles(["prog", "--flagfile", "cfg/task.cfg", "--", "--flagfile=x"]) == \
+        ["prog", "--seed=7", "--a=1", "--b=2", "--", "--flagfile=x"]
+
+
+def test_a_nested_path_written_for_the_current_folder_still_works(tmp_path, monkeypatch):
+    write(tmp_path / "configs" / "common.cfg", "--seed=7\n")
+    write(tmp_path / "configs" / "task.cfg", "--flagfile=configs/common.cfg\n")
+    monkeypatch.chdir(tmp_path)
+    assert expand_flagfiles(["prog", "--flagfile=configs/task.cfg"]) == ["prog", "--seed=7"]
+
+
+def test_a_byte_order_mark_is_dropped(tmp_path):
+    top = write(tmp_path / "bom.cfg", "--seed=7\n", bom=True)
+    assert expand_flagfiles(["prog", f"--flagfile={top}"]) == ["prog", "--seed=7"]
+
+
+def test_a_missing_nested_flagfile_names_the_file_and_line_that_named_it(tmp_path):
+    top = write(tmp_path / "task.cfg", "--seed=1\n--flagfile=gone.cfg\n")
+    with pytest.raises(FlagfileError, match=r"Unable to open flagfile gone\.cfg \(named at "
+                       r".*task\.cfg:2\): no such file .*gone\.cfg"):
+        expand_flagfiles(["prog", f"--flagfile={top}"])
+
+
+def test_flagfiles_that_include_each_other_are_refused(tmp_path):
+    write(tmp_path / "a.cfg", "--flagfile=b.cfg\n")
+    write(tmp_path / "b.cfg", "--flagfile=a.cfg\n")
+    with pytest.raises(FlagfileError, match=r"include each other .*a\.cfg -> .*b\.cfg -> "
+                       r".*a\.cfg"):
+        expand_flagfiles(["prog", f"--flagfile={tmp_path / 'a.cfg'}"])
+
+
+def test_bin_distill_reports_a_bad_nested_flagfile_in_one_line(tmp_path, capsys):
+    top = write(tmp_path / "task.cfg", "--flagfile=missing.cfg\n")
+    code = main(["bin/distill", f"--flagfile={top}", f"--output_dir={tmp_path / 'o'}"])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert [ln for ln in err.splitlines() if ln.startswith("distill: ")] == [
+        ln for ln in err.splitlines() if ln.startswith("distill: error: Unable to open "
+                                                       "flagfile missing.cfg (named at ")]
+    assert not (tmp_path / "o").exists()

@@ -1,0 +1,181 @@
+"""A stage is reused only when what it was made from is unchanged (its settings, the
+stages it read, the absolute paths and content of its input files, its published
+artefacts), found before anything runs; nothing is deleted before every check has
+passed, nothing a run did not make, and no published TF Serving version."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+import tensorflow as tf
+
+from tinybert_tf import files
+from tinybert_tf.models.checkpoint import load_model, save_model
+from tinybert_tf.pipeline import stage_io
+from tinybert_tf.pipeline.main import parse_argv
+from tinybert_tf.pipeline.preflight import PreflightError
+from tinybert_tf.pipeline.run.state import RunState
+from tinybert_tf.pipeline.stages import Context
+from tinybert_tf.tasks.catalog import resolve_task
+
+from augment_helpers import tiny_vectors
+from pipeline_helpers import argv, run, tiny_flags, write_task, write_teacher
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory, tiny_vocab):
+    """Flags whose augment stage runs in seconds (given word vectors), a task teacher."""
+    tmp = tmp_path_factory.mktemp("reuse")
+    vectors = str(tmp / "vectors.txt")
+    tiny_vectors().save_word2vec_format(vectors, binary=False)
+    teacher = write_teacher(str(tmp / "task_teacher"), tiny_vocab, head="classifier")
+    return tiny_flags(tmp, tiny_vocab, word_vectors=vectors, task_teacher=teacher,
+                      general_model="none", use_augmented=False)
+
+
+def _with(ns, **changes):
+    return type(ns)(**{**vars(ns), **changes})
+
+
+def _context(ns) -> Context:
+    config = parse_argv(["bin/distill", *argv(ns)])
+    return Context(config, resolve_task(config.task), RunState(config.run.output_dir),
+                   tf.distribute.get_strategy())
+
+
+def _finished_task_stage(ns, teacher_dir: str) -> Context:
+    """OUTPUT/task as a finished task stage of `ns` would leave it (its model: a copy of
+    `teacher_dir`), without training one."""
+    ctx = _context(ns)
+    state = ctx.state
+    state.write_config(ctx.config.results())
+    save_model(load_model(teacher_dir), state.work_path("task", "model"))
+    state.mark_done("task", {}, ctx.config.stage_settings("task"),
+                    stage_io.upstream_fingerprints(ctx, "task"), stage_io.reads_of(ctx, "task"),
+                    stage_io.io_of("task").outputs(ctx))
+    return ctx
+
+
+def test_changed_labels_or_another_data_path_redo_the_stage_saying_why(base, tmp_path,
+                                                                       capsys):
+    data = write_task(str(tmp_path / "data"))
+    ns = _with(base, output_dir=str(tmp_path / "out"), data_dir=data, stages=["augment"])
+    run(ns)
+    done = json.load(open(tmp_path / "out" / "augment" / "stage_done.json"))
+    assert done["reads"]["data"][0]["path"] == os.path.join(data, "dev.tsv")
+    capsys.readouterr()
+    run(ns)
+    assert "== augment: done already, skipped" in capsys.readouterr().out
+    # Every training label flipped: same size, same path.
+    train = os.path.join(data, "train.tsv")
+    lines = open(train).read().splitlines()
+    flipped = [lines[0]] + [t[:-1] + str(1 - int(t[-1])) for t in lines[1:]]
+    open(train, "w").write("\n".join(flipped) + "\n")
+    run(ns)
+    out = capsys.readouterr().out
+    assert "== augment: its data input changed since it was made" in out
+    assert out.index("it runs again") < out.index("== augment\n")  # said before it runs
+    # The same relative --data_dir seen from another folder is other data.
+    shutil.copytree(data, tmp_path / "elsewhere" / "data")
+    relative = _with(ns, data_dir="data", output_dir=str(tmp_path / "out2"))
+    cwd = os.getcwd()
+    try:
+        os.chdir(tmp_path)
+        run(relative)
+        os.chdir(tmp_path / "elsewhere")
+        capsys.readouterr()
+        run(relative)
+    finally:
+        os.chdir(cwd)
+    assert "its data input is now read from another path" in capsys.readouterr().out
+
+
+def test_a_hand_deleted_model_is_found_before_anything_runs_or_is_deleted(base, tmp_path):
+    ns = _with(base, output_dir=str(tmp_path / "out"), stages=["task"],
+               export_formats=["float32"])
+    ctx = _finished_task_stage(ns, base.task_teacher)
+    export = tmp_path / "out" / "export"
+    (export / "serving" / "1").mkdir(parents=True)
+    (export / "serving" / "1" / "saved_model.pb").write_text("the only export")
+    shutil.rmtree(ctx.student_path())
+    for stages, overwrite in ((["evaluate"], False), (["export"], True)):
+        with pytest.raises(PreflightError, match=r"task/model: missing, although the task stage "
+                           r"is marked done .*add task to --stages, or run --stages=task "
+                           r"--overwrite"):
+            run(_with(ns, stages=stages, overwrite=overwrite))
+    assert (export / "serving" / "1" / "saved_model.pb").read_text() == "the only export"
+    # A model changed by hand is as stale as a deleted one.
+    _finished_task_stage(ns, base.task_teacher)
+    with open(os.path.join(ctx.student_path(), "config.json"), "a") as f:
+        f.write(" ")
+    with pytest.raises(PreflightError, match=r"evaluate reads the output of task, which is "
+                       r"stale \(its output .*task/model changed since the stage finished\)"):
+        run(_with(ns, stages=["evaluate"]))
+
+
+def test_a_redo_keeps_published_serving_versions_and_a_user_folder_is_never_deleted(
+        base, tmp_path):
+    state = RunState(str(tmp_path / "out"))
+    for rel in ("export/serving/1/saved_model.pb", "export/model_float32.tflite",
+                "export/parity.json", "task/model/config.json"):
+        os.makedirs(os.path.dirname(state.path(rel)), exist_ok=True)
+        open(state.path(rel), "w").write("x")
+    # Not a run's folder (no run_config.json, no stage records): nothing is deleted ...
+    state.reset(["export", "task"])
+    assert os.path.isfile(state.path("export/parity.json"))
+    # ... and no run writes into it.
+    (tmp_path / "out" / "report.json").write_text("{\"mine\": 1}")
+    with pytest.raises(PreflightError, match=r"holds .*task, .*export, .*report\.json that no "
+                       r"bin/distill run made .*choose a new or empty folder"):
+        run(_with(base, output_dir=state.output_dir, stages=["export"], overwrite=True))
+    assert (tmp_path / "out" / "report.json").read_text() == "{\"mine\": 1}"
+    # A run's folder: the stage goes, its published versions stay.
+    state.write_config({})
+    state.reset(["export"], keep=[state.path("export", "serving")])
+    assert sorted(os.listdir(state.path("export"))) == ["serving"]
+    assert open(state.path("export/serving/1/saved_model.pb")).read() == "x"
+
+
+def test_a_stale_export_publishes_the_next_version_next_to_the_first(base, tmp_path, capsys):
+    data = write_task(str(tmp_path / "data"))
+    ns = _with(base, output_dir=str(tmp_path / "out"), data_dir=data,
+               stages=["export"], export_formats=["saved_model"])
+    _finished_task_stage(_with(ns, stages=["task"]), base.task_teacher)
+    run(ns)
+    served = tmp_path / "out" / "export" / "serving"
+    first = (served / "1" / "saved_model.pb").read_bytes()
+    with open(os.path.join(data, "dev.tsv"), "a") as f:
+        f.write("a good film\t1\n")
+    # The task stage read the data too: it is stale, and is redone first when named.
+    with pytest.raises(PreflightError, match=r"export reads the output of task, which is stale"):
+        run(ns)
+    _finished_task_stage(_with(ns, stages=["task"]), base.task_teacher)
+    capsys.readouterr()
+    run(ns)
+    assert "== export: made from an earlier output of task; it runs again" in \
+        capsys.readouterr().out
+    assert sorted(os.listdir(served)) == ["1", "2", "models.config"]
+    assert (served / "1" / "saved_model.pb").read_bytes() == first  # never rewritten
+    assert files.content_fingerprint(str(served / "2")) != "missing"
+
+
+def test_a_hand_deleted_serving_version_redoes_the_export_saying_why(base, tmp_path, capsys):
+    ns = _with(base, output_dir=str(tmp_path / "out"), stages=["export"],
+               export_formats=["saved_model"])
+    _finished_task_stage(_with(ns, stages=["task"]), base.task_teacher)
+    run(ns)
+    served = tmp_path / "out" / "export" / "serving"
+    done = json.load(open(tmp_path / "out" / "export" / "stage_done.json"))
+    assert done["outputs"][os.path.join("export", "serving", "1")] == "exists"
+    shutil.rmtree(served / "1")  # the only version, deleted by hand
+    capsys.readouterr()
+    run(ns)
+    out = capsys.readouterr().out
+    assert (f"== export: its output {served / '1'} is missing (deleted since the stage "
+            "finished); it runs again") in out
+    assert (served / "1" / "saved_model.pb").is_file()
+    capsys.readouterr()
+    run(ns)
+    assert "== export: done already, skipped" in capsys.readouterr().out

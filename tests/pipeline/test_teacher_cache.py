@@ -1,0 +1,149 @@
+"""The prediction phase's teacher cache: logits computed once per example, kept in the
+phase folder and resumable; the Distiller skips the teacher when every teacher-reading
+term declares it reads only the logits and they come with the batch; training with
+the cache ends with the weights of recomputing the teacher every step."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tinybert_tf.data import glue
+from tinybert_tf.data.examples import Example
+from tinybert_tf.distill import Distiller, LossTerm, make_terms
+from tinybert_tf.distill.terms import PredictionTerm
+from tinybert_tf.models.checkpoint import load_model, load_tokenizer, save_model
+from tinybert_tf.pipeline.training import teacher_cache as cache_lib
+from tinybert_tf.tasks import task_type
+
+from pipeline_helpers import load_weights, run, tiny_flags, write_teacher
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory, tiny_vocab):
+    tmp = tmp_path_factory.mktemp("cache_models")
+    teacher = load_model(write_teacher(str(tmp / "t"), tiny_vocab, head="classifier",
+                                       dropout=0.0))
+    student = load_model(write_teacher(str(tmp / "s"), tiny_vocab, hidden=16, head="classifier",
+                                       dropout=0.0, seed=5))
+    return teacher, student
+
+
+def _batch(teacher):
+    rng = np.random.default_rng(0)
+    ids = rng.integers(5, len(teacher.vocab), (4, 10)).astype(np.int32)
+    return {"input_word_ids": ids, "input_mask": np.ones_like(ids),
+            "input_type_ids": np.zeros_like(ids)}
+
+
+class _Unknown(LossTerm):
+    """A teacher-reading term that does not declare what it reads."""
+
+    name = "unknown"
+
+    def count(self, inputs):
+        return tf.constant(1.0)
+
+    def sum(self, inputs, student_outputs, teacher_outputs, projections):
+        return tf.reduce_sum(teacher_outputs["logits"]) * 0.0 + tf.reduce_sum(
+            tf.cast(student_outputs["logits"], tf.float32))
+
+
+def test_teacher_logits_in_the_batch_replace_the_teacher_forward(models):
+    teacher, student = models
+    pred = PredictionTerm(task=task_type("sst-2"))
+    distiller = Distiller(student=student, teacher=teacher, terms=[pred])
+    assert distiller.teacher_reads == ("logits",)
+    x = _batch(teacher)
+    recomputed = distiller.compute_losses(x)["loss"]
+    cached = dict(x, teacher_logits=teacher(x, training=False)["logits"])
+    np.testing.assert_allclose(distiller.compute_losses(cached)["loss"], recomputed, rtol=1e-6)
+    # Other logits in the batch are what the loss sees: the teacher did not run.
+    wrong = dict(x, teacher_logits=np.tile(np.float32([[8.0, -8.0]]), (4, 1)))
+    assert abs(float(distiller.compute_losses(wrong)["loss"]) - float(recomputed)) > 1e-4
+    # Intermediate terms read other outputs; an undeclared term makes the teacher run.
+    assert Distiller(student=student, teacher=teacher,
+                     terms=make_terms("embd,hidn")).teacher_reads == ("embeddings",
+                                                                      "hidden_states")
+    undeclared = Distiller(student=student, teacher=teacher, terms=[pred, _Unknown()])
+    assert undeclared.teacher_reads is None and not undeclared.teacher_outputs_in(wrong)
+
+
+def test_cache_is_written_once_per_part_and_a_damaged_part_is_recomputed(models, tmp_path,
+                                                                         monkeypatch, capsys):
+    teacher, _ = models
+    monkeypatch.setattr(cache_lib, "PART_ROWS", 4)
+    examples = [Example(f"e{i}", f"the movie was {w}", None, i % 2)
+                for i, w in enumerate(["good", "bad", "fun", "dull", "great", "awful"] * 2)]
+    tok = load_tokenizer(teacher, 16)
+    task = task_type("sst-2")
+    folder = str(tmp_path / "cache")
+
+    def logits():
+        return cache_lib.teacher_logits(teacher, examples, task, tok, 16, 5, folder,
+                                        tf.distribute.get_strategy(), {"teacher": "t"})
+
+    first = logits()
+    assert first.shape == (12, 2) and "cached" in capsys.readouterr().out
+    assert sorted(os.listdir(folder)) == ["cache.json", "logits-00000.npy",
+                                          "logits-00001.npy", "logits-00002.npy"]
+    expect = np.concatenate([teacher(x, training=False)["logits"].numpy()
+                             for x, _ in task.dataset(examples, tok, 16, 12)])
+    np.testing.assert_allclose(first, expect, atol=1e-6)
+    np.testing.assert_array_equal(logits(), first)
+    assert "cached" not in capsys.readouterr().out  # nothing recomputed
+    with open(os.path.join(folder, "logits-00001.npy"), "r+b") as f:
+        f.truncate(20)  # cut by a kill mid-write of a non-atomic copy
+    np.testing.assert_allclose(logits(), first, atol=1e-6)
+    assert "teacher logits of 4 rows cached" in capsys.readouterr().out
+
+
+def test_epoch_batches_carry_the_logits_of_their_own_rows():
+    logits = np.arange(10, dtype=np.float32).reshape(10, 1)
+    order = cache_lib.epoch_permutation(10, 3, 1)
+    rows = tf.data.Dataset.from_tensor_slices(
+        ({"input_word_ids": order.reshape(10, 1).astype(np.int32)}, order)).batch(
+        4, drop_remainder=True)
+    batches = list(cache_lib.with_teacher_logits(rows, logits, order, 4))
+    assert len(batches) == 2
+    for x, y in batches:
+        np.testing.assert_array_equal(x["teacher_logits"][:, 0], y.numpy().astype(np.float32))
+
+
+def _spread_logits(folder: str, data_dir: str) -> None:
+    """Make a random tiny teacher's soft targets differ from sentence to sentence (a
+    fresh one gives all nearly the same), so a cache row given to the wrong example
+    changes the result: larger kernels, logits centred on the training set."""
+    model = load_model(folder)
+    weights = model.weight_dict()
+    for path, var in weights.items():
+        if path.endswith("kernel"):
+            var.assign(var * (20.0 if path.startswith("classifier") else 8.0))
+    task, tok = task_type("sst-2"), load_tokenizer(model, 24)
+    examples = glue.load_examples("sst-2", data_dir, "train")
+    logits = np.concatenate([model(x, training=False)["logits"].numpy()
+                             for x, _ in task.dataset(examples, tok, 24, 8)])
+    bias = weights["classifier_head/classifier/bias"]
+    bias.assign(bias - logits.mean(0))
+    save_model(model, folder)
+
+
+def test_training_with_the_cache_ends_with_the_weights_of_recomputing(tmp_path, tiny_vocab):
+    teacher = write_teacher(str(tmp_path / "task_teacher"), tiny_vocab, head="classifier",
+                            dropout=0.0)
+    ns = tiny_flags(tmp_path, tiny_vocab, stages=["task"], general_model="none",
+                    task_teacher=teacher, use_augmented=False, task_phases=["prediction"],
+                    pred_epochs=2, checkpoint_every=100)
+    _spread_logits(teacher, ns.data_dir)
+    weights = {}
+    for cache in (True, False):
+        out = tmp_path / f"cache_{cache}"
+        run(type(ns)(**{**vars(ns), "output_dir": str(out), "teacher_cache": cache}))
+        assert os.path.isdir(out / "task" / "prediction" / "teacher_cache") == cache
+        weights[cache] = load_weights(str(out / "task" / "model"))
+    assert weights[True].keys() == weights[False].keys()
+    for key in weights[True]:
+        np.testing.assert_allclose(weights[True][key], weights[False][key], atol=1e-6,
+                                   err_msg=key)

@@ -1,0 +1,1 @@
+"""The command line every tool shares: exit codes, error handling, flagfiles."""

@@ -1,0 +1,1 @@
+"""The paper's tables: their cells, seeds, files and the bin/reproduce driver."""

@@ -1,0 +1,1 @@
+"""The run folder: its state, lock, context and report."""

@@ -1,0 +1,128 @@
+"""What every stage function receives (`Context`), the stages' order, and which earlier
+stages each one reads: the facts the stages, the preflight and the stage records share.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+import tensorflow as tf
+
+from tinybert_tf.export.formats import FORMATS
+from tinybert_tf.models.checkpoint import load_tokenizer
+from tinybert_tf.pipeline.run.state import RunState
+from tinybert_tf.pipeline.settings.configs import PipelineConfig
+from tinybert_tf.pipeline.training import task_input
+from tinybert_tf.pipeline.training.phases import reads_augmented
+from tinybert_tf.pipeline.training.strategy import is_chief
+from tinybert_tf.tasks.catalog import Task
+
+STAGES = ("general", "finetune_teacher", "augment", "task", "quantize", "evaluate", "export")
+# Stages that train nothing: under multi_worker only the chief runs them.
+CHIEF_ONLY_STAGES = ("augment", "evaluate", "export")
+
+
+@dataclasses.dataclass
+class Context:
+    """What every stage needs: the configs, the resolved task, the output folder,
+    the strategy."""
+
+    config: PipelineConfig
+    task: Task
+    state: RunState
+    strategy: tf.distribute.Strategy
+
+    @property
+    def chief(self) -> bool:
+        return is_chief(self.strategy)
+
+    @property
+    def replicas(self) -> int:
+        return int(self.strategy.num_replicas_in_sync)
+
+    @property
+    def max_seq_len(self) -> int:
+        return self.task.max_seq_len(self.config.task.max_seq_len)
+
+    @functools.cached_property
+    def tokenizer(self):
+        """The task tokenizer at the task length: the teacher's vocab and casing (read
+        from --task_teacher when given, else --teacher: fine-tuning keeps the vocab)."""
+        models = self.config.models
+        return load_tokenizer(models.task_teacher or models.teacher, self.max_seq_len)
+
+    def augmented_path(self) -> str:
+        """--augmented_file, or the file this run's augment stage writes."""
+        return (self.config.distill.augmented_file
+                or self.state.path("augment", self.task.source.augmented_name))
+
+    def examples(self, split: str):
+        task = self.task
+        if split == "train_aug":
+            task = task.with_augmented(self.augmented_path())
+        return task.examples(split)
+
+    @functools.cached_property
+    def row_lengths(self) -> task_input.RowLengths:
+        """Real tokens of each row of a list of examples (computed once per list)."""
+        return task_input.RowLengths(self.task.type, self.tokenizer, self.max_seq_len)
+
+    @property
+    def inference_buckets(self) -> tuple[int, ...]:
+        """Length buckets of evaluation and caching passes (() = padded)."""
+        return task_input.inference_buckets(self.config, self.task.type, self.max_seq_len)
+
+    def teacher_path(self) -> str:
+        return self.config.models.task_teacher or self.state.path("finetune_teacher", "model")
+
+    def general_path(self) -> str:
+        return self.config.models.general_model or self.state.path("general", "model")
+
+    def student_path(self) -> str:
+        return self.state.path("task", "model")
+
+    def trained_on(self) -> dict[str, Any]:
+        """What a task model records of its training: the task (its flags, data paths
+        absolute) and the sequence length, which bin/export defaults to."""
+        return {"task": self.config.task.to_record(), "max_seq_len": self.max_seq_len}
+
+    @property
+    def student_task_type(self):
+        """The task type with the student's head (--classifier_head); teachers keep
+        the task's default head."""
+        return self.task.type.with_head_style(self.config.models.classifier_head)
+
+    def quantized_path(self) -> str:
+        return self.state.path("quantize", "model")
+
+
+def upstream(stage: str, config: PipelineConfig) -> list[str]:
+    """The earlier stages whose output `stage` reads under `config`."""
+    m = config.models
+    if stage == "task":
+        return ([] if m.general_given else ["general"]) + \
+               ([] if m.task_teacher else ["finetune_teacher"]) + \
+               (["augment"] if reads_augmented(config)
+                and not config.distill.augmented_file else [])
+    quantized = ["quantize"] if has_quantize_stage(config) else []
+    if stage == "quantize":
+        return ["task"] + (["augment"] if reads_augmented(config)
+                           and not config.distill.augmented_file else [])
+    if stage == "evaluate":
+        return ([] if m.task_teacher else ["finetune_teacher"]) + ["task"] + quantized
+    if stage == "export":
+        return ["task"] + quantized
+    return []
+
+
+def has_quantize_stage(config: PipelineConfig) -> bool:
+    """Whether the run makes a quantised student: --quantize, and an export format that
+    converts one (int8) among --export_formats. Evaluate and export then read it."""
+    return config.quantize.enabled and any(
+        FORMATS[f].learnt_ranges for f in config.export.formats if f in FORMATS)
+
+
+def rows(ctx: Context, examples) -> int:
+    """Training rows of `examples` (QA: windows), the size a phase's steps come from."""
+    return ctx.task.type.dataset_rows(examples, ctx.tokenizer, ctx.max_seq_len)

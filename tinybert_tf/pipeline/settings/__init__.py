@@ -1,0 +1,1 @@
+"""The pipeline's typed settings and the dtype decisions they hold."""

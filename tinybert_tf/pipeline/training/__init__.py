@@ -1,0 +1,1 @@
+"""Training mechanics: the step loop, phases, recipes, input, caches, distribution."""
