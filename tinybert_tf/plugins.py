@@ -2,8 +2,9 @@
 
 The package's registries (loss terms, task types and `--task` names, data
 sources, heads, export formats, strategies) all add entries through
-`register(table, name, obj, what=..., replace=...)`: a name already taken by
-another object is refused unless the newcomer says it replaces it
+`register(table, name, obj, what=..., replace=...)` (or a decorator made by
+`class_decorator` for tables of named classes: task phases, general recipes): a
+name already taken by another object is refused unless the newcomer says it replaces it
 (`replace=True`), so a plugin never silently swaps a built-in (a term named
 `attn`, the task `sst-2`, the format `float32`). Registering the same object
 again (or a class of the same module and name: a reloaded module) is allowed.
@@ -20,7 +21,7 @@ import os
 import re
 import sys
 import traceback
-from typing import Any, MutableMapping, Optional, Sequence
+from typing import Any, Callable, MutableMapping, Optional, Sequence
 
 # Loaded plugin module name -> its file (or package folder).
 _LOADED: dict[str, str] = {}
@@ -55,6 +56,23 @@ def register(table: MutableMapping[str, Any], name: str, obj: Any, *, what: str,
             f"existing one (replace=True).")
     table[name] = obj
     return obj
+
+
+def class_decorator(instances: MutableMapping[str, Any], classes: MutableMapping[str, type],
+                    *, what: str) -> Callable[..., Any]:
+    """A class decorator for a registry of named objects (`@register_phase`,
+    `@register_phase(replace=True)`): registers the class by its `name` under
+    `register`'s rule (classes are compared, not instances) and one instance of it
+    in `instances`, the table the package reads."""
+    def decorator(cls: Optional[type] = None, *, replace: bool = False) -> Any:
+        def add(c: type) -> type:
+            if not getattr(c, "name", ""):
+                raise ValueError(f"{c.__name__}: a registered {what} needs a `name`.")
+            register(classes, c.name, c, what=what, replace=replace)
+            instances[c.name] = c()
+            return c
+        return add(cls) if cls is not None else add
+    return decorator
 
 
 def _is_named(obj: Any) -> bool:

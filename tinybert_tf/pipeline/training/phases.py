@@ -260,16 +260,9 @@ PHASE_KINDS: dict[str, PhaseKind] = {}
 _PHASE_CLASSES: dict[str, type[PhaseKind]] = {}
 
 
-def register_phase(cls: Optional[type[PhaseKind]] = None, *, replace: bool = False):
-    """Class decorator (`@register_phase`, or `@register_phase(replace=True)` to replace
-    a registered kind): make a phase kind available to --task_phases by its `name`."""
-    def add(c: type[PhaseKind]) -> type[PhaseKind]:
-        if not c.name:
-            raise ValueError(f"{c.__name__}: a registered PhaseKind needs a `name`.")
-        plugins.register(_PHASE_CLASSES, c.name, c, what="task phase", replace=replace)
-        PHASE_KINDS[c.name] = c()
-        return c
-    return add(cls) if cls is not None else add
+# `@register_phase` / `@register_phase(replace=True)`: a kind available to --task_phases
+# by its `name`.
+register_phase = plugins.class_decorator(PHASE_KINDS, _PHASE_CLASSES, what="task phase")
 
 
 def phase_kinds(names: Sequence[str], flag: str = "--task_phases") -> list[PhaseKind]:

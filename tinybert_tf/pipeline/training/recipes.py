@@ -117,16 +117,9 @@ RECIPES: dict[str, GeneralRecipe] = {}
 _RECIPE_CLASSES: dict[str, type[GeneralRecipe]] = {}
 
 
-def register_recipe(cls: Optional[type[GeneralRecipe]] = None, *, replace: bool = False):
-    """Class decorator (`@register_recipe`, or `@register_recipe(replace=True)` to replace
-    a registered recipe): make a recipe available as `--recipe=<cls.name>`."""
-    def add(c: type[GeneralRecipe]) -> type[GeneralRecipe]:
-        if not c.name:
-            raise ValueError(f"{c.__name__}: a registered recipe needs a `name`.")
-        plugins.register(_RECIPE_CLASSES, c.name, c, what="general recipe", replace=replace)
-        RECIPES[c.name] = c()
-        return c
-    return add(cls) if cls is not None else add
+# `@register_recipe` / `@register_recipe(replace=True)`: a recipe available as
+# `--recipe=<cls.name>`.
+register_recipe = plugins.class_decorator(RECIPES, _RECIPE_CLASSES, what="general recipe")
 
 
 def get_recipe(name: str) -> GeneralRecipe:
