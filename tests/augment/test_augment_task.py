@@ -219,13 +219,7 @@ def test_vector_formats_and_word2vec_cache(tmp_path):
 
 def _bin_augment(argv, capsys):
     """Run bin/augment's main in-process (a subprocess would re-import TensorFlow)."""
-    import importlib.machinery
-    import importlib.util
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    loader = importlib.machinery.SourceFileLoader("bin_augment",
-                                                  os.path.join(root, "bin", "augment"))
-    module = importlib.util.module_from_spec(importlib.util.spec_from_loader(loader.name, loader))
-    loader.exec_module(module)
+    from tinybert_tf.tools import augment as module
     flags = module.FLAGS
     try:
         flags(["augment"] + argv)
