@@ -43,12 +43,11 @@ Another task: add its flags after `--` (e.g. --task=wiki_pairs, or --task=sst-2
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import sys
 import time
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -161,8 +160,7 @@ def quantize_again(flags: list[str], run_dir: str, seed: int, out: str) -> str:
     return state.path("quantize", "model")
 
 
-@dataclasses.dataclass
-class Measured:
+class Measured(NamedTuple):
     """What every int8 measurement compares against: the float student's outputs on
     the dev set and (when the task has them) on the held-out sentences."""
 

@@ -458,11 +458,15 @@ def shared_run(tmp_path_factory, name: str,
 # --- bin/ tools in this process ------------------------------------------------------------
 
 def load_tool(name: str) -> types.ModuleType:
-    """bin/NAME's module, tinybert_tf.tools.NAME (its flags are defined once per process),
-    so a test runs its `main` here instead of paying a fresh TensorFlow import in a
-    subprocess."""
+    """bin/NAME's module, tinybert_tf.tools.NAME, so a test runs its `main` here instead of
+    paying a fresh TensorFlow import in a subprocess. Loaded anew when a test before has
+    loaded it: conftest removed the flags it defined then."""
     import importlib
-    return importlib.import_module(f"tinybert_tf.tools.{name}")
+    import sys
+    module = sys.modules.get(f"tinybert_tf.tools.{name}")
+    if module is None:
+        return importlib.import_module(f"tinybert_tf.tools.{name}")
+    return importlib.reload(module)
 
 
 def run_tool(name: str, *args: str) -> int:

@@ -82,6 +82,7 @@ def output_lock(output: str, shard: str) -> FileLock:
 
 
 def run() -> None:
+    """Check the flags, then augment the task into --output (locked) and print the stats."""
     if not FLAGS.output:
         raise cli.UsageError("--output is required: the augmented file to write (e.g. "
                              "--output=aug/train_aug.tsv).")

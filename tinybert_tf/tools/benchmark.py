@@ -78,6 +78,7 @@ def check_flags() -> list[int]:
 
 
 def run() -> None:
+    """Check the flags, then time the teacher and the student (tiny ones with --quick)."""
     batches = check_flags()
     if FLAGS.quick:
         configs = [("tiny_teacher", BertConfig(vocab_size=512, hidden_size=64, num_layers=4,

@@ -25,6 +25,7 @@ FLAGS = tflags.FLAGS
 
 
 def run() -> None:
+    """Check the flags, then write the shards and print their metadata."""
     if not FLAGS.vocab:
         raise cli.UsageError("--vocab is required: a vocab.txt or a model directory holding "
                              "one (the student's vocab, i.e. the teacher's).")
