@@ -47,7 +47,7 @@ import json
 import os
 import sys
 import time
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -160,8 +160,22 @@ def quantize_again(flags: list[str], run_dir: str, seed: int, out: str) -> str:
     return state.path("quantize", "model")
 
 
-def main() -> None:
-    argv = sys.argv[1:]
+class Measured(NamedTuple):
+    """What every int8 measurement compares against: the float student's outputs on
+    the dev set and (when the task has them) on the held-out sentences."""
+
+    task: Any
+    length: int
+    is_pair: bool
+    dev_inputs: dict[str, np.ndarray]
+    ref_dev: np.ndarray
+    labels: list
+    held: Optional[dict[str, np.ndarray]]
+    reference: Optional[np.ndarray]
+
+
+def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    """This script's own flags, and bin/distill's (those after `--`)."""
     distill_flags = argv[argv.index("--") + 1:] if "--" in argv else []
     own = argv[:argv.index("--")] if "--" in argv else argv
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -172,7 +186,82 @@ def main() -> None:
                              "flags added (repeatable)")
     parser.add_argument("--heldout", type=int, default=1000)
     parser.add_argument("--latency_runs", type=int, default=200)
-    args = parser.parse_args(own)
+    return parser.parse_args(own), distill_flags
+
+
+def flavour_table(rows: dict[str, Any], runners: dict[str, TFLiteRunner],
+                  m: Measured) -> dict[str, dict[str, Any]]:
+    """Per TFLite flavour: its parity.json figures and its held-out agreement."""
+    table: dict[str, dict[str, Any]] = {}
+    for name in runners:
+        r = rows[name]
+        table[name] = {"dev_agreement": r["label_agreement"], "dev_metric": r.get("metric"),
+                       "max_abs_diff": r["max_abs_diff"], "size_mb": r["size_bytes"] / 1e6,
+                       "ranges": r.get("ranges")}
+        if m.held is not None:
+            outs = m.task.type.from_tflite(runners[name].predict(m.held))
+            table[name]["heldout_agreement"] = agreement(m.task.type, m.reference, outs)
+            if m.task.type.kind == "classification":
+                table[name]["heldout_near_ties"] = near_tie_bands(m.reference, outs)
+    return table
+
+
+def add_latencies(table: dict[str, dict[str, Any]], runners: dict[str, TFLiteRunner],
+                  files: dict[str, str], one: dict[str, np.ndarray], runs: int) -> None:
+    """Batch-1 latency of the timed flavours at 1 thread and at all cores, into `table`."""
+    timed = [n for n in ("float32", "dynamic_int8", "int8_ptq", "int8") if n in runners]
+    latency = {"1": interleaved_latency({n: runners[n] for n in timed}, one, runs)}
+    all_threads = {n: TFLiteRunner(files[n]) for n in timed}
+    latency[str(next(iter(all_threads.values())).num_threads)] = interleaved_latency(
+        all_threads, one, runs)
+    for threads, values in latency.items():
+        for name, ms in values.items():
+            table[name][f"ms_b1_{threads}t"] = ms
+
+
+def measure(path: str, m: Measured) -> dict[str, Any]:
+    """The int8 file of a quantised model: agreement and metric on dev, agreement
+    (and its near-tie bands) on the held-out sentences."""
+    started = time.time()
+    flat = convert_tflite(load_model(path), "int8", m.length, task=m.task.type,
+                          is_pair=m.is_pair, metadata=False)
+    runner = TFLiteRunner(flat)
+    outs = m.task.type.from_tflite(runner.predict(m.dev_inputs))
+    got = {"dev_agreement": agreement(m.task.type, m.ref_dev, outs),
+           "dev_metric": m.task.type.score_labels(outs, m.labels)[m.task.type.primary_metric]}
+    if m.held is not None:
+        held_outs = m.task.type.from_tflite(runner.predict(m.held))
+        got["heldout_agreement"] = agreement(m.task.type, m.reference, held_outs)
+        if m.task.type.kind == "classification":
+            got["heldout_near_ties"] = near_tie_bands(m.reference, held_outs)
+    got["measure_seconds"] = time.time() - started
+    return got
+
+
+def requantized(args: argparse.Namespace, distill_flags: list[str], run_dir: str, root: str,
+                m: Measured) -> tuple[dict[int, Any], dict[str, Any]]:
+    """The quantize stage again with other seeds (--seeds) and flags (--variant)."""
+    seeds = {}
+    for seed in [int(s) for s in args.seeds.split(",") if s.strip()]:
+        seeds[seed] = measure(quantize_again(distill_flags, run_dir, seed,
+                                             os.path.join(root, f"seed_{seed}")), m)
+    variants = {}
+    for spec in args.variant:
+        name, _, extra = spec.partition("=")
+        if not name or not extra.strip():
+            raise SystemExit(f'--variant={spec!r}: give NAME="--flag=value ...", e.g. '
+                             'steps900="--quantize_steps=900"')
+        started = time.time()
+        flags = [*distill_flags, *extra.split()]  # a --seed among them is the variant's
+        seed = int(parse_argv(["bin/distill", *flags, f"--output_dir={run_dir}"]).numerics.seed)
+        path = quantize_again(flags, run_dir, seed, os.path.join(root, f"variant_{name}"))
+        variants[name] = {"flags": extra.split(), "quantize_seconds": time.time() - started,
+                          **measure(path, m)}
+    return seeds, variants
+
+
+def main() -> None:
+    args, distill_flags = parse_args(sys.argv[1:])
     root = os.path.abspath(args.output_dir)
     run_dir = os.path.join(root, "run")
     started = time.time()
@@ -195,86 +284,33 @@ def main() -> None:
     is_pair = bool(parity["is_pair"])
     texts = heldout_texts(args.heldout, is_pair) if task.type.kind in (
         "classification", "regression") else []
-    held = None
+    held = reference = None
     if texts:
         a = [t[0] for t in texts] if is_pair else texts
         b = [t[1] for t in texts] if is_pair else None
         held = task.type.export_inputs(tokenizer, a, b, length)
         reference = keras_outputs(student, task.type, held)
-    export_dir = os.path.join(run_dir, "export")
-    files = {name: os.path.join(export_dir, r["path"]) for name, r in rows.items()
-             if name in FLAVOURS and not FLAVOURS[name].text_input}
-    runners = {name: TFLiteRunner(path, num_threads=1) for name, path in files.items()}
-    table: dict[str, dict[str, Any]] = {}
-    for name in files:
-        r = rows[name]
-        table[name] = {"dev_agreement": r["label_agreement"], "dev_metric": r.get("metric"),
-                       "max_abs_diff": r["max_abs_diff"], "size_mb": r["size_bytes"] / 1e6,
-                       "ranges": r.get("ranges")}
-        if held is not None:
-            outs = task.type.from_tflite(runners[name].predict(held))
-            table[name]["heldout_agreement"] = agreement(task.type, reference, outs)
-            if task.type.kind == "classification":
-                table[name]["heldout_near_ties"] = near_tie_bands(reference, outs)
-
     dev = task.examples(task.dev_splits[0])
     dev_a = [ex.text_a for ex in dev]
     dev_b = [ex.text_b for ex in dev] if is_pair else None
     dev_inputs = task.type.export_inputs(tokenizer, dev_a, dev_b, length)
-    one = {k: v[:1] for k, v in dev_inputs.items()}
-    timed = [n for n in ("float32", "dynamic_int8", "int8_ptq", "int8") if n in runners]
-    latency = {"1": interleaved_latency({n: runners[n] for n in timed}, one, args.latency_runs)}
-    all_threads = {n: TFLiteRunner(files[n]) for n in timed}
-    latency[str(next(iter(all_threads.values())).num_threads)] = interleaved_latency(
-        all_threads, one, args.latency_runs)
-    for threads, values in latency.items():
-        for name, ms in values.items():
-            table[name][f"ms_b1_{threads}t"] = ms
+    m = Measured(task, length, is_pair, dev_inputs,
+                 keras_outputs(student, task.type, dev_inputs), [ex.label for ex in dev],
+                 held, reference)
 
+    export_dir = os.path.join(run_dir, "export")
+    files = {name: os.path.join(export_dir, r["path"]) for name, r in rows.items()
+             if name in FLAVOURS and not FLAVOURS[name].text_input}
+    runners = {name: TFLiteRunner(path, num_threads=1) for name, path in files.items()}
+    table = flavour_table(rows, runners, m)
+    add_latencies(table, runners, files, {k: v[:1] for k, v in dev_inputs.items()},
+                  args.latency_runs)
     library = None
     if task.type.kind == "classification" and not is_pair and student.bert_config.lower_case:
         interp = {n: runners[n].predict(dev_inputs) for n in ("int8", "int8_ptq")}
-        float_labels = keras_outputs(student, task.type, dev_inputs).argmax(1)
         library = task_library({n: files[n] for n in interp}, dev_a,
-                               list(task.type.label_names), interp, float_labels)
-
-    ref_dev = keras_outputs(student, task.type, dev_inputs)
-    labels = [ex.label for ex in dev]
-
-    def measure(path: str) -> dict[str, Any]:
-        """The int8 file of a quantised model: agreement and metric on dev, agreement
-        (and its near-tie bands) on the held-out sentences."""
-        started = time.time()
-        flat = convert_tflite(load_model(path), "int8", length, task=task.type,
-                              is_pair=is_pair, metadata=False)
-        runner = TFLiteRunner(flat)
-        outs = task.type.from_tflite(runner.predict(dev_inputs))
-        got = {"dev_agreement": agreement(task.type, ref_dev, outs),
-               "dev_metric": task.type.score_labels(outs, labels)[task.type.primary_metric]}
-        if held is not None:
-            held_outs = task.type.from_tflite(runner.predict(held))
-            got["heldout_agreement"] = agreement(task.type, reference, held_outs)
-            if task.type.kind == "classification":
-                got["heldout_near_ties"] = near_tie_bands(reference, held_outs)
-        got["measure_seconds"] = time.time() - started
-        return got
-
-    seeds = {}
-    for seed in [int(s) for s in args.seeds.split(",") if s.strip()]:
-        seeds[seed] = measure(quantize_again(distill_flags, run_dir, seed,
-                                             os.path.join(root, f"seed_{seed}")))
-    variants = {}
-    for spec in args.variant:
-        name, _, extra = spec.partition("=")
-        if not name or not extra.strip():
-            raise SystemExit(f'--variant={spec!r}: give NAME="--flag=value ...", e.g. '
-                             'steps900="--quantize_steps=900"')
-        started = time.time()
-        flags = [*distill_flags, *extra.split()]  # a --seed among them is the variant's
-        seed = int(parse_argv(["bin/distill", *flags, f"--output_dir={run_dir}"]).numerics.seed)
-        path = quantize_again(flags, run_dir, seed, os.path.join(root, f"variant_{name}"))
-        variants[name] = {"flags": extra.split(), "quantize_seconds": time.time() - started,
-                          **measure(path)}
+                               list(task.type.label_names), interp, m.ref_dev.argmax(1))
+    seeds, variants = requantized(args, distill_flags, run_dir, root, m)
     seeds[int(config.numerics.seed)] = {k: table["int8"].get(k) for k in
                                         ("dev_agreement", "dev_metric", "heldout_agreement")}
 

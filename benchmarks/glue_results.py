@@ -12,9 +12,9 @@ with the same thread count.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
-import time
 from typing import Any, Sequence
 
 import numpy as np
@@ -31,6 +31,7 @@ from tinybert_tf.models.checkpoint import load_model, load_tokenizer  # noqa: E4
 from tinybert_tf.models.encoder import BertModel, count_params, flops_per_example  # noqa: E402
 from tinybert_tf.tasks.base import predict_rows  # noqa: E402
 from tinybert_tf.tasks.catalog import TaskConfig, resolve_task  # noqa: E402
+from tinybert_tf.timing import interleaved_median_ms  # noqa: E402
 
 THREADS = 2
 LATENCY_ROUNDS = 60
@@ -132,16 +133,9 @@ def _latencies(models: dict[str, Any], max_seq_len: int) -> dict[str, float]:
     runners = {n: tflite.TFLiteRunner(m, batch_size=1, num_threads=THREADS)
                for n, m in models.items()}
     inputs = random_inputs(get_config("bert_base_uncased"), 1, max_seq_len, seed=0)
-    times: dict[str, list[float]] = {n: [] for n in runners}
-    for n, r in runners.items():
-        for _ in range(3):
-            r(inputs)
-    for _ in range(LATENCY_ROUNDS):
-        for n, r in runners.items():
-            t = time.perf_counter()
-            r(inputs)
-            times[n].append((time.perf_counter() - t) * 1e3)
-    return {n: round(float(np.median(v)), 3) for n, v in times.items()}
+    times = interleaved_median_ms({n: functools.partial(r, inputs) for n, r in runners.items()},
+                                  runs=LATENCY_ROUNDS, warmup=3)
+    return {n: round(ms, 3) for n, ms in times.items()}
 
 
 def _facts(model: BertModel, max_seq_len: int) -> dict[str, Any]:

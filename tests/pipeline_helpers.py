@@ -458,14 +458,15 @@ def shared_run(tmp_path_factory, name: str,
 # --- bin/ tools in this process ------------------------------------------------------------
 
 def load_tool(name: str) -> types.ModuleType:
-    """bin/NAME loaded as a module (its flags are defined once per process), so a test
-    runs its `main` here instead of paying a fresh TensorFlow import in a subprocess."""
-    import importlib.machinery
-    import importlib.util
-    loader = importlib.machinery.SourceFileLoader(f"bin_{name}", os.path.join(REPO, "bin", name))
-    module = importlib.util.module_from_spec(importlib.util.spec_from_loader(loader.name, loader))
-    loader.exec_module(module)
-    return module
+    """bin/NAME's module, tinybert_tf.tools.NAME, so a test runs its `main` here instead of
+    paying a fresh TensorFlow import in a subprocess. Loaded anew when a test before has
+    loaded it: conftest removed the flags it defined then."""
+    import importlib
+    import sys
+    module = sys.modules.get(f"tinybert_tf.tools.{name}")
+    if module is None:
+        return importlib.import_module(f"tinybert_tf.tools.{name}")
+    return importlib.reload(module)
 
 
 def run_tool(name: str, *args: str) -> int:

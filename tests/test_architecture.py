@@ -117,3 +117,15 @@ def test_run_config_holds_exactly_the_result_affecting_settings():
                         ("seed", 7), ("num_aug", 3), ("hard_label_weight", 0.5)):
         other = PipelineConfig.from_flags(flag_values(output_dir="o", **{name: value}))
         assert other.results()[name] != base.results()[name], name
+
+
+def test_nothing_in_the_package_imports_the_tools_and_each_bin_script_is_a_launcher():
+    graph, _ = _imports()
+    users = sorted(m for m, deps in graph.items() if not m.startswith("tinybert_tf.tools")
+                   and any(d.startswith("tinybert_tf.tools") for d in deps))
+    assert not users, f"the tools sit on top of the package; imported by {users}"
+    for name in ("augment", "benchmark", "export", "pretokenize"):
+        with open(os.path.join(REPO, "bin", name), encoding="utf-8") as f:
+            text = f.read()
+        assert len(text.splitlines()) <= 20, name
+        assert f"from tinybert_tf.tools.{name} import entry_point" in text, name

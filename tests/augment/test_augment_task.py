@@ -17,6 +17,7 @@ from tinybert_tf.augment.vectors import load_vectors
 from tinybert_tf.data import glue
 
 from augment_helpers import VOCAB, tiny_mlm, tiny_vectors
+from pipeline_helpers import load_tool
 
 SENTENCES = [
     "The movie was unaffable, not a fun plot!",
@@ -219,13 +220,7 @@ def test_vector_formats_and_word2vec_cache(tmp_path):
 
 def _bin_augment(argv, capsys):
     """Run bin/augment's main in-process (a subprocess would re-import TensorFlow)."""
-    import importlib.machinery
-    import importlib.util
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    loader = importlib.machinery.SourceFileLoader("bin_augment",
-                                                  os.path.join(root, "bin", "augment"))
-    module = importlib.util.module_from_spec(importlib.util.spec_from_loader(loader.name, loader))
-    loader.exec_module(module)
+    module = load_tool("augment")
     flags = module.FLAGS
     try:
         flags(["augment"] + argv)

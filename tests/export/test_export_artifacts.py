@@ -25,6 +25,7 @@ from tinybert_tf.export import (
     FLAVOURS,
     TEXT_CUSTOM_OPS,
     ExportError,
+    ExportRequest,
     TFLiteRunner,
     check_formats,
     convert_tflite,
@@ -109,8 +110,9 @@ def exported(tmp_path_factory, tiny_vocab):
     model, train = fit_toy_classifier(unique(tiny_vocab))
     dev, dev_labels = toy_task(80, np.random.default_rng(1))
     out = str(tmp_path_factory.mktemp("exp") / "export")
-    parity = export_all(model, out, max_seq_len=L, dev_texts=dev, dev_labels=dev_labels,
-                        representative_texts=train[:64], latency_runs=2, formats=FORMATS)
+    parity = export_all(ExportRequest(model, out, max_seq_len=L, dev_texts=dev,
+                                      dev_labels=dev_labels, representative_texts=train[:64],
+                                      latency_runs=2, formats=FORMATS))
     return {"model": model, "dir": out, "parity": parity, "dev": dev, "labels": dev_labels,
             "saved_model": os.path.join(out, parity["formats"]["saved_model"]["path"]),
             "keras": keras_probs(model, dev)}
@@ -367,7 +369,8 @@ def test_bad_inputs_raise_clear_errors(tmp_path, tiny_vocab):
     keras.utils.set_random_seed(4)
     encoder_only = BertModel(small_config(vocab), vocab=vocab)
     with pytest.raises(ExportError, match="head"):
-        export_all(encoder_only, str(tmp_path / "a"), max_seq_len=L, dev_texts=["a cat"])
+        export_all(ExportRequest(encoder_only, str(tmp_path / "a"), max_seq_len=L,
+                                 dev_texts=["a cat"]))
     assert not os.path.exists(tmp_path / "a" / "parity.json")
     with pytest.raises(ExportError, match="unknown export format 'onnx'"):
         check_formats(["float32", "onnx"])
@@ -375,17 +378,19 @@ def test_bad_inputs_raise_clear_errors(tmp_path, tiny_vocab):
     with pytest.raises(ExportError, match="representative"):
         convert_tflite(clf, "int8", L, representative=[])
     with pytest.raises(ExportError, match="representative"):
-        export_all(clf, str(tmp_path / "b"), max_seq_len=L, formats=["int8"],
-                   dev_texts=["a cat"], representative_texts=[])
+        export_all(ExportRequest(clf, str(tmp_path / "b"), max_seq_len=L, formats=["int8"],
+                                 dev_texts=["a cat"], representative_texts=[]))
     with pytest.raises(ExportError, match="vocab"):
-        export_all(BertModel(small_config(vocab), head="classifier", num_labels=2),
-                   str(tmp_path / "c"), max_seq_len=L, dev_texts=["a cat"])
+        export_all(ExportRequest(BertModel(small_config(vocab), head="classifier", num_labels=2),
+                                 str(tmp_path / "c"), max_seq_len=L, dev_texts=["a cat"]))
     with pytest.raises(ExportError, match="max_seq_len"):
-        export_all(clf, str(tmp_path / "d"), max_seq_len=1000, dev_texts=["a cat"])
+        export_all(ExportRequest(clf, str(tmp_path / "d"), max_seq_len=1000, dev_texts=["a cat"]))
     with pytest.raises(ExportError, match="pair"):
-        export_all(clf, str(tmp_path / "e"), max_seq_len=L, dev_texts=["a cat"], is_pair=True)
+        export_all(ExportRequest(clf, str(tmp_path / "e"), max_seq_len=L, dev_texts=["a cat"],
+                                 is_pair=True))
     with pytest.raises(ExportError, match="regression"):
-        export_all(clf, str(tmp_path / "f"), max_seq_len=L, dev_texts=["a"], task=Regression())
+        export_all(ExportRequest(clf, str(tmp_path / "f"), max_seq_len=L, dev_texts=["a"],
+                                 task=Regression()))
 
 
 def test_failed_saved_model_export_leaves_previous_export_intact(tmp_path, tiny_vocab,
@@ -488,8 +493,9 @@ def test_re_export_publishes_the_next_version_and_never_touches_served_ones(expo
     shutil.copytree(exported["dir"], out)
     first = tree_digest(os.path.join(out, "serving", "1"))
     dev = exported["dev"][:8]
-    parity = export_all(exported["model"], out, max_seq_len=L, dev_texts=dev,
-                        formats=["saved_model", "float32"], latency_runs=1, task_name="SST-2")
+    parity = export_all(ExportRequest(exported["model"], out, max_seq_len=L, dev_texts=dev,
+                                      formats=["saved_model", "float32"], latency_runs=1,
+                                      task_name="SST-2"))
     row = parity["formats"]["saved_model"]
     assert (row["path"], row["version"], row["versions"]) == ("serving/2", 2, [1, 2])
     assert tree_digest(os.path.join(out, "serving", "1")) == first
@@ -498,14 +504,15 @@ def test_re_export_publishes_the_next_version_and_never_touches_served_ones(expo
     assert 'name: "sst-2"' in config and 'base_path: "/models/sst-2"' in config
     # An explicit version that exists is refused, naming it; nothing is marked complete.
     with pytest.raises(ExportError, match="version 1 already exists"):
-        export_all(exported["model"], out, max_seq_len=L, dev_texts=dev,
-                   formats=["saved_model"], serving_version=1, latency_runs=1)
+        export_all(ExportRequest(exported["model"], out, max_seq_len=L, dev_texts=dev,
+                                 formats=["saved_model"], serving_version=1, latency_runs=1))
     assert not os.path.exists(os.path.join(out, "parity.json"))
     with pytest.raises(ExportError, match="serving_version=0"):
-        export_all(exported["model"], out, max_seq_len=L, dev_texts=dev, serving_version=0)
+        export_all(ExportRequest(exported["model"], out, max_seq_len=L, dev_texts=dev,
+                                 serving_version=0))
     # A run without saved_model leaves the served versions alone (not stale).
-    export_all(exported["model"], out, max_seq_len=L, dev_texts=dev, formats=["float32"],
-               latency_runs=1)
+    export_all(ExportRequest(exported["model"], out, max_seq_len=L, dev_texts=dev,
+                             formats=["float32"], latency_runs=1))
     assert sorted(list_versions(os.path.join(out, "serving"))) == [1, 2]
     assert tree_digest(os.path.join(out, "serving", "1")) == first
 

@@ -23,7 +23,7 @@ from google.protobuf import text_format
 from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
 from tensorflow_serving.config import model_server_config_pb2
 
-from tinybert_tf.export import export_all
+from tinybert_tf.export import ExportRequest, export_all
 from tinybert_tf.export.common import ExportError
 from tinybert_tf.export.saved_model import export_saved_model
 from tinybert_tf.export.serving import (
@@ -579,9 +579,9 @@ def fresh(tmp_path_factory, exported, published, vocab, tiny_config):
     _, _, published_path = published
     tmp = tmp_path_factory.mktemp("fresh")
     out = tmp / "export"
-    parity = export_all(model, str(out), max_seq_len=L, dev_texts=TEXTS * 3,
-                        formats=["saved_model", "saved_model_ids"], latency_runs=1,
-                        task_name="polarity")
+    parity = export_all(ExportRequest(model, str(out), max_seq_len=L, dev_texts=TEXTS * 3,
+                                      formats=["saved_model", "saved_model_ids"], latency_runs=1,
+                                      task_name="polarity"))
     # The requests go to a pair model: serving_default then takes text and text_b.
     pair_model = tiny_classifier(vocab, tiny_config, seed=2, label_names=LABELS)
     pair = export_saved_model(pair_model, str(tmp / "pair"), L, is_pair=True)

@@ -326,10 +326,11 @@ def test_keras_hub_export_is_what_keras_hubs_own_loader_runs(config, vocab, tmp_
     included ("Café" -> caf ##e, not [UNK])."""
     import keras_hub
 
-    from tinybert_tf.export import export_all
+    from tinybert_tf.export import ExportRequest, export_all
     model = make_model(config, vocab, "classifier", 2, ["neg", "pos"])
-    parity = export_all(model, str(tmp_path / "export"), max_seq_len=16, formats=["keras_hub"],
-                        dev_texts=ACCENTED, latency_runs=1)
+    parity = export_all(ExportRequest(model, str(tmp_path / "export"), max_seq_len=16,
+                                      formats=["keras_hub"], dev_texts=ACCENTED,
+                                      latency_runs=1))
     assert parity["formats"]["keras_hub"]["max_abs_diff"] < 1e-5
     preset = str(tmp_path / "export" / "keras_hub")
     classifier = keras_hub.models.TextClassifier.from_preset(preset)
@@ -342,18 +343,18 @@ def test_keras_hub_export_is_what_keras_hubs_own_loader_runs(config, vocab, tmp_
 
 def test_keras_hub_gelu_mismatch_is_refused_before_writing_unless_asked_for(config, vocab,
                                                                             tmp_path):
-    from tinybert_tf.export import ExportError, export_all
+    from tinybert_tf.export import ExportError, ExportRequest, export_all
     model = make_model(config.replace(hidden_act="gelu"), vocab, "classifier", 2,
                        ["neg", "pos"])
     out = tmp_path / "export"
     with pytest.raises(ExportError, match="--export_formats=keras_hub: the model uses exact "
                                           "GELU.*--keras_hub_approximate_gelu"):
-        export_all(model, str(out), max_seq_len=16, formats=["saved_model", "keras_hub"],
-                   dev_texts=ACCENTED)
+        export_all(ExportRequest(model, str(out), max_seq_len=16,
+                                 formats=["saved_model", "keras_hub"], dev_texts=ACCENTED))
     assert not out.exists()  # nothing written, no TF Serving version published
-    parity = export_all(model, str(out), max_seq_len=16, formats=["keras_hub"],
-                        dev_texts=ACCENTED, latency_runs=1,
-                        options={"keras_hub_approximate_gelu": True})
+    parity = export_all(ExportRequest(model, str(out), max_seq_len=16, formats=["keras_hub"],
+                                      dev_texts=ACCENTED, latency_runs=1,
+                                      options={"keras_hub_approximate_gelu": True}))
     assert 0 < parity["formats"]["keras_hub"]["max_abs_diff"] < 0.05
 
 

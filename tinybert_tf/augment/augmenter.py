@@ -431,22 +431,79 @@ def augment_source(source: sources.DataSource, output_path: str, *,
     _validate(num_aug, replace_prob, num_candidates, seed, batch_size, chunk_size)
     shard_i, shard_n = parse_shard(shard)
     output_path = files.absolute(output_path)
-    out_dir = os.path.dirname(output_path)
     table = source.augment_table()
-    cols = table.text_columns
-    train_path = table.path
+    total = _count_rows(table)  # a malformed row fails before anything is written
+    files.makedirs(os.path.dirname(output_path))
+    mlm, kv, augmenter = _build_augmenter(table, mlm_model, word_vectors, corpus,
+                                          vector_cache_dir, vocab, num_aug, replace_prob,
+                                          num_candidates, seed, batch_size, vocab_limit)
+    mode = "vectors-only" if mlm is None else "mlm+vectors"
 
-    # Count and check rows first: a malformed row fails before anything is written.
+    # This shard's chunks.
+    num_chunks = math.ceil(total / chunk_size)
+    c_begin, c_end = (shard_i * num_chunks // shard_n, (shard_i + 1) * num_chunks // shard_n)
+    identity = _identity(source, table, total, chunk_size=chunk_size, num_aug=num_aug,
+                         replace_prob=float(replace_prob), num_candidates=num_candidates,
+                         seed=seed, batch_size=batch_size, mode=mode,
+                         mlm=_mlm_fingerprint(mlm), vectors=fingerprint(kv),
+                         vocab_limit=vocab_limit, shard=[shard_i, shard_n])
+    progress_path = output_path + ".progress.json"
+    partial, state, resumed = _open_output(output_path, progress_path, identity, table,
+                                           write_header=shard_i == 0,
+                                           shard_chunks=c_end - c_begin)
+
+    first_example = (c_begin + resumed) * chunk_size
+    last_example = min(c_end * chunk_size, total)
+    shard_examples = max(0, last_example - c_begin * chunk_size)
+    bar = _progress_bar(progress, shard_examples, first_example - c_begin * chunk_size, mode)
+    processed, elapsed = _augment_chunks(table, augmenter, partial, state, progress_path,
+                                         range(c_begin + resumed, c_end), chunk_size,
+                                         first_example, last_example, stop_after_chunks, bar)
+    complete = state["chunks_done"] >= c_end - c_begin
+    if complete:
+        partial.publish(state["chunks_done"])
+        files.remove(progress_path)
+    totals = ChunkStats(**state["stats"])
+    result = {"examples": shard_examples, "written": state["rows"],
+              "examples_per_s": processed / elapsed if elapsed > 0 and processed else 0.0,
+              "mode": mode, "shard": f"{shard_i}/{shard_n}", "resumed_chunks": resumed,
+              "complete": complete, "output": output_path if complete else partial.path,
+              "eligible_words": totals.eligible, "mlm_words": totals.mlm_words,
+              "vector_words": totals.vector_words, "skipped_words": totals.skipped}
+    if mlm is not None:
+        result["mlm_forward_calls"] = mlm.forward_calls
+    return result
+
+
+def _identity(source: sources.DataSource, table: Any, total: int,
+              **settings: Any) -> dict[str, Any]:
+    """What a partial output was made from and with: resumed only when all match."""
+    facts = table.fingerprint()
+    order = ("shard", "chunk_size", "num_aug", "replace_prob", "num_candidates", "seed",
+             "batch_size", "mode", "mlm", "vectors", "vocab_limit")
+    return {"version": _PROGRESS_VERSION, "source": source.kind, "train": facts["path"],
+            "train_size": facts["size"], "train_mtime_ns": facts["mtime_ns"],
+            "examples": total, **{k: settings[k] for k in order}}
+
+
+def _count_rows(table: Any) -> int:
+    """The number of training rows; a row with the wrong column count is a DataError."""
     total = 0
     for no, fields in table.rows():
         if table.num_columns is not None and len(fields) != table.num_columns:
-            raise DataError(f"{train_path}:{no}: {len(fields)} column(s), expected "
+            raise DataError(f"{table.path}:{no}: {len(fields)} column(s), expected "
                             f"{table.num_columns} (the file's layout).")
         total += 1
-    header = table.header
-    files.makedirs(out_dir)
+    return total
 
-    # Models.
+
+def _build_augmenter(table: Any, mlm_model: Any, word_vectors: Any, corpus: Any,
+                     vector_cache_dir: Optional[str],
+                     vocab: Union[None, str, Sequence[str]], num_aug: int,
+                     replace_prob: float, num_candidates: int, seed: int, batch_size: int,
+                     vocab_limit: int) -> tuple[Optional[MLMCandidates], Any, Augmenter]:
+    """The MLM candidates (None without an MLM model), the word vectors and the
+    Augmenter that uses them."""
     if isinstance(mlm_model, str):
         mlm_model = load_mlm_model(mlm_model) if mlm_model else None
     mlm = (MLMCandidates(mlm_model, num_candidates, batch_size) if mlm_model is not None
@@ -457,93 +514,84 @@ def augment_source(source: sources.DataSource, output_path: str, *,
     kv = resolve_vectors(word_vectors, corpus, vector_cache_dir, lower_case=lower_case)
     neighbours = NeighbourIndex(kv, num_candidates, vocab_limit, lower_case)
     if mlm is None:
-        mode = "vectors-only"
         logger.warning("augment: no MLM model (--mlm_model) given: word-vector neighbours "
                        "serve every word, single-piece words included (the paper uses the "
                        "MLM for those).")
-    else:
-        mode = "mlm+vectors"
     augmenter = Augmenter(neighbours, mlm, num_aug, replace_prob, seed,
                           pre_split=table.pre_split)
+    return mlm, kv, augmenter
 
-    # This shard's chunks.
-    num_chunks = math.ceil(total / chunk_size)
-    c_begin = shard_i * num_chunks // shard_n
-    c_end = (shard_i + 1) * num_chunks // shard_n
-    facts = table.fingerprint()
-    identity = {
-        "version": _PROGRESS_VERSION, "source": source.kind, "train": facts["path"],
-        "train_size": facts["size"], "train_mtime_ns": facts["mtime_ns"], "examples": total,
-        "shard": [shard_i, shard_n], "chunk_size": chunk_size, "num_aug": num_aug,
-        "replace_prob": float(replace_prob), "num_candidates": num_candidates, "seed": seed,
-        "batch_size": batch_size, "mode": mode, "mlm": _mlm_fingerprint(mlm),
-        "vectors": fingerprint(kv), "vocab_limit": vocab_limit}
+
+def _open_output(output_path: str, progress_path: str, identity: dict[str, Any], table: Any,
+                 write_header: bool, shard_chunks: int) -> tuple[Any, dict[str, Any], int]:
+    """The partial output and its progress record: resumed when the record's identity
+    matches, else started over (with the header when `write_header`). Returns
+    (partial, state, chunks already done)."""
     partial = (_ChunkObjects if files.is_remote(output_path) else _LocalPartial)(output_path)
-    progress_path = output_path + ".progress.json"
     state = _read_progress(progress_path)
-    resumed = 0
     if state and state.get("identity") == identity and partial.usable(state):
         partial.resume(state)
-        resumed = state["chunks_done"]
-        logger.info("augment: resuming %s after %d of %d chunk(s)", partial.path, resumed,
-                    c_end - c_begin)
-    else:
-        if state:
-            logger.warning("augment: %s was started with other settings or data; starting "
-                           "over.", progress_path)
-        head = table.encode([header]) if header is not None and shard_i == 0 else b""
-        partial.start(head)
-        state = {"identity": identity, "chunks_done": 0, "bytes": len(head), "rows": 0,
-                 "stats": dataclasses.asdict(ChunkStats())}
-        write_json_atomic(progress_path, state)
-    totals = ChunkStats(**state["stats"])
+        logger.info("augment: resuming %s after %d of %d chunk(s)", partial.path,
+                    state["chunks_done"], shard_chunks)
+        return partial, state, state["chunks_done"]
+    if state:
+        logger.warning("augment: %s was started with other settings or data; starting "
+                       "over.", progress_path)
+    head = (table.encode([table.header]) if table.header is not None and write_header
+            else b"")
+    partial.start(head)
+    state = {"identity": identity, "chunks_done": 0, "bytes": len(head), "rows": 0,
+             "stats": dataclasses.asdict(ChunkStats())}
+    write_json_atomic(progress_path, state)
+    return partial, state, 0
 
-    first_example = (c_begin + resumed) * chunk_size
-    last_example = min(c_end * chunk_size, total)
-    shard_examples = max(0, min(c_end * chunk_size, total) - c_begin * chunk_size)
-    bar = _progress_bar(progress, shard_examples, first_example - c_begin * chunk_size, mode)
-    started, processed, chunks_now = time.perf_counter(), 0, 0
+
+def _augment_chunks(table: Any, augmenter: Augmenter, partial: Any, state: dict[str, Any],
+                    progress_path: str, chunks: range, chunk_size: int, first_example: int,
+                    last_example: int, stop_after_chunks: Optional[int],
+                    bar: Any) -> tuple[int, float]:
+    """Augment and append `chunks` in order, recording progress (in `state` and its
+    file) after each; stops early after `stop_after_chunks`; closes `bar`. Returns the
+    examples done and the seconds taken."""
+    started = time.perf_counter()
     try:
-        it = _examples(table.rows(), first_example, last_example)
-        chunk_no = c_begin + resumed
-        while chunk_no < c_end:
-            if stop_after_chunks is not None and chunks_now >= stop_after_chunks:
-                break
-            chunk = [next(it) for _ in range(min(chunk_size, last_example
-                                                 - chunk_no * chunk_size))]
-            variants, stats = augmenter.augment_fields(
-                [(i, [fields[c] for c in cols]) for i, fields in chunk])
-            out_rows = []
-            for (_, fields), per_field in zip(chunk, variants):
-                out_rows += example_rows(fields, cols, per_field)
-            data = table.encode(out_rows)
-            partial.append(state["chunks_done"], data)
-            totals.add(stats)
-            state.update(chunks_done=state["chunks_done"] + 1, bytes=state["bytes"] + len(data),
-                         rows=state["rows"] + len(out_rows), stats=dataclasses.asdict(totals))
-            write_json_atomic(progress_path, state)
-            chunk_no += 1
-            chunks_now += 1
-            processed += len(chunk)
-            if bar is not None:
-                bar.update(len(chunk))
+        processed = _append_chunks(table, augmenter, partial, state, progress_path, chunks,
+                                   chunk_size, first_example, last_example,
+                                   stop_after_chunks, bar)
     finally:
         if bar is not None:
             bar.close()
-    elapsed = time.perf_counter() - started
-    complete = state["chunks_done"] >= c_end - c_begin
-    if complete:
-        partial.publish(state["chunks_done"])
-        files.remove(progress_path)
-    result = {"examples": shard_examples, "written": state["rows"],
-              "examples_per_s": processed / elapsed if elapsed > 0 and processed else 0.0,
-              "mode": mode, "shard": f"{shard_i}/{shard_n}", "resumed_chunks": resumed,
-              "complete": complete, "output": output_path if complete else partial.path,
-              "eligible_words": totals.eligible, "mlm_words": totals.mlm_words,
-              "vector_words": totals.vector_words, "skipped_words": totals.skipped}
-    if mlm is not None:
-        result["mlm_forward_calls"] = mlm.forward_calls
-    return result
+    return processed, time.perf_counter() - started
+
+
+def _append_chunks(table: Any, augmenter: Augmenter, partial: Any, state: dict[str, Any],
+                   progress_path: str, chunks: range, chunk_size: int, first_example: int,
+                   last_example: int, stop_after_chunks: Optional[int], bar: Any) -> int:
+    """The loop of `_augment_chunks`: the examples done."""
+    cols = table.text_columns
+    totals = ChunkStats(**state["stats"])
+    it = _examples(table.rows(), first_example, last_example)
+    processed = 0
+    for chunks_now, chunk_no in enumerate(chunks):
+        if stop_after_chunks is not None and chunks_now >= stop_after_chunks:
+            break
+        chunk = [next(it) for _ in range(min(chunk_size, last_example
+                                             - chunk_no * chunk_size))]
+        variants, stats = augmenter.augment_fields(
+            [(i, [fields[c] for c in cols]) for i, fields in chunk])
+        out_rows = []
+        for (_, fields), per_field in zip(chunk, variants):
+            out_rows += example_rows(fields, cols, per_field)
+        data = table.encode(out_rows)
+        partial.append(state["chunks_done"], data)
+        totals.add(stats)
+        state.update(chunks_done=state["chunks_done"] + 1, bytes=state["bytes"] + len(data),
+                     rows=state["rows"] + len(out_rows), stats=dataclasses.asdict(totals))
+        write_json_atomic(progress_path, state)
+        processed += len(chunk)
+        if bar is not None:
+            bar.update(len(chunk))
+    return processed
 
 
 def _examples(rows: Iterator, first: int, last: int) -> Iterator[tuple[int, list]]:

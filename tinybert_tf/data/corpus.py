@@ -594,28 +594,37 @@ def general_dataset(source: Optional[str], tokenizer, max_seq_len: int = 128,
             ds = ds.shuffle(shuffle_buffer, seed=shuffle_seed, reshuffle_each_iteration=True)
         ds = ds.batch(batch_size, drop_remainder=drop_remainder)
     if masking or next_sentence:
-        special = [tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id, tokenizer.mask_id]
-        random_ids = pretrain.random_token_ids(tokenizer.vocab)
-
-        @tf.autograph.experimental.do_not_convert
-        def prepare(i, batch):
-            if next_sentence:
-                s = tf.stack([tf.cast(seed, tf.int64) + 104729, i * num + idx])
-                batch = pretrain.next_sentence_pairs(batch, s, tokenizer.cls_id,
-                                                     tokenizer.sep_id, tokenizer.pad_id)
-            if not masking:
-                return batch
-            s = tf.stack([tf.cast(seed, tf.int64) + 7919, i * num + idx])
-            return pretrain.mask_batch(batch, s, tokenizer.mask_id, special, random_ids,
-                                       mask_prob, max_predictions)
-
-        ds = ds.enumerate().map(prepare, num_parallel_calls=tf.data.AUTOTUNE)
+        ds = _pretraining_batches(ds, tokenizer, seed, num, idx, masking, next_sentence,
+                                  mask_prob, max_predictions)
     if input_context is None:
         options = tf.data.Options()
         options.experimental_distribute.auto_shard_policy = \
             tf.data.experimental.AutoShardPolicy.DATA
         ds = ds.with_options(options)
     return ds.prefetch(tf.data.AUTOTUNE)
+
+
+def _pretraining_batches(ds: tf.data.Dataset, tokenizer, seed: int, num: int, idx: int,
+                         masking: bool, next_sentence: bool, mask_prob: float,
+                         max_predictions: int) -> tf.data.Dataset:
+    """Batches with next-sentence pairs and/or dynamic masks, seeded per batch and
+    pipeline (`num` pipelines, this one `idx`)."""
+    special = [tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id, tokenizer.mask_id]
+    random_ids = pretrain.random_token_ids(tokenizer.vocab)
+
+    @tf.autograph.experimental.do_not_convert
+    def prepare(i, batch):
+        if next_sentence:
+            s = tf.stack([tf.cast(seed, tf.int64) + 104729, i * num + idx])
+            batch = pretrain.next_sentence_pairs(batch, s, tokenizer.cls_id,
+                                                 tokenizer.sep_id, tokenizer.pad_id)
+        if not masking:
+            return batch
+        s = tf.stack([tf.cast(seed, tf.int64) + 7919, i * num + idx])
+        return pretrain.mask_batch(batch, s, tokenizer.mask_id, special, random_ids,
+                                   mask_prob, max_predictions)
+
+    return ds.enumerate().map(prepare, num_parallel_calls=tf.data.AUTOTUNE)
 
 
 def count_sequences(source: Optional[str], tokenizer, max_seq_len: int = 128,

@@ -288,17 +288,7 @@ def add_metadata(flat: bytes, *, kind: str, vocab: Optional[Sequence[str]], lowe
     subgraph.outputTensorMetadata = outputs
     files = {}
     if not spec.text_input:
-        vocab_file = md.AssociatedFileT()
-        vocab_file.name = VOCAB_FILE
-        vocab_file.description = (f"WordPiece vocabulary, one token a line in id order; "
-                                  f"input text is {case_desc}.")
-        vocab_file.type = md.AssociatedFileType.VOCABULARY
-        tokenizer = md.BertTokenizerOptionsT()
-        tokenizer.vocabFile = [vocab_file]
-        unit = md.ProcessUnitT()
-        unit.optionsType = md.ProcessUnitOptions.BertTokenizerOptions
-        unit.options = tokenizer
-        subgraph.inputProcessUnits = [unit]
+        subgraph.inputProcessUnits = [_tokenizer_unit(case_desc)]
         files[VOCAB_FILE] = _lines(vocab)
     meta = md.ModelMetadataT()
     meta.name = name or spec.name
@@ -311,6 +301,22 @@ def add_metadata(flat: bytes, *, kind: str, vocab: Optional[Sequence[str]], lowe
     if label_list:
         files[LABELS_FILE] = _lines(label_list)
     return _pack(model, _finish(meta), files)
+
+
+def _tokenizer_unit(case_desc: str) -> "md.ProcessUnitT":
+    """The input process unit that tells the Task Library to WordPiece-tokenise with
+    the packed vocab.txt."""
+    vocab_file = md.AssociatedFileT()
+    vocab_file.name = VOCAB_FILE
+    vocab_file.description = (f"WordPiece vocabulary, one token a line in id order; "
+                              f"input text is {case_desc}.")
+    vocab_file.type = md.AssociatedFileType.VOCABULARY
+    tokenizer = md.BertTokenizerOptionsT()
+    tokenizer.vocabFile = [vocab_file]
+    unit = md.ProcessUnitT()
+    unit.optionsType = md.ProcessUnitOptions.BertTokenizerOptions
+    unit.options = tokenizer
+    return unit
 
 
 @dataclasses.dataclass

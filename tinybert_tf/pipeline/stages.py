@@ -52,7 +52,7 @@ from tinybert_tf.distill.distilbert import (
 )
 from tinybert_tf.distill.distiller import Distiller
 from tinybert_tf.distill.terms import HardLabelTerm, LossTerm
-from tinybert_tf.export.parity import export_all
+from tinybert_tf.export.parity import ExportRequest, export_all
 from tinybert_tf.files import read_json, write_json_atomic
 from tinybert_tf.models import BertModel
 from tinybert_tf.models.checkpoint import (
@@ -598,14 +598,14 @@ def export(ctx: Context) -> dict[str, Any]:
     def texts(examples):
         return [(ex.text_a, ex.text_b) if ctx.task.is_pair else ex.text_a for ex in examples]
 
-    parity = export_all(
+    parity = export_all(ExportRequest(
         student, ctx.state.path("export"), max_seq_len=ctx.max_seq_len, formats=e.formats,
         dev_texts=texts(dev), dev_labels=[ex.label for ex in dev],
         representative_texts=texts(train[: e.representative_examples]),
         is_pair=ctx.task.is_pair, task=ctx.task.type, task_name=ctx.task.name,
         latency_runs=r.export_latency_runs,
         num_threads=r.export_threads or None, max_examples=r.export_max_examples or None,
-        options=e.options(), quantized=quantized)
+        options=e.options(), quantized=quantized))
     report_path = ctx.state.path("report.json")
     data = read_json(report_path, default=None)
     if data is not None and ctx.chief:

@@ -1,0 +1,1 @@
+"""The code of the `bin/` tools besides `bin/distill`: importable, on top of the package."""

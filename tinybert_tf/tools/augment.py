@@ -1,0 +1,150 @@
+"""TinyBERT data augmentation (Algorithm 1) of a task's training file.
+
+  bin/augment --task=SST-2 --data_dir=glue/SST-2 --output=aug/SST-2/train_aug.tsv \
+      --mlm_model=bert-base-uncased-dir --word_vectors=glove.6B.300d.txt
+
+Algorithm 1 needs both --mlm_model and --word_vectors; --augment_fallback lets
+word vectors (trained on --corpus when --word_vectors is empty, and cached)
+serve every word instead. Re-running after an interruption resumes;
+--shard=i/n splits the work. Prints a JSON summary (examples, rows written,
+words, examples/s, mode).
+
+One writer per --output: the file is locked while it is written (`.NAME.lock`
+next to it, naming host, pid, start and shard); a second writer is refused, a
+dead one's lock taken over. Each shard needs its own --output: a file (or an
+interrupted partial file) of another shard is refused, with the way to join
+the shards: `cat train_aug.tsv.shard0 train_aug.tsv.shard1 > train_aug.tsv`
+(shard 0 alone writes the header). Exit codes as every bin/ tool: 0 done; 2 an
+error of the command, its data or its environment, one line `bin/augment: error:
+...` naming the flag or file and the fix; 1 an internal error; 130 interrupted.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from absl import logging
+
+from tinybert_tf.augment.augmenter import AugmentError, augment_source, parse_shard
+from tinybert_tf.cli import tool as cli
+from tinybert_tf.files import read_json, write_json_atomic
+from tinybert_tf.pipeline import flags as tflags
+from tinybert_tf.pipeline.run.lock import FileLock
+from tinybert_tf.tasks import TaskConfig, resolve_task
+
+tflags.define_augment_tool_flags()
+FLAGS = tflags.FLAGS
+
+
+def _join_hint(output: str, shards: int) -> str:
+    name = os.path.basename(output)
+    parts = " ".join(f"{name}.shard{i}" for i in range(min(shards, 3)))
+    more = " ..." if shards > 3 else ""
+    return (f"Give each shard its own --output (e.g. --output={output}.shard0 for --shard=0/"
+            f"{shards}), then concatenate them in shard order: `cat {parts}{more} > {name}` "
+            "(shard 0 alone writes the header).")
+
+
+def _sidecar(output: str) -> str:
+    """Records which shard wrote a finished --output file."""
+    return os.path.join(os.path.dirname(output), f".{os.path.basename(output)}.shard")
+
+
+def check_output_owner(output: str, shard: str) -> None:
+    """Refuse an --output written (fully or partly) by another shard, or by an unsharded
+    run when this one is sharded (and the reverse): the augmenter would start it over."""
+    what = shard or "the whole task"
+    made_by = None
+    if os.path.exists(output):
+        record = read_json(_sidecar(output), default={}, error=AugmentError)
+        made_by = record.get("shard", "") if isinstance(record, dict) else ""
+    progress = read_json(output + ".progress.json", default=None, error=AugmentError)
+    if isinstance(progress, dict) and "shard" in progress.get("identity", {}):
+        i, n = progress["identity"]["shard"]
+        made_by = "" if n == 1 else f"{i}/{n}"
+    if made_by is None or made_by == shard:
+        return
+    other = f"shard {made_by}" if made_by else "an unsharded run (the whole task)"
+    n = int((shard or made_by).split("/")[1])
+    raise AugmentError(f"--output={output} holds the output of {other}, and this run augments "
+                       f"{what}: writing it would destroy that output. {_join_hint(output, n)} "
+                       "Delete the file (and its .partial/.progress.json) to redo it.")
+
+
+def output_lock(output: str, shard: str) -> FileLock:
+    """The lock that makes this run the only writer of `output`."""
+    path = os.path.join(os.path.dirname(output), f".{os.path.basename(output)}.lock")
+    hint = (_join_hint(output, int(shard.split("/")[1])) if shard else
+            "One writer per output file: wait for it to finish, or give another --output.")
+    return FileLock(path, f"--output={output}", extra={"shard": shard} if shard else None,
+                    hint=hint)
+
+
+def run() -> None:
+    """Check the flags, then augment the task into --output (locked) and print the stats."""
+    if not FLAGS.output:
+        raise cli.UsageError("--output is required: the augmented file to write (e.g. "
+                             "--output=aug/train_aug.tsv).")
+    missing = [f"--{f}" for f in ("mlm_model", "word_vectors") if not FLAGS[f].value]
+    if missing and not FLAGS.augment_fallback:
+        raise cli.UsageError(
+            f"Algorithm 1 needs {' and '.join(missing)} (an MLM model for single-piece words, "
+            "GloVe vectors for the rest); or pass --augment_fallback to let word vectors "
+            "trained on --corpus serve every word.")
+    if FLAGS.seed < 0:
+        raise cli.UsageError(f"--seed={FLAGS.seed}: must be >= 0.")
+    output = os.path.abspath(FLAGS.output)
+    cache = FLAGS.vector_cache or os.path.join(os.path.dirname(output), "vectors")
+    if os.path.isdir(output):
+        raise AugmentError(f"--output={output}: is a folder; give the file to write "
+                           "(e.g. train_aug.tsv inside it).")
+    shard = FLAGS.shard or ""
+    if shard:
+        i, n = parse_shard(shard)
+        shard = "" if n == 1 else f"{i}/{n}"
+    task = resolve_task(TaskConfig.from_flags(FLAGS))
+    check_output_format(output, task.source.augmented_name)
+    with output_lock(output, shard):
+        check_output_owner(output, shard)
+        stats = augment_source(
+            task.source, output, mlm_model=FLAGS.mlm_model or None,
+            word_vectors=FLAGS.word_vectors or None, corpus=FLAGS.corpus or None,
+            num_aug=FLAGS.num_aug, replace_prob=FLAGS.replace_prob,
+            num_candidates=FLAGS.num_candidates, seed=FLAGS.seed, shard=shard or None,
+            batch_size=FLAGS.augment_batch_size, vector_cache_dir=cache,
+            vocab=FLAGS.vocab or None, vocab_limit=FLAGS.vector_vocab_limit)
+        if stats["complete"]:
+            write_json_atomic(_sidecar(output), {"shard": shard})
+    if stats["mode"] == "vectors-only":
+        print("bin/augment: no --mlm_model: word-vector neighbours served every word "
+              "(single-piece words included).", file=sys.stderr)
+    print(json.dumps(stats, indent=1))
+
+
+def check_output_format(output: str, augmented_name: str) -> None:
+    """The output is written in the task data's own format (CSV stays CSV): its name must
+    carry that format's extension, or it would read back as another format."""
+    want = os.path.splitext(augmented_name)[1].lower()
+    name = os.path.basename(output)
+    # ".shardN" joins: train_aug.csv.shard1 is a part of train_aug.csv.
+    base = name.split(".shard")[0] if ".shard" in name else name
+    got = os.path.splitext(base)[1].lower()
+    if got != want:
+        stem = os.path.splitext(base)[0] or "train_aug"
+        raise AugmentError(
+            f"--output={output}: the task's data is written back in its own format "
+            f"({want[1:].upper()}, as {augmented_name}), so a file named *{got or ' without '}"
+            f"{'' if got else 'an extension'} would read back wrongly; name it "
+            f"{stem}{want}.")
+
+
+def main(argv: list[str]) -> int:
+    """bin/augment with its flags parsed: the exit code (tinybert_tf.cli.tool)."""
+    logging.set_verbosity(logging.WARNING)
+    return cli.guard("bin/augment", run)
+
+
+def entry_point() -> None:
+    """`bin/augment`: the tool on sys.argv; exits with its code."""
+    sys.exit(cli.run_tool("bin/augment", main, sys.argv, FLAGS, __doc__))

@@ -1,0 +1,107 @@
+"""Teacher vs student efficiency on this machine (the paper's Table 1 columns).
+
+  bin/benchmark                       # bert_base_uncased vs tinybert_4l_312d, seq 128
+  bin/benchmark --quick               # smoke test: tiny configs, seq 16, few runs
+
+Prints parameters, FLOPs, latency and throughput at batch 1 and 32 for Keras,
+SavedModel and each TFLite flavour, each runtime's label agreement with Keras
+on the timed inputs (random weights: a numerics check of e.g. int8), and the
+teacher/student ratios; writes --benchmark_output/benchmark.json and
+benchmark.png. int16x8 is timed on request (--benchmark_formats=...,int16x8):
+its x86 kernels are reference code. Exit codes as every bin/ tool: 0 done; 2 a
+bad flag (one line `bin/benchmark: error: ...` naming it); 1 an internal error.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+from absl import logging
+
+from tinybert_tf import files
+from tinybert_tf.cli import tool as cli
+from tinybert_tf.config import BertConfig, ConfigError, get_config
+from tinybert_tf.export.benchmark import run_benchmark, runtime_names
+from tinybert_tf.pipeline import flags as tflags
+
+tflags.define_benchmark_tool_flags()
+FLAGS = tflags.FLAGS
+
+
+# Flags --quick replaces with its own tiny settings: giving one with --quick is an error.
+QUICK_IGNORES = ("benchmark_models", "benchmark_seq_len", "benchmark_batch_sizes",
+                 "benchmark_runs", "benchmark_seconds")
+
+
+def check_flags() -> list[int]:
+    """Every flag's range, before anything is timed; returns the batch sizes."""
+    if FLAGS.quick:
+        ignored = [f"--{n}" for n in QUICK_IGNORES if FLAGS[n].present]
+        if ignored:
+            raise ConfigError(f"--quick times two tiny built-in configs at seq 16 and would "
+                              f"ignore {', '.join(ignored)}; drop --quick or those flags.")
+    batches = []
+    for b in FLAGS.benchmark_batch_sizes:
+        try:
+            batches.append(int(b))
+        except ValueError:
+            raise ConfigError(f"--benchmark_batch_sizes={','.join(FLAGS.benchmark_batch_sizes)}:"
+                              f" {b!r} is not an integer; give a comma list of batch sizes "
+                              "(e.g. 1,32).") from None
+    bad = [b for b in batches if b < 1]
+    if bad or not batches:
+        raise ConfigError(f"--benchmark_batch_sizes={','.join(FLAGS.benchmark_batch_sizes)}: "
+                          "every batch size must be >= 1 (e.g. 1,32).")
+    for name, ok, allowed in (("benchmark_seq_len", FLAGS.benchmark_seq_len >= 3, ">= 3"),
+                              ("benchmark_runs", FLAGS.benchmark_runs >= 1, ">= 1"),
+                              ("benchmark_seconds", FLAGS.benchmark_seconds > 0, "> 0"),
+                              ("benchmark_threads", FLAGS.benchmark_threads >= 0,
+                               ">= 0 (0 = all cores)")):
+        if not ok:
+            raise ConfigError(f"--{name}={FLAGS[name].value}: must be {allowed}.")
+    unknown = [r for r in FLAGS.benchmark_formats if r not in runtime_names()]
+    if unknown or not FLAGS.benchmark_formats:
+        raise ConfigError(f"--benchmark_formats={','.join(FLAGS.benchmark_formats)}: unknown "
+                          f"runtime(s) {unknown}; use any of {', '.join(runtime_names())}.")
+    if not FLAGS.quick and len(FLAGS.benchmark_models) != 2:
+        raise ConfigError(f"--benchmark_models={','.join(FLAGS.benchmark_models)}: give two "
+                          "configs, the teacher then the student (preset names or config "
+                          "JSON files).")
+    out = FLAGS.benchmark_output
+    if not out:
+        raise ConfigError("--benchmark_output is empty: give the folder for benchmark.json "
+                          "and benchmark.png.")
+    if files.exists(out) and not files.isdir(out):
+        raise ConfigError(f"--benchmark_output={out}: is a file; give a folder (new, or one "
+                          "holding an earlier benchmark.json, which is replaced).")
+    return batches
+
+
+def run() -> None:
+    """Check the flags, then time the teacher and the student (tiny ones with --quick)."""
+    batches = check_flags()
+    if FLAGS.quick:
+        configs = [("tiny_teacher", BertConfig(vocab_size=512, hidden_size=64, num_layers=4,
+                                               num_heads=4, intermediate_size=256,
+                                               max_position_embeddings=64)),
+                   ("tiny_student", BertConfig(vocab_size=512, hidden_size=32, num_layers=2,
+                                               num_heads=4, intermediate_size=64,
+                                               max_position_embeddings=64))]
+        seq_len, batches, runs, budget = 16, [1, 2], 2, 1.0
+    else:
+        configs = [(os.path.basename(n), get_config(n)) for n in FLAGS.benchmark_models]
+        seq_len, runs = FLAGS.benchmark_seq_len, FLAGS.benchmark_runs
+        budget = FLAGS.benchmark_seconds
+    run_benchmark(configs, seq_len, batches, FLAGS.benchmark_formats, runs,
+                  FLAGS.benchmark_output, FLAGS.benchmark_threads or None, budget)
+
+
+def main(argv: list[str]) -> int:
+    """bin/benchmark with its flags parsed: the exit code (tinybert_tf.cli.tool)."""
+    logging.set_verbosity(logging.WARNING)
+    return cli.guard("bin/benchmark", run)
+
+
+def entry_point() -> None:
+    """`bin/benchmark`: the tool on sys.argv; exits with its code."""
+    sys.exit(cli.run_tool("bin/benchmark", main, sys.argv, FLAGS, __doc__))

@@ -1,0 +1,194 @@
+"""Export a task model for deployment and check parity with Keras.
+
+  bin/export --model_dir=OUT/task/model --output_dir=OUT [--task=SST-2 --data_dir=glue/SST-2]
+             [--max_seq_len=64 --export_formats=saved_model,float32,float16,dynamic_int8,int8]
+
+Writes OUT/export/<one artefact per format> (the format table: the SavedModel
+as the next TF Serving version OUT/export/serving/<N>/ with warm-up requests and
+OUT/export/serving/models.config, TFLite flavours with TFLite metadata for
+Android, hf and keras_hub directories) and OUT/export/parity.json, and prints
+the parity table. A re-export publishes version N+1 next to N; --serving_version
+picks the number (an existing one or 0 is refused). Dev text (parity) and train
+text (int8 calibration) come from --task and its data flags; without --task, from
+the task the model records (bin/distill's task models record it, with their
+sequence length, which --max_seq_len then defaults to).
+
+Labels come from the model: the exports name its outputs in its own order, and a
+--task whose label names differ from the model's is refused.
+
+--quantized_model_dir=OUT/quantize/model (the pipeline's quantize stage) adds the
+int8 student: int8 is converted from it with its learnt ranges, and int8_ptq (the
+float model's post-training int8) is exported beside it.
+
+The model must suit --task (head kind and label count: a 2-label model is refused
+for --task=mnli), and must not be the model of an unfinished pipeline stage.
+--output_dir is locked while exporting (the same OUTPUT/.lock as bin/distill),
+so an export never mixes with a running pipeline or another export. Exit codes
+(as every bin/ tool): 0 done; 2 an error of the command, its data or its
+environment, printed as one line `bin/export: error: ...` naming the flag or
+file and the fix; 1 an internal error; 130 interrupted.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from typing import Optional, Sequence
+
+from absl import logging
+
+from tinybert_tf.cli import tool as cli
+from tinybert_tf.export import FORMATS, ExportError, ExportRequest, check_formats, export_all
+from tinybert_tf.export.formats import format_problems
+from tinybert_tf.export.parity import check_quantized
+from tinybert_tf.export.serving import check_version, list_versions
+from tinybert_tf.models.checkpoint import CheckpointError, ModelInfo, inspect_model, load_model
+from tinybert_tf.pipeline import flags as tflags
+from tinybert_tf.pipeline.preflight import task_head_errors
+from tinybert_tf.pipeline.run.state import RunState, unfinished_stage_output
+from tinybert_tf.tasks import Task, TaskConfig, resolve_task
+
+tflags.define_export_tool_flags()
+FLAGS = tflags.FLAGS
+# The flags that define the task and its data (TaskConfig's fields).
+TASK_FLAGS = tuple(f.name for f in dataclasses.fields(TaskConfig))
+
+
+def run() -> dict:
+    """Check the flags, the model and the task, then export with --output_dir locked."""
+    if not FLAGS.model_dir:
+        raise ExportError("--model_dir is required: the task model directory to export.")
+    if not FLAGS.output_dir:
+        raise ExportError("--output_dir is required: the export goes to OUTPUT/export/.")
+    formats = check_formats(FLAGS.export_formats)
+    serving_version = None
+    if FLAGS["serving_version"].present:  # an explicit 0 is refused (the help says so)
+        serving_version = check_version(FLAGS.serving_version, "--serving_version")
+        for name in (f for f in formats if FORMATS[f].published):
+            root = os.path.join(FLAGS.output_dir, "export", FORMATS[name].artefact)
+            existing = list_versions(root)
+            if serving_version in existing:
+                raise ExportError(f"--serving_version={serving_version}: "
+                                  f"{os.path.join(root, existing[serving_version])} exists and "
+                                  "a published version is never rewritten (TF Serving may serve "
+                                  "it); drop the flag to publish the next version "
+                                  f"({max(existing) + 1}), or pick an unused number.")
+    for flag, path in (("--model_dir", FLAGS.model_dir),
+                       ("--quantized_model_dir", FLAGS.quantized_model_dir)):
+        unfinished = unfinished_stage_output(path) if path else None
+        if unfinished:
+            raise ExportError(f"{flag}={path}: {unfinished}")
+    try:
+        info = inspect_model(FLAGS.model_dir)  # config and head, no weights: checks first
+    except CheckpointError as e:
+        raise ExportError(f"--model_dir={FLAGS.model_dir}: {e}") from e
+    task = resolve_task(task_config(info))
+    wrong = task_head_errors(info, task, "--model_dir") or label_errors(info, task)
+    if wrong:
+        raise ExportError(f"{wrong[0]} Pass the --task (and data flags) the model was "
+                          "trained on; parity and metrics need its dev set.")
+    max_seq_len = sequence_length(info, task)
+    problems = format_problems(formats, info.config, info.head, _options())
+    if problems:  # before anything is written (a published version stays published)
+        raise ExportError(f"--model_dir={FLAGS.model_dir}: {' '.join(problems)}")
+    with RunState(FLAGS.output_dir).lock() as lock:
+        RunState(FLAGS.output_dir).clean_temporaries(before=lock.acquired_at)
+        return _export(task, max_seq_len, formats, serving_version)
+
+
+def task_config(info: ModelInfo) -> TaskConfig:
+    """--task and its data flags; without --task, the task the model records (a task
+    model of bin/distill records it), never a default that may be another task's."""
+    given = [f for f in TASK_FLAGS if FLAGS[f].present]
+    recorded = info.metadata.get("task")
+    if "task" in given or not recorded:
+        if "task" not in given:
+            raise ExportError(f"--task is required: {info.path} does not record the task it "
+                              "was trained on; pass --task (and its data flags, e.g. "
+                              "--data_dir or --train_file/--validation_file): parity and "
+                              "metrics need its dev set.")
+        return TaskConfig.from_flags(FLAGS)
+    config = TaskConfig.from_record(recorded)
+    # Data flags given explicitly override the recorded ones (e.g. the data moved).
+    return dataclasses.replace(config, **{f: getattr(TaskConfig.from_flags(FLAGS), f)
+                                          for f in given})
+
+
+def label_errors(info: ModelInfo, task: Task) -> list[str]:
+    """The model's label names must be the task's (in any order: exports follow the
+    model's order)."""
+    names = list(info.label_names or [])
+    want = list(task.type.label_names)
+    if task.type.named_outputs and names and sorted(names) != sorted(want):
+        return [f"--model_dir={info.path} has the labels {names} but task {task.name} has "
+                f"{want}."]
+    return []
+
+
+def sequence_length(info: ModelInfo, task: Task) -> int:
+    """--max_seq_len, or the length the model was trained at (recorded), or the task's
+    default; a length other than the trained one is allowed with a warning."""
+    trained = info.metadata.get("max_seq_len")
+    if FLAGS.max_seq_len and trained and FLAGS.max_seq_len != trained:
+        print(f"bin/export: warning: --max_seq_len={FLAGS.max_seq_len} but {info.path} was "
+              f"trained at {trained}; texts are cut (or padded) to another length than in "
+              f"training. Drop the flag to export at {trained}.", file=sys.stderr, flush=True)
+    return task.max_seq_len(FLAGS.max_seq_len or trained or 0)
+
+
+def _options() -> dict:
+    return {"keras_hub_approximate_gelu": FLAGS.keras_hub_approximate_gelu}
+
+
+def _export(task: Task, max_seq_len: int, formats: Sequence[str],
+            serving_version: Optional[int]) -> dict:
+    """Load the model and write every format (with --output_dir locked)."""
+    try:
+        model = load_model(FLAGS.model_dir)
+    except CheckpointError as e:
+        raise ExportError(f"--model_dir={FLAGS.model_dir}: {e}") from e
+    quantized = None
+    if FLAGS.quantized_model_dir:
+        try:
+            quantized = load_model(FLAGS.quantized_model_dir)
+        except CheckpointError as e:
+            raise ExportError(f"--quantized_model_dir={FLAGS.quantized_model_dir}: {e}") from e
+    # Named by their flags here (export_all would say model= and quantized=).
+    check_quantized(model, quantized, f"--model_dir={FLAGS.model_dir}",
+                    f"--quantized_model_dir={FLAGS.quantized_model_dir}")
+
+    def texts(examples):
+        return [(ex.text_a, ex.text_b) if task.is_pair else ex.text_a for ex in examples]
+
+    dev = task.examples(task.dev_splits[0])
+    representative = None
+    calibrated = [f for f in formats if FORMATS[f].calibrated]
+    if calibrated:
+        if FLAGS.representative_examples <= 0:
+            raise ExportError(f"--representative_examples must be > 0 to export "
+                              f"{', '.join(calibrated)} (or drop them from --export_formats).")
+        representative = texts(task.examples("train")[:FLAGS.representative_examples])
+    try:
+        return export_all(ExportRequest(
+            model, os.path.join(FLAGS.output_dir, "export"), max_seq_len=max_seq_len,
+            formats=formats, dev_texts=texts(dev), dev_labels=[ex.label for ex in dev],
+            representative_texts=representative, is_pair=task.is_pair, task=task.type,
+            task_name=task.name,
+            latency_runs=FLAGS.export_latency_runs,
+            num_threads=FLAGS.export_threads or None,
+            max_examples=FLAGS.export_max_examples or None,
+            serving_name=FLAGS.serving_model_name or None,
+            serving_version=serving_version, options=_options(), quantized=quantized))
+    except ExportError as e:
+        raise ExportError(f"--model_dir={FLAGS.model_dir}: {e}") from e
+
+
+def main(argv: list[str]) -> int:
+    """bin/export with its flags parsed: the exit code (tinybert_tf.cli.tool)."""
+    logging.set_verbosity(logging.WARNING)
+    return cli.guard("bin/export", run)
+
+
+def entry_point() -> None:
+    """`bin/export`: the tool on sys.argv; exits with its code."""
+    sys.exit(cli.run_tool("bin/export", main, sys.argv, FLAGS, __doc__))

@@ -1,0 +1,50 @@
+"""Pre-tokenise a general corpus into packed TFRecord shards (all cores, progress bar).
+
+  bin/pretokenize --corpus='wiki/*.txt.gz' --vocab=teacher_dir/vocab.txt \
+      --output=data/wiki128 --num_shards=64 --max_seq_len=128
+
+Writes PREFIX-00000-of-000NN.tfrecord ... (each atomically) and, last,
+PREFIX.json; read them back with --corpus='PREFIX-*.tfrecord' in bin/distill.
+Prints the metadata as JSON. A bad corpus file (truncated .gz/.bz2, invalid
+UTF-8, a cut XML dump) or an empty corpus: one line on stderr naming the file,
+exit 2, and no shard or PREFIX.json of this run left behind. Exit codes as every
+bin/ tool: 0 done; 2 an error of the command, its data or its environment (one
+line `bin/pretokenize: error: ...`); 1 an internal error; 130 interrupted.
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+from tinybert_tf.cli import tool as cli
+from tinybert_tf.data.pretokenize import pretokenize
+from tinybert_tf.pipeline import flags as tflags
+
+tflags.define_pretokenize_tool_flags()
+FLAGS = tflags.FLAGS
+
+
+def run() -> None:
+    """Check the flags, then write the shards and print their metadata."""
+    if not FLAGS.vocab:
+        raise cli.UsageError("--vocab is required: a vocab.txt or a model directory holding "
+                             "one (the student's vocab, i.e. the teacher's).")
+    if not FLAGS.output:
+        raise cli.UsageError("--output is required: the shard prefix (e.g. "
+                             "--output=corpus/wiki128).")
+    meta = pretokenize(FLAGS.corpus or None, FLAGS.vocab, FLAGS.output,
+                       num_shards=FLAGS.num_shards, max_seq_len=FLAGS.max_seq_len or 128,
+                       pack=FLAGS.pack, fmt=FLAGS.corpus_format,
+                       num_workers=FLAGS.num_workers, lower_case=FLAGS.lower_case,
+                       tfds_data_dir=FLAGS.tfds_data_dir or None)
+    print(json.dumps({k: v for k, v in meta.items() if k != "shards"}, indent=2))
+
+
+def main(argv: list[str]) -> int:
+    """bin/pretokenize with its flags parsed: the exit code (tinybert_tf.cli.tool)."""
+    return cli.guard("bin/pretokenize", run)
+
+
+def entry_point() -> None:
+    """`bin/pretokenize`: the tool on sys.argv; exits with its code."""
+    sys.exit(cli.run_tool("bin/pretokenize", main, sys.argv, FLAGS, __doc__))
