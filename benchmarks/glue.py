@@ -166,6 +166,7 @@ def commit() -> str:
 
 def main(argv: list[str]) -> None:
     del argv
+    import glue_paired
     import glue_results  # TensorFlow starts here, after the flags are parsed
 
     os.makedirs(FLAGS.work_dir, exist_ok=True)
@@ -184,6 +185,7 @@ def main(argv: list[str]) -> None:
         general_model = run["general_model"]
         entry = glue_results.collect(task, run, FLAGS.results_dir, PRIMARY[task],
                                      PAPER[task])
+        entry["paired"] = glue_paired.task_pairs(task, entry, FLAGS.glue_dir, FLAGS.results_dir)
         entry["wall_seconds_this_invocation"] = round(time.time() - started)
         results["tasks"][task] = entry
         os.makedirs(FLAGS.results_dir, exist_ok=True)
@@ -191,7 +193,7 @@ def main(argv: list[str]) -> None:
             json.dump(results, f, indent=1, sort_keys=True)
         os.replace(results_path + ".tmp", results_path)
         with open(os.path.join(FLAGS.results_dir, "results.md"), "w") as f:
-            f.write(glue_results.markdown(results))
+            f.write(glue_results.markdown(results) + "\n" + glue_paired.markdown(results))
         log(f"{task}: results in {results_path}")
 
 

@@ -1,0 +1,144 @@
+#!/usr/bin/env python3
+"""Paired comparisons of two models' dev predictions on a GLUE task.
+
+  .venv/bin/python benchmarks/glue_paired.py --glue_dir=../shared/data/glue
+
+reads the dev predictions `benchmarks/glue.py` wrote (`<model>/dev/<Task>.tsv`) and
+the dev labels, and adds to each task of results.json, for each pair (A, B):
+A's primary metric minus B's, in points; its 95% interval from a paired bootstrap
+over dev examples (both models scored on the same resampled rows); and the exact
+McNemar p-value of the examples one model gets right and the other wrong. A single
+training seed per model: the interval is the dev sample's spread, not the spread
+over training seeds. results.md is rewritten with the comparisons.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from typing import Any, Sequence
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from absl import app, flags  # noqa: E402
+
+FLAGS = flags.FLAGS
+PAIRS = ("tinybert:finetuned_no_kd", "tinybert:teacher", "tinybert_int8_tflite:tinybert")
+
+
+def _define_flags() -> None:
+    """The command's flags (not defined on import: benchmarks/glue.py imports this module
+    and has flags of the same names)."""
+    flags.DEFINE_string("glue_dir", os.path.join(ROOT, "..", "shared", "data", "glue"),
+                        "Folder with SST-2/, MRPC/, RTE/ (their dev.tsv labels).")
+    flags.DEFINE_string("results_dir", os.path.join(ROOT, "benchmarks", "results", "glue"),
+                        "Where results.json and the prediction TSVs are.")
+    flags.DEFINE_list("pairs", list(PAIRS), "A:B model pairs.")
+    flags.DEFINE_integer("resamples", 2000, "Bootstrap resamples.")
+
+
+PAIR_ROWS = {"tinybert:finetuned_no_kd": "student - same student without distillation",
+             "tinybert:teacher": "student - teacher",
+             "tinybert_int8_tflite:tinybert": "int8 TFLite - float student"}
+
+
+def mcnemar_p(a_only: int, b_only: int) -> float:
+    """Exact two-sided McNemar p-value: the discordant pairs under a fair coin."""
+    n, k = a_only + b_only, min(a_only, b_only)
+    if n == 0:
+        return 1.0
+    return min(1.0, 2 * sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n)
+
+
+def compare(score, a: np.ndarray, b: np.ndarray, gold: np.ndarray, resamples: int,
+            seed: int = 0) -> dict[str, Any]:
+    """`score(pred ids [N], gold [N]) -> float` of A and B, their difference in points
+    with a paired-bootstrap 95% interval, and McNemar on per-example correctness."""
+    rng = np.random.default_rng(seed)
+    n = len(gold)
+    diffs = np.empty(resamples)
+    for r in range(resamples):
+        idx = rng.integers(0, n, n)
+        diffs[r] = score(a[idx], gold[idx]) - score(b[idx], gold[idx])
+    a_right, b_right = a == gold, b == gold
+    a_only, b_only = int(np.sum(a_right & ~b_right)), int(np.sum(b_right & ~a_right))
+    low, high = np.percentile(diffs, [2.5, 97.5])
+    return {"difference_points": round(100 * (score(a, gold) - score(b, gold)), 2),
+            "ci95_points": [round(100 * low, 2), round(100 * high, 2)],
+            "a_only_correct": a_only, "b_only_correct": b_only,
+            "mcnemar_p": round(mcnemar_p(a_only, b_only), 5), "resamples": resamples,
+            "dev_examples": n}
+
+
+def _read_predictions(path: str, label_names: Sequence[str]) -> np.ndarray:
+    ids = {name: i for i, name in enumerate(label_names)}
+    with open(path) as f:
+        rows = [line.rstrip("\n").split("\t") for line in f][1:]
+    return np.array([ids[prediction] for _, prediction in rows])
+
+
+def task_pairs(task_name: str, entry: dict[str, Any], glue_dir: str, results_dir: str,
+               pairs: Sequence[str] = PAIRS, resamples: int = 2000) -> dict[str, Any]:
+    """The comparisons of `pairs` on one task whose dev predictions are all written."""
+    from tinybert_tf.data import glue, glue_submission
+    from tinybert_tf.tasks import TaskConfig, resolve_task
+
+    task = resolve_task(TaskConfig(task=task_name, data_dir=os.path.join(glue_dir, task_name)))
+    gold = np.asarray(task.type.gold(task.examples("dev")))
+    names = glue.get_task(task_name).label_names
+    file = glue_submission.SUBMISSIONS[task_name.lower()][0].file
+    primary = entry["primary_metric"]
+
+    def score(pred, y):
+        return task.type.score_labels(pred, y)[primary]
+
+    out = {}
+    for pair in pairs:
+        a, b = pair.split(":")
+        paths = [os.path.join(results_dir, m, "dev", file) for m in (a, b)]
+        if all(os.path.exists(p) for p in paths):
+            out[pair] = compare(score, *(_read_predictions(p, names) for p in paths), gold,
+                                resamples)
+    return out
+
+
+def markdown(results: dict[str, Any]) -> str:
+    """The comparisons as a table: one row per pair and task."""
+    lines = ["| task | comparison (dev) | difference, points | paired-bootstrap 95% "
+             "interval | A right, B wrong / B right, A wrong | McNemar p |",
+             "|---|---|---|---|---|---|"]
+    for task, entry in results.get("tasks", {}).items():
+        for pair, c in entry.get("paired", {}).items():
+            lines.append(f"| {task} | {PAIR_ROWS.get(pair, pair)} | {c['difference_points']:+.1f}"
+                         f" | [{c['ci95_points'][0]:+.1f}, {c['ci95_points'][1]:+.1f}] | "
+                         f"{c['a_only_correct']} / {c['b_only_correct']} | "
+                         f"{c['mcnemar_p']:.3g} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str]) -> None:
+    del argv
+    import glue_results
+
+    path = os.path.join(FLAGS.results_dir, "results.json")
+    with open(path) as f:
+        results = json.load(f)
+    for task, entry in results.get("tasks", {}).items():
+        entry["paired"] = task_pairs(task, entry, FLAGS.glue_dir, FLAGS.results_dir,
+                                     FLAGS.pairs, FLAGS.resamples)
+    with open(path + ".tmp", "w") as f:
+        json.dump(results, f, indent=1, sort_keys=True)
+    os.replace(path + ".tmp", path)
+    with open(os.path.join(FLAGS.results_dir, "results.md"), "w") as f:
+        f.write(glue_results.markdown(results) + "\n" + markdown(results))
+    print(markdown(results), end="")
+
+
+if __name__ == "__main__":
+    _define_flags()
+    app.run(main)
