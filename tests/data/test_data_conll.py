@@ -15,7 +15,8 @@ from tinybert_tf.data.conll import IGNORE
 from tinybert_tf.data.examples import DataError
 from tinybert_tf.tokenizer import Tokenizer
 
-FIX = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures", "own_data")
+FIX = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures",
+                   "own_data")
 NER_TAGS = ["O", "B-LOC", "B-MISC", "B-ORG", "B-PER", "I-LOC", "I-MISC", "I-ORG", "I-PER"]
 
 

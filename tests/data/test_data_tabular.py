@@ -10,7 +10,8 @@ import tensorflow as tf
 from tinybert_tf.data import tabular
 from tinybert_tf.data.examples import DataError
 
-FIX = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures", "own_data")
+FIX = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures",
+                   "own_data")
 
 
 def fixture(name):
