@@ -8,6 +8,14 @@ Each tool defines exactly the groups it reads, so `--helpfull` lists nothing
 it ignores: `distill_flags()` for the pipeline, and `define_*_tool_flags()`
 for `bin/augment`, `bin/export`, `bin/benchmark` and `bin/pretokenize`.
 
+The pipeline's flags are generated from the fields of the typed configs
+(`settings.configs`, `tasks.TaskConfig`): each field declares its default, help,
+range and stages once (`settings.fields.setting`), and a group defines the fields
+of its configs with `define_flags`. Two helps list names whose modules import the
+configs (--stages, --task_phases): their groups give them here. The tools' own
+flags (bin/augment's --shard, bin/reproduce's --table, ...) read no config and are
+defined by hand below.
+
 Lists of choices come from the modules that own them (strategies, stages,
 export formats, loss terms, task names); `--loss_terms`, `--export_formats`
 and `--task` are checked when the typed configs are built, because a term,
@@ -20,18 +28,24 @@ from typing import Any
 
 from absl import flags
 
-from tinybert_tf.distill.terms import ALIASES, TERMS
-from tinybert_tf.export.formats import FORMATS
-from tinybert_tf.export.parity import DEFAULT_FORMATS
-from tinybert_tf.pipeline.autosize import DEFAULT_CANDIDATES
 from tinybert_tf.pipeline.run.context import STAGES
-from tinybert_tf.pipeline.run.lock import DEFAULT_STALE_MINUTES
-from tinybert_tf.pipeline.settings.configs import AUTO_PRECISION, INPUT_SHARDING, PRECISIONS
-from tinybert_tf.pipeline.settings.precision import TEACHER_PRECISIONS
+from tinybert_tf.pipeline.settings.configs import (
+    AugmentConfig,
+    EvaluateConfig,
+    ExportConfig,
+    FinetuneConfig,
+    GeneralConfig,
+    LossConfig,
+    ModelsConfig,
+    Numerics,
+    OptimConfig,
+    QuantizeConfig,
+    RunOptions,
+    TaskDistillConfig,
+)
+from tinybert_tf.pipeline.settings.fields import define_flags
 from tinybert_tf.pipeline.training.phases import PHASE_KINDS
-from tinybert_tf.pipeline.training.recipes import RECIPES
-from tinybert_tf.pipeline.training.strategy import DEFAULT_PEER_TIMEOUT, STRATEGIES
-from tinybert_tf.tasks.catalog import task_names
+from tinybert_tf.tasks.catalog import TaskConfig
 
 FLAGS = flags.FLAGS
 
@@ -64,11 +78,6 @@ def ignored_auto_student_flags(fv: flags.FlagValues) -> list[str]:
             if fv[name].present and fv[name].value != fv[name].default]
 
 
-def _terms_help() -> str:
-    aliases = "; ".join(f"{a} = {','.join(v)}" for a, v in ALIASES.items())
-    return f"any of {', '.join(sorted(TERMS))} ({aliases})"
-
-
 # --- groups -------------------------------------------------------------------------
 
 # FlagValues -> names of the groups and tools already defined into it.
@@ -88,423 +97,87 @@ def _group(define):
 
 @_group
 def define_numerics(fv: flags.FlagValues) -> None:
-    flags.DEFINE_integer("seed", 42, "Random seed for data order, dropout, augmentation.",
-                         flag_values=fv)
-    flags.DEFINE_enum("mixed_precision", AUTO_PRECISION, (AUTO_PRECISION, *PRECISIONS),
-                      "Keras mixed-precision policy for training; losses stay float32. "
-                      "auto: mixed_bfloat16 with --strategy=tpu, none otherwise.",
-                      flag_values=fv)
-    flags.DEFINE_bool("jit_compile", False, "XLA-compile the train step (each phase "
-                      "compiles once per sequence length: full batches, --length_buckets "
-                      "lengths at most).", flag_values=fv)
-    flags.DEFINE_bool("run_eagerly", False, "Run each training step eagerly instead of "
-                      "tracing it into a graph (keras' run_eagerly): to step through a loss "
-                      "term with pdb or print. Same results; slower per step on real models, "
-                      "faster only for phases of a few steps on toy models (the tests). "
-                      "Excludes --jit_compile.", flag_values=fv)
-    flags.DEFINE_integer("length_buckets", 8, "Pad each batch to the smallest of N evenly "
-                         "spaced lengths holding its longest row, not --max_seq_len (0), where "
-                         "padding does not change the loss (docs/distillation.md).",
-                         flag_values=fv)
+    define_flags(fv, Numerics)
+    define_flags(fv, RunOptions, "numerics")
 
 
 @_group
 def define_distribution(fv: flags.FlagValues) -> None:
-    # A string checked by strategy.make_strategy: strategies registered by user code count.
-    flags.DEFINE_string("strategy", "default",
-                        f"tf.distribute strategy: {', '.join(STRATEGIES)} (see BUILD.md for "
-                        "multi_worker and tpu).", flag_values=fv)
-    flags.DEFINE_string("tpu", "", "TPU address for --strategy=tpu (e.g. grpc://10.0.0.2:8470).",
-                        flag_values=fv)
-    flags.DEFINE_float("peer_timeout", DEFAULT_PEER_TIMEOUT,
-                       "multi_worker: seconds to wait for every worker to start; after a "
-                       "SIGTERM, the longest wait for a step boundary before exiting "
-                       "anyway. A worker that dies mid-run is noticed within 10 s.",
-                       flag_values=fv)
-    flags.DEFINE_enum("input_sharding", "auto", INPUT_SHARDING,
-                      "General stage under multi_worker/TPU pods: auto = each worker reads "
-                      "only its own corpus files when there are at least as many files as "
-                      "workers (else exact); exact = every worker reads the whole corpus "
-                      "and keeps its slice of each global batch (the batches of one "
-                      "replica).", flag_values=fv)
+    define_flags(fv, RunOptions, "distribution")
 
 
 @_group
 def define_task_data(fv: flags.FlagValues) -> None:
     """What the task is and where its data is (`tinybert_tf.tasks.TaskConfig`)."""
-    flags.DEFINE_string(
-        "task", "polarity",
-        f"Task: {', '.join(task_names())} (case-insensitive). GLUE names read --data_dir; "
-        "text_classification, text_regression, token_classification, squad1.1 and "
-        "squad2.0 read --train_file/--validation_file.", flag_values=fv)
-    flags.DEFINE_string("data_dir", "",
-                        "GLUE-layout task folder (train.tsv, dev.tsv, ...), 'tfds' to read TFDS "
-                        "glue/*, or empty for the embedded demo task (--task=polarity).",
-                        flag_values=fv)
-    flags.DEFINE_string("tfds_data_dir", "", "TFDS data_dir for tfds sources (prepared offline).",
-                        flag_values=fv)
-    flags.DEFINE_integer("max_seq_len", 0, "Task sequence length; 0 = the task's default "
-                         "(64 single sentences, 128 pairs, 384 SQuAD).", flag_values=fv)
-    flags.DEFINE_string("train_file", "", "Your training data: .csv, .tsv, .jsonl (text "
-                        "tasks), CoNLL or .jsonl (token_classification), SQuAD .json.",
-                        flag_values=fv)
-    flags.DEFINE_string("validation_file", "", "Your dev data, same format as --train_file.",
-                        flag_values=fv)
-    flags.DEFINE_string("test_file", "", "Optional unlabelled test data, same format.",
-                        flag_values=fv)
-    flags.DEFINE_enum("data_format", "", ["", "csv", "tsv", "jsonl", "conll"],
-                      "Format of the own-data files; empty = from the file extension.",
-                      flag_values=fv)
-    flags.DEFINE_string("text_column", "text", "Column (or JSON key) of the text.",
-                        flag_values=fv)
-    flags.DEFINE_string("text_pair_column", "", "Column of the second text of a pair task "
-                        "(empty: single sentences).", flag_values=fv)
-    flags.DEFINE_string("label_column", "label", "Column of the label (or regression target).",
-                        flag_values=fv)
-    flags.DEFINE_integer("tag_column", -1, "CoNLL: the column holding the tag (-1 = last).",
-                         flag_values=fv)
-    flags.DEFINE_list("labels", [], "Label names in the order to use (default: sorted names "
-                      "of the training file).", flag_values=fv)
-    flags.DEFINE_integer("max_query_len", 64, "SQuAD: question pieces kept.", flag_values=fv)
-    flags.DEFINE_integer("doc_stride", 128, "SQuAD: step between context windows (pieces).",
-                         flag_values=fv)
-    flags.DEFINE_integer("n_best_size", 20, "SQuAD: candidate spans kept per question.",
-                         flag_values=fv)
-    flags.DEFINE_integer("max_answer_len", 30, "SQuAD: longest answer in word pieces.",
-                         flag_values=fv)
+    define_flags(fv, TaskConfig)
 
 
 @_group
 def define_augment(fv: flags.FlagValues) -> None:
     """Algorithm 1's settings (the pipeline's augment stage and bin/augment)."""
-    flags.DEFINE_string("mlm_model", "",
-                        "Model directory with an MLM head for single-piece candidates (Hugging "
-                        "Face BertForMaskedLM dir, keras-hub BertMaskedLM preset dir, or ours).",
-                        flag_values=fv)
-    flags.DEFINE_string("word_vectors", "",
-                        "Word vectors for multi-piece words: GloVe .txt, word2vec .txt/.bin, or "
-                        "gensim .kv.", flag_values=fv)
-    flags.DEFINE_bool("augment_fallback", False,
-                      "Allow augmentation without --mlm_model (word vectors serve every word) "
-                      "and without --word_vectors (Word2Vec trained on --corpus). The paper's "
-                      "Algorithm 1 needs both; the demo sets this.", flag_values=fv)
-    flags.DEFINE_integer("num_aug", 20, "N_a: augmented variants per example (paper: 20).",
-                         flag_values=fv)
-    flags.DEFINE_float("replace_prob", 0.4, "p_t: probability to replace a word (paper: 0.4).",
-                       flag_values=fv)
-    flags.DEFINE_integer("num_candidates", 15, "K: candidates per word (paper: 15).",
-                         flag_values=fv)
-    flags.DEFINE_integer("augment_batch_size", 256, "Masked rows per MLM forward pass.",
-                         flag_values=fv)
-    flags.DEFINE_integer("vector_vocab_limit", 100000, "Neighbours among the first N words of "
-                         "the vector file (the reference: 100000 GloVe words); 0 = all.",
-                         flag_values=fv)
+    define_flags(fv, AugmentConfig)
+    define_flags(fv, RunOptions, "augment")
 
 
 @_group
 def define_corpus(fv: flags.FlagValues, help_text: str = "") -> None:
-    flags.DEFINE_string(
-        "corpus", "", help_text or
-        "General corpus (general distillation; Word2Vec for augmentation): text files/globs "
-        "(BERT format, .gz/.bz2), a Wikipedia XML dump (.xml.bz2), TFRecord shards "
-        "(.tfrecord), or tfds:NAME. Empty: the Wikipedia sample shipped in gensim.",
-        flag_values=fv)
+    define_flags(fv, GeneralConfig, "corpus", {"corpus": help_text} if help_text else None)
 
 
 @_group
 def define_export(fv: flags.FlagValues) -> None:
-    flags.DEFINE_list("export_formats", list(DEFAULT_FORMATS),
-                      f"What to export: any of {', '.join(FORMATS)}.", flag_values=fv)
-    flags.DEFINE_bool("keras_hub_approximate_gelu", False,
-                      "keras_hub format: export a model trained with exact GELU (the "
-                      "embedded MiniLM teacher's, and so its students') although keras-hub's "
-                      "BERT computes the tanh approximation; parity.json's keras_hub row "
-                      "shows the cost (docs/models.md). Without it such an export is refused "
-                      "(by --dry_run too).", flag_values=fv)
-    flags.DEFINE_integer("representative_examples", 200,
-                         "Examples of task text used to calibrate full-integer TFLite.",
-                         flag_values=fv)
-    flags.DEFINE_integer("export_threads", 0, "TFLite interpreter threads for parity latency "
-                         "(0 = all CPU cores).", flag_values=fv)
-    flags.DEFINE_integer("export_max_examples", 0, "Dev examples checked for parity (0 = all).",
-                         flag_values=fv)
-    flags.DEFINE_integer("export_latency_runs", 30, "Batch-1 calls timed per format.",
-                         flag_values=fv)
+    define_flags(fv, ExportConfig)
+    define_flags(fv, RunOptions, "export")
 
 
 @_group
 def define_run(fv: flags.FlagValues) -> None:
     """How the pipeline proceeds: folder, stages, resume, dry run."""
-    flags.DEFINE_string("output_dir", None, "Where every stage writes its folder and "
-                        "report.json (required).", flag_values=fv)
-    flags.DEFINE_list("stages", ["all"], f"Comma list of {', '.join(STAGES)}, or 'all'.",
-                      flag_values=fv)
-    flags.DEFINE_bool("overwrite", False, "Start the named stages over: delete their folders "
-                      "(later stages made from them are redone as stale).", flag_values=fv)
-    flags.DEFINE_bool("dry_run", False, "Check everything and print the resolved plan as JSON; "
-                      "train nothing (exit 0, or 2 with every error).", flag_values=fv)
-    flags.DEFINE_list("plugins", [], "Python modules to import first: your own loss terms, "
-                      "task types, data sources, export formats or strategies register "
-                      "themselves on import (docs/extending.md).", flag_values=fv)
-    flags.DEFINE_integer("checkpoint_every", 200, "Save a checkpoint every N steps.",
-                         flag_values=fv)
-    flags.DEFINE_integer("keep_checkpoints", 2, "Checkpoints kept per phase.", flag_values=fv)
-    flags.DEFINE_bool("teacher_cache", True, "Compute the teacher's logits (prediction "
-                      "phase) or mapped layers (intermediate phase, within "
-                      "--teacher_cache_budget_gb) once and reuse them every epoch.",
-                      flag_values=fv)
-    flags.DEFINE_float("teacher_cache_budget_gb", 8.0, "Most GiB of the teacher's mapped "
-                       "layers (bfloat16) cached for an intermediate phase of several epochs "
-                       "(0 = never); the plan says whether they fit.", flag_values=fv)
-    flags.DEFINE_integer("eval_batch_size", 64, "Batch size of evaluation.", flag_values=fv)
-    flags.DEFINE_integer("latency_runs", 100, "Rounds of batch-1 forward passes timed for "
-                         "report.json, one call of each model per round.",
-                         flag_values=fv)
-    flags.DEFINE_float("lock_stale_minutes", DEFAULT_STALE_MINUTES,
-                       "A run locks --output_dir (OUTPUT/.lock) and heartbeats; a lock left on "
-                       "another host counts as dead, and is taken over, once its heartbeat is "
-                       "this old (same host: once its process is gone).", flag_values=fv)
+    define_flags(fv, RunOptions, "run", {
+        "stages": f"Comma list of {', '.join(STAGES)}, or 'all'."})
 
 
 @_group
 def define_models(fv: flags.FlagValues) -> None:
-    flags.DEFINE_string("teacher", "minilm-l6",
-                        "Pre-trained teacher: a model directory (ours, Hugging Face, keras-hub "
-                        "preset) or a short name (minilm-l6 = the embedded teacher).",
-                        flag_values=fv)
-    flags.DEFINE_string("task_teacher", "",
-                        "Fine-tuned teacher with a task head. Empty: the finetune_teacher stage "
-                        "fine-tunes --teacher on the task.", flag_values=fv)
-    flags.DEFINE_list("teacher_label_order", [],
-                      "The task teacher's label names in its output order, when its directory "
-                      "does not name them (e.g. LABEL_0, LABEL_1, ...).", flag_values=fv)
-    flags.DEFINE_string("student_config", "tinybert_4l_312d",
-                        "Student shape: a preset name, a config JSON file, or 'auto': the "
-                        "shape within --latency_budget_ms with the most transformer-layer "
-                        "parameters (docs/pipeline.md).", flag_values=fv)
-    flags.DEFINE_float("latency_budget_ms", 0.0, "--student_config=auto: the most one call "
-                       "of the student may take on --latency_runtime.", flag_values=fv)
-    flags.DEFINE_enum("latency_runtime", "tflite_float32",
-                      ["tflite_float32", "tflite_dynamic_int8", "tflite_int8", "saved_model"],
-                      "--student_config=auto: the runtime the student ships on, which each "
-                      "candidate is exported to and timed in.", flag_values=fv)
-    flags.DEFINE_integer("latency_seq_len", 128, "--student_config=auto: tokens per call "
-                         "timed.", flag_values=fv)
-    flags.DEFINE_integer("latency_batch", 1, "--student_config=auto: sequences per call "
-                         "timed.", flag_values=fv)
-    flags.DEFINE_string("latency_table", "",
-                        "--student_config=auto: a CSV of latencies measured on the target "
-                        "device (layers,hidden,heads,intermediate,latency_ms) instead of "
-                        "measuring here (docs/pipeline.md).", flag_values=fv)
-    flags.DEFINE_list("latency_candidates", list(DEFAULT_CANDIDATES),
-                      "--student_config=auto: the shapes measured, LAYERSxHIDDEN[xHEADS[xFFN]] "
-                      "(default: the 24 BERT miniatures of Turc et al. 2019; H/64 heads, 4H "
-                      "feed-forward; the teacher's heads, H rounded to a multiple of them, "
-                      "when --loss_terms or --recipe compares heads one to one).",
-                      flag_values=fv)
-    flags.DEFINE_bool("init_from_teacher", False,
-                      "General stage: start the student from the teacher's embeddings and "
-                      "its mapped layers (--layer_mapping) instead of random weights, as "
-                      "DistilBERT does; needs the teacher's width, FFN size and head count.",
-                      flag_values=fv)
-    flags.DEFINE_string("general_model", "",
-                        "Student to start task distillation from: a model directory, 'none' "
-                        "(random init, as --student_init=random), or empty for "
-                        "OUTPUT/general.", flag_values=fv)
-    flags.DEFINE_enum("student_init", "general", ["general", "random"],
-                      "Where the task stage's student starts: general (--general_model, or "
-                      "OUTPUT/general) or random (no general distillation: the paper's "
-                      "'w/o GD'; --general_model is then not read).", flag_values=fv)
-    # A string checked when the task is resolved: task types registered by user code
-    # may bring their own head styles.
-    flags.DEFINE_string("classifier_head", "pooler",
-                        "The student's head for sentence tasks: pooler (BERT's: dropout and "
-                        "a dense layer on the pooled [CLS] output) or pre_classifier "
-                        "(DistilBERT's: dense, ReLU, dropout 0.2, dense on the [CLS] "
-                        "state, no pooler). Teachers keep their own head.", flag_values=fv)
+    define_flags(fv, ModelsConfig)
 
 
 @_group
 def define_general(fv: flags.FlagValues) -> None:
-    # A string checked by preflight: recipes registered by user code count.
-    flags.DEFINE_string("recipe", "tinybert",
-                        "Recipe of the general stage: " + "; ".join(
-                            f"{name} = {r.summary}" for name, r in sorted(RECIPES.items()))
-                        + " (pipeline/training/recipes.py).", flag_values=fv)
-    flags.DEFINE_integer("general_max_seq_len", 128, "Sequence length of general distillation.",
-                         flag_values=fv)
-    flags.DEFINE_integer("general_batch_size", 256, "Effective global batch of general "
-                         "distillation (one optimizer update; --grad_accum_steps splits it).",
-                         flag_values=fv)
-    flags.DEFINE_float("general_epochs", 3, "Epochs over the corpus in general distillation.",
-                       flag_values=fv)
-    flags.DEFINE_integer("general_max_steps", 0, "Stop general distillation after this many "
-                         "steps (0 = no limit).", flag_values=fv)
-    flags.DEFINE_float("general_lr", 1e-4, "Peak learning rate of general distillation.",
-                       flag_values=fv)
-    flags.DEFINE_float("general_warmup", 0.1, "Warm-up fraction of general distillation.",
-                       flag_values=fv)
-    flags.DEFINE_string("general_holdout", "auto",
-                        "Articles left out of the general corpus, by title (Wikipedia dumps, "
-                        "tfds:wikipedia): auto = the task's own hold-out (wiki_pairs: its dev "
-                        "articles; other tasks: none), none, or a registered hold-out name.",
-                        flag_values=fv)
-    # DistilBERT recipe.
-    flags.DEFINE_float("alpha_ce", 5.0, "DistilBERT: weight of the soft-target loss.",
-                       flag_values=fv)
-    flags.DEFINE_float("alpha_mlm", 2.0, "DistilBERT: weight of the MLM loss.", flag_values=fv)
-    flags.DEFINE_float("alpha_cos", 1.0, "DistilBERT: weight of the cosine loss.",
-                       flag_values=fv)
-    flags.DEFINE_float("distil_temperature", 2.0, "DistilBERT: softmax temperature.",
-                       flag_values=fv)
-    flags.DEFINE_bool("restrict_ce_to_mask", False,
-                      "DistilBERT: soft targets at the masked positions only (the DistilBERT "
-                      "code's default is every real token).", flag_values=fv)
+    define_flags(fv, GeneralConfig)
 
 
 @_group
 def define_finetune(fv: flags.FlagValues) -> None:
-    flags.DEFINE_float("teacher_epochs", 3, "Epochs of teacher fine-tuning.", flag_values=fv)
-    flags.DEFINE_float("teacher_lr", 2e-5, "Peak learning rate of teacher fine-tuning.",
-                       flag_values=fv)
-    flags.DEFINE_integer("teacher_batch_size", 32, "Batch size of teacher fine-tuning.",
-                         flag_values=fv)
-    flags.DEFINE_integer("teacher_max_steps", 0, "Stop teacher fine-tuning after this many "
-                         "steps (0 = no limit): bounds its time on a large training file.",
-                         flag_values=fv)
+    define_flags(fv, FinetuneConfig)
 
 
 @_group
 def define_task_distillation(fv: flags.FlagValues) -> None:
-    flags.DEFINE_bool("use_augmented", True, "Task distillation on the augmented data "
-                      "(else the original training set).", flag_values=fv)
-    flags.DEFINE_string("augmented_file", "",
-                        "A finished augmented training file (bin/augment's output, or another "
-                        "run's OUTPUT/augment/<file>) to distil on instead of running this "
-                        "run's augment stage; empty: OUTPUT/augment.", flag_values=fv)
-    flags.DEFINE_list("task_phases", ["intermediate", "prediction"],
-                      f"Phases of the task stage, in order: {', '.join(PHASE_KINDS)} (and "
-                      "phases registered by --plugins). The last one trains the head and "
-                      "keeps its best dev checkpoint.", flag_values=fv)
-    flags.DEFINE_float("intermediate_epochs", 20, "Epochs of the intermediate phase.",
-                       flag_values=fv)
-    flags.DEFINE_float("intermediate_lr", 5e-5, "Learning rate of the intermediate phase.",
-                       flag_values=fv)
-    flags.DEFINE_float("pred_epochs", 3, "Epochs of the prediction-layer phase.",
-                       flag_values=fv)
-    flags.DEFINE_float("pred_lr", 3e-5, "Learning rate of the prediction-layer phase.",
-                       flag_values=fv)
-    flags.DEFINE_float("finetune_epochs", 3, "Epochs of the finetune phase (ground-truth "
-                       "labels, no teacher; on the augmented set with --use_augmented, as "
-                       "the prediction phase).", flag_values=fv)
-    flags.DEFINE_float("finetune_lr", 3e-5, "Learning rate of the finetune phase.",
-                       flag_values=fv)
-    flags.DEFINE_list("pred_grid", [], "BATCH:LR cells (e.g. 16:1e-5,32:3e-5): the last "
-                      "task phase runs once per cell from one run of the phases before it; "
-                      "the cell best on dev is kept (the paper's {16,32} x {1e-5,2e-5,3e-5}).",
-                      flag_values=fv)
-    flags.DEFINE_integer("task_batch_size", 32, "Global batch size of task distillation.",
-                         flag_values=fv)
-    flags.DEFINE_integer("task_max_steps", 0, "Cap on steps per task phase (0 = none).",
-                         flag_values=fv)
-    flags.DEFINE_float("pkd_epochs", 4, "Epochs of the pkd phase (Patient KD; its code's "
-                       "default 4).", flag_values=fv)
-    flags.DEFINE_float("pkd_lr", 1e-5, "Learning rate of the pkd phase (the PKD code's "
-                       "patient-KD setting).", flag_values=fv)
-    flags.DEFINE_integer("eval_every", 0, "Evaluate on dev every N steps in the last task "
-                         "phase (0 = once per epoch); the best checkpoint is kept. The "
-                         "reference evaluates every 100 steps (the task configs' value).",
-                         flag_values=fv)
-    flags.DEFINE_enum("teacher_precision", "auto", TEACHER_PRECISIONS, "dtype of the frozen "
-                      "task-stage teacher. auto: bfloat16 on TPUs, Ampere+ GPUs and CPUs with "
-                      "AVX512-BF16/AMX, else float32; the plan says why.", flag_values=fv)
+    define_flags(fv, TaskDistillConfig, helps={"task_phases": (
+        f"Phases of the task stage, in order: {', '.join(PHASE_KINDS)} (and phases "
+        "registered by --plugins). The last one trains the head and keeps its best dev "
+        "checkpoint.")})
 
 
 @_group
 def define_quantize(fv: flags.FlagValues) -> None:
     """The quantize stage (quantisation-aware distillation to a full-integer student)."""
-    flags.DEFINE_bool("quantize", True, "Run the quantize stage when --export_formats has "
-                      "int8: the float task student teaches its int8 fake-quantised copy, "
-                      "and the int8 TFLite flavour is converted from it with its learnt "
-                      "ranges (--noquantize: int8 is calibrated after training).",
-                      flag_values=fv)
-    flags.DEFINE_integer("quantize_steps", 300, "Optimizer steps of quantisation-aware "
-                         "distillation (0 = calibrate the ranges only).", flag_values=fv)
-    flags.DEFINE_float("quantize_lr", 2e-5, "Peak learning rate of the quantize stage "
-                       "(linear warm-up over --warmup_proportion, then decay); 0: the "
-                       "int8 copy keeps the float student's weights and its steps only "
-                       "move the activation ranges (forward passes, no gradients).",
-                       flag_values=fv)
-    flags.DEFINE_integer("quantize_batch_size", 32, "Global batch size of the quantize "
-                         "stage.", flag_values=fv)
-    flags.DEFINE_list("quantize_loss_terms", ["pred"], "Loss terms of the quantize stage, "
-                      "the float student teaching: pred (soft cross-entropy, or MSE for a "
-                      "score), and any of embd, attn, hidn (identity projections).",
-                      flag_values=fv)
-    flags.DEFINE_integer("quantize_calibration_examples", 256, "Training rows (a seeded "
-                         "sample) whose float activations set the int8 ranges before "
-                         "training.", flag_values=fv)
-    flags.DEFINE_integer("quantize_eval_every", 50, "Every N steps of the quantize stage "
-                         "(and at its end), measure on dev how many of the float student's "
-                         "answers its int8 copy keeps (label agreement) and keep the "
-                         "checkpoint that keeps most (the earlier on a tie); 0: keep the "
-                         "last weights. Regression, with no answers to keep, keeps the "
-                         "last.", flag_values=fv)
+    define_flags(fv, QuantizeConfig)
 
 
 def define_evaluation(fv: flags.FlagValues) -> None:
-    flags.DEFINE_bool("glue_test_predictions", False,
-                      "Evaluate stage: also write the student's predictions on the GLUE test "
-                      "split(s) as OUTPUT/evaluate/glue_submission/<Task>.tsv, the GLUE "
-                      "server's files (MNLI: MNLI-m, MNLI-mm and AX).", flag_values=fv)
+    define_flags(fv, EvaluateConfig)
 
 
 @_group
 def define_losses(fv: flags.FlagValues) -> None:
-    flags.DEFINE_list("loss_terms", ["embd", "attn", "hidn"],
-                      f"Intermediate loss terms: {_terms_help()}.", flag_values=fv)
-    flags.DEFINE_float("temperature", 1.0, "Temperature t of the prediction loss.",
-                       flag_values=fv)
-    flags.DEFINE_float("pkd_alpha", 0.7, "Patient KD: weight alpha of the soft targets "
-                       "(1 - alpha weighs the ground truth); T is --temperature.",
-                       flag_values=fv)
-    flags.DEFINE_float("pkd_beta", 500.0, "Patient KD: weight beta of the patient loss on "
-                       "the normalised [CLS] states of the mapped layers.", flag_values=fv)
-    flags.DEFINE_float("hard_label_weight", 0.0, "Weight of the ground-truth loss mixed into "
-                       "the prediction phase (0 = the paper).", flag_values=fv)
-    flags.DEFINE_string("layer_mapping", "uniform",
-                        "Student->teacher layer map: uniform, top, bottom, or a comma list "
-                        "of teacher layers (1-based) for student layers 1..M.", flag_values=fv)
-    flags.DEFINE_list("layer_weights", [], "lambda_m per student layer 0..M+1 (default all 1).",
-                      flag_values=fv)
-    flags.DEFINE_bool("share_hidden_projection", True,
-                      "One W_h for all layers (reference code) instead of one per layer.",
-                      flag_values=fv)
-    flags.DEFINE_integer("minilm_relation_heads", 48,
-                         "MiniLMv2 (minilm_rel): relation heads the concatenated Q, K and V "
-                         "of both models are split into; must divide both attention widths "
-                         "(paper: 48 for base-size teachers).", flag_values=fv)
-    flags.DEFINE_integer("minilm_teacher_layer", 0,
-                         "MiniLMv2 (minilm_rel): the teacher layer (1-based) whose relations "
-                         "the student's last layer learns; 0 = the teacher's last layer (the "
-                         "paper's choice for base-size teachers; an upper-middle layer for "
-                         "large ones).", flag_values=fv)
-    flags.DEFINE_bool("mask_padding", False,
-                      "Restrict intermediate losses to real tokens (a deviation from the "
-                      "reference; see docs).", flag_values=fv)
+    define_flags(fv, LossConfig)
 
 
 @_group
 def define_optimizer(fv: flags.FlagValues) -> None:
-    flags.DEFINE_float("weight_decay", 0.01, "AdamW weight decay (not on LayerNorm or biases).",
-                       flag_values=fv)
-    flags.DEFINE_float("warmup_proportion", 0.1, "Linear warm-up fraction of task phases.",
-                       flag_values=fv)
-    flags.DEFINE_float("clip_norm", 1.0, "Global-norm gradient clipping (0 = off).",
-                       flag_values=fv)
-    flags.DEFINE_integer("grad_accum_steps", 1, "Micro-batches per update: each global batch "
-                         "is split into this many (memory), the update is the same.",
-                         flag_values=fv)
+    define_flags(fv, OptimConfig)
 
 
 # --- tools ---------------------------------------------------------------------------

@@ -15,40 +15,62 @@ from tinybert_tf import files, plugins
 from tinybert_tf.data import glue
 from tinybert_tf.data.examples import DataError, Examples
 from tinybert_tf.data.sources import AUGMENTED_SPLIT, DataSource, glue_source
+from tinybert_tf.pipeline.settings import fields
+from tinybert_tf.pipeline.settings.fields import at_least, non_negative, setting
 from tinybert_tf.tasks.base import TaskType
 from tinybert_tf.tasks.sentence import Classification, Regression
+
+# Every stage that reads the task: its data shapes each of their outputs.
+_STAGES = ("finetune_teacher", "augment", "task", "quantize", "evaluate", "export")
 
 
 @dataclasses.dataclass(frozen=True)
 class TaskConfig:
-    """The flags that define a task's data (see tinybert_tf.pipeline.flags)."""
+    """The flags that define a task's data: each field is a setting (flag, help, range and
+    the stages it shapes: every stage that reads the task)."""
 
-    task: str = "polarity"
-    data_dir: str = ""
-    tfds_data_dir: str = ""
-    train_file: str = ""
-    validation_file: str = ""
-    test_file: str = ""
-    data_format: str = ""
-    text_column: str = "text"
-    text_pair_column: str = ""
-    label_column: str = "label"
-    tag_column: int = -1
-    labels: tuple[str, ...] = ()
-    max_seq_len: int = 0
-    max_query_len: int = 64
-    doc_stride: int = 128
-    n_best_size: int = 20
-    max_answer_len: int = 30
+    task: str = setting(
+        "polarity", lambda: f"Task: {', '.join(task_names())} (case-insensitive). GLUE names "
+        "read --data_dir; text_classification, text_regression, token_classification, "
+        "squad1.1 and squad2.0 read --train_file/--validation_file.", stages=_STAGES)
+    data_dir: str = setting("", "GLUE-layout task folder (train.tsv, dev.tsv, ...), 'tfds' to "
+                            "read TFDS glue/*, or empty for the embedded demo task "
+                            "(--task=polarity).", stages=_STAGES)
+    tfds_data_dir: str = setting("", "TFDS data_dir for tfds sources (prepared offline).",
+                                 stages=_STAGES)
+    train_file: str = setting("", "Your training data: .csv, .tsv, .jsonl (text tasks), CoNLL "
+                              "or .jsonl (token_classification), SQuAD .json.", stages=_STAGES)
+    validation_file: str = setting("", "Your dev data, same format as --train_file.",
+                                   stages=_STAGES)
+    test_file: str = setting("", "Optional unlabelled test data, same format.", stages=_STAGES)
+    data_format: str = setting("", "Format of the own-data files; empty = from the file "
+                               "extension.", choices=("", "csv", "tsv", "jsonl", "conll"),
+                               stages=_STAGES)
+    text_column: str = setting("text", "Column (or JSON key) of the text.", stages=_STAGES)
+    text_pair_column: str = setting("", "Column of the second text of a pair task (empty: "
+                                    "single sentences).", stages=_STAGES)
+    label_column: str = setting("label", "Column of the label (or regression target).",
+                                stages=_STAGES)
+    tag_column: int = setting(-1, "CoNLL: the column holding the tag (-1 = last).",
+                              stages=_STAGES)
+    labels: tuple[str, ...] = setting([], "Label names in the order to use (default: sorted "
+                                      "names of the training file).", stages=_STAGES)
+    max_seq_len: int = setting(0, "Task sequence length; 0 = the task's default (64 single "
+                               "sentences, 128 pairs, 384 SQuAD).",
+                               check=non_negative("0 = the task's default"), stages=_STAGES)
+    max_query_len: int = setting(64, "SQuAD: question pieces kept.", check=at_least(1),
+                                 stages=_STAGES)
+    doc_stride: int = setting(128, "SQuAD: step between context windows (pieces).",
+                              check=at_least(1), stages=_STAGES)
+    n_best_size: int = setting(20, "SQuAD: candidate spans kept per question.",
+                               check=at_least(1), stages=_STAGES)
+    max_answer_len: int = setting(30, "SQuAD: longest answer in word pieces.",
+                                  check=at_least(1), stages=_STAGES)
 
     @classmethod
     def from_flags(cls, values: Any) -> "TaskConfig":
         """From parsed flags (any object with these attributes, e.g. absl FLAGS)."""
-        out = {}
-        for f in dataclasses.fields(cls):
-            value = getattr(values, f.name)
-            out[f.name] = tuple(value) if isinstance(value, list) else value
-        return cls(**out)
+        return fields.from_flags(cls, values)
 
     def to_record(self) -> dict[str, Any]:
         """The config as JSON with absolute data paths: what a task model records of the
