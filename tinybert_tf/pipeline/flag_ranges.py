@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, Optional, Sequence
 
-from tinybert_tf.pipeline.settings import fields
+from tinybert_tf import fields
 from tinybert_tf.pipeline.settings.configs import PipelineConfig
 from tinybert_tf.pipeline.training import phases as P
 from tinybert_tf.pipeline.training.recipes import GeneralRecipe

@@ -28,6 +28,7 @@ from typing import Any
 
 from absl import flags
 
+from tinybert_tf.fields import define_flags
 from tinybert_tf.pipeline.run.context import STAGES
 from tinybert_tf.pipeline.settings.configs import (
     AugmentConfig,
@@ -43,7 +44,6 @@ from tinybert_tf.pipeline.settings.configs import (
     RunOptions,
     TaskDistillConfig,
 )
-from tinybert_tf.pipeline.settings.fields import define_flags
 from tinybert_tf.pipeline.training.phases import PHASE_KINDS
 from tinybert_tf.tasks.catalog import TaskConfig
 

@@ -11,12 +11,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Optional
 
-from tinybert_tf import files, plugins
+from tinybert_tf import fields, files, plugins
 from tinybert_tf.data import glue
 from tinybert_tf.data.examples import DataError, Examples
 from tinybert_tf.data.sources import AUGMENTED_SPLIT, DataSource, glue_source
-from tinybert_tf.pipeline.settings import fields
-from tinybert_tf.pipeline.settings.fields import at_least, non_negative, setting
+from tinybert_tf.fields import at_least, non_negative, setting
 from tinybert_tf.tasks.base import TaskType
 from tinybert_tf.tasks.sentence import Classification, Regression
 

@@ -18,14 +18,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Optional
 
+from tinybert_tf import fields
 from tinybert_tf.data import holdout
 from tinybert_tf.distill.terms import ALIASES, TERMS
 from tinybert_tf.export.formats import FORMATS
 from tinybert_tf.export.parity import DEFAULT_FORMATS
-from tinybert_tf.pipeline.autosize import DEFAULT_CANDIDATES
-from tinybert_tf.pipeline.run.lock import DEFAULT_STALE_MINUTES
-from tinybert_tf.pipeline.settings import fields, precision
-from tinybert_tf.pipeline.settings.fields import (
+from tinybert_tf.fields import (
     FRACTION,
     at_least,
     flag,
@@ -34,6 +32,9 @@ from tinybert_tf.pipeline.settings.fields import (
     setting,
     within,
 )
+from tinybert_tf.pipeline.autosize import DEFAULT_CANDIDATES
+from tinybert_tf.pipeline.run.lock import DEFAULT_STALE_MINUTES
+from tinybert_tf.pipeline.settings import precision
 from tinybert_tf.pipeline.training.recipes import RECIPES
 from tinybert_tf.pipeline.training.strategy import DEFAULT_PEER_TIMEOUT, STRATEGIES
 from tinybert_tf.tasks.catalog import TaskConfig

@@ -6,8 +6,8 @@ import dataclasses
 import pytest
 from absl import flags
 
-from tinybert_tf.pipeline.settings import fields
-from tinybert_tf.pipeline.settings.fields import at_least, flag, non_negative, setting
+from tinybert_tf import fields
+from tinybert_tf.fields import at_least, flag, non_negative, setting
 
 
 @dataclasses.dataclass(frozen=True)

@@ -9,7 +9,8 @@ the enum `choices`, and the `group` of flags that defines it. From those fields,
 settings a stage's reuse fingerprint holds.
 
 This module knows no other module of the package: stage names are plain strings
-here (`STAGES`), and tasks, configs and flags all build on it.
+here (`STAGES`), and the task config, the pipeline's configs and its flags all
+build on it.
 """
 from __future__ import annotations
 
