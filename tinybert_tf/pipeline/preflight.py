@@ -21,7 +21,6 @@ from tinybert_tf.config import BertConfig, ConfigError, get_config
 from tinybert_tf.data import corpus as corpus_lib
 from tinybert_tf.data import glue_submission
 from tinybert_tf.data.examples import DataError
-from tinybert_tf.data.sources import RowTable
 from tinybert_tf.distill.mapping import layer_map
 from tinybert_tf.distill.projections import expected_shapes
 from tinybert_tf.distill.terms import layer_weights, resolve_names
@@ -33,13 +32,14 @@ from tinybert_tf.pipeline import flag_ranges, stage_io
 from tinybert_tf.pipeline.run.context import Context, rows
 from tinybert_tf.pipeline.run.state import unfinished_stage_output
 from tinybert_tf.pipeline.settings.configs import PipelineConfig
+from tinybert_tf.pipeline.stages import augment as A
 from tinybert_tf.pipeline.stages import finetune_teacher as F
 from tinybert_tf.pipeline.stages import general as G
 from tinybert_tf.pipeline.stages import get_stage, in_order, stage_names, upstream
 from tinybert_tf.pipeline.stages import quantize as Q
 from tinybert_tf.pipeline.training import phases as P
 from tinybert_tf.pipeline.training import task_input
-from tinybert_tf.pipeline.training.recipes import RECIPES, GeneralRecipe, get_recipe
+from tinybert_tf.pipeline.training.recipes import RECIPES, get_recipe
 from tinybert_tf.tasks.catalog import Task
 from tinybert_tf.tokenizer import SPECIAL_TOKENS
 
@@ -492,7 +492,7 @@ def _upstream_errors(checks: _Checks, ctx: Context, stages: Sequence[str]) -> se
                 checks.errors.append(
                     f"--stages={','.join(stages)}: {stage} reads the output of {up}, which "
                     f"is not in {ctx.state.path(up)}; add {up} to --stages (or give "
-                    + _explicit_flag(up) + ").")
+                    + (get_stage(up).replaced_by or up) + ").")
                 failed.add(stage)
                 continue
             missing = checks.run(lambda: stage_io.missing_output(ctx, up))
@@ -502,7 +502,7 @@ def _upstream_errors(checks: _Checks, ctx: Context, stages: Sequence[str]) -> se
                     f"{missing}: missing, although the {up} stage is marked done "
                     f"({ctx.state.path(up, 'stage_done.json')}); redo it: add {up} to "
                     f"--stages, or run --stages={up} --overwrite first (or give "
-                    + _explicit_flag(up) + ").")
+                    + (get_stage(up).replaced_by or up) + ").")
             elif reason:
                 checks.errors.append(
                     f"--stages={','.join(stages)}: {stage} reads the output of {up}, which "
@@ -510,11 +510,6 @@ def _upstream_errors(checks: _Checks, ctx: Context, stages: Sequence[str]) -> se
             if missing or reason:
                 failed.add(stage)
     return failed
-
-
-def _explicit_flag(stage: str) -> str:
-    """What gives `stage`'s output instead of running it (its `replaced_by`)."""
-    return get_stage(stage).replaced_by or stage
 
 
 def _describe(info: ModelInfo) -> dict[str, Any]:
@@ -562,21 +557,6 @@ def _check_augment(checks: _Checks, ctx: Context, vocab_model: Optional[ModelInf
         checks.errors.append(f"--word_vectors={a.word_vectors}: file not found.")
 
 
-def recipe_saves_projections(recipe: GeneralRecipe, config: PipelineConfig,
-                             student: BertConfig, teacher: BertConfig) -> bool:
-    """Whether the general stage of `recipe` trains (and so saves) W_e/W_h (False when
-    its terms cannot be planned: that error is reported with the terms' own check)."""
-    if not recipe.trains:
-        return False
-    try:
-        terms = recipe.terms(config)
-        for term in terms:
-            term.plan(student, teacher)
-    except ValueError:
-        return False
-    return any(t.needs_projections for t in terms)
-
-
 def _saved_projections(ctx: Context, needs: set, student: Optional[BertConfig],
                        teacher: Optional[ModelInfo]) -> Optional[dict]:
     """The projection shapes the task stage's general model has (or will have, when the
@@ -587,7 +567,7 @@ def _saved_projections(ctx: Context, needs: set, student: Optional[BertConfig],
     if not m.general_given and "general" in needs:
         recipe = RECIPES.get(ctx.config.general.recipe)
         if student is None or teacher is None or recipe is None \
-                or not recipe_saves_projections(recipe, ctx.config, student, teacher.config):
+                or not G.recipe_saves_projections(recipe, ctx.config, student, teacher.config):
             return None
         return expected_shapes(student.hidden_size, teacher.config.hidden_size,
                                student.num_layers, ctx.config.loss.share_hidden_projection)
@@ -597,20 +577,11 @@ def _saved_projections(ctx: Context, needs: set, student: Optional[BertConfig],
         return None  # the model's own check reports it
 
 
-def augmented_rows_per_example(ctx: Context, table: Optional[RowTable] = None) -> int:
-    """At most how many rows augmentation writes per training example: the example, then
-    N_a variants of each text field it varies, one field at a time (1 + 2 N_a for a
-    pair; 1 + 3 N_a for SQuAD: the question, the context before and after the answer).
-    `table`: the source's augmentation table when read (else a pair counts two fields)."""
-    fields = len(table.text_columns) if table is not None else (2 if ctx.task.is_pair else 1)
-    return 1 + ctx.config.augment.num_aug * max(1, fields)
-
-
 def _layer_cache_plan(checks: _Checks, ctx: Context, spec: P.PhaseSpec, train, aug,
                       task_models: tuple[BertConfig, BertConfig], per_example: int) -> None:
     """The teacher-layer cache's decision in the plan of a phase whose terms it can
     hold (pipeline/training/layer_cache.py); rows not augmented yet count `per_example` rows
-    (`augmented_rows_per_example`) per example."""
+    (`augment.rows_per_example`) per example."""
     known = aug if spec.augmented else train
     scale = float(per_example) if spec.augmented and aug is None else 1.0
     cache = checks.run(lambda: task_input.layer_cache_plan(
@@ -646,8 +617,8 @@ def _phases(checks: _Checks, ctx: Context, needs: set, count_corpus: bool,
             specs.extend(_task_phases(checks, ctx, train, dev, n_train, table, task_models,
                                       saved_projections))
         if "quantize" in needs and n_train is not None:
-            specs.append(checks.run(lambda: _quantize_phase(
-                ctx, n_train, augmented_rows_per_example(ctx, table))))
+            specs.append(checks.run(lambda: Q.planned_phase(
+                ctx, n_train, A.rows_per_example(ctx, table))))
     return [d for d in (_checked(checks, spec) for spec in specs if spec is not None) if d]
 
 
@@ -681,7 +652,7 @@ def _task_phases(checks: _Checks, ctx: Context, train, dev, n_train: int, table,
         # Not augmented yet: at most `per_example` rows per example. Sizes (and
         # the batch checks) use that bound, not the count before augmentation.
         size = checks.run(lambda: rows(ctx, aug)) if aug is not None else None
-    per_example = augmented_rows_per_example(ctx, table)
+    per_example = A.rows_per_example(ctx, table)
     bound = n_train * per_example
     note = ("" if size is not None else "the augmented set is not written yet: sizes "
             f"and steps assume at most {bound} rows (the {n_train} original rows "
@@ -717,23 +688,6 @@ def _checked(checks: _Checks, spec: P.PhaseSpec) -> Optional[dict[str, Any]]:
             f"--grad_accum_steps={spec.accumulation} leaves micro-batches below 1 row; "
             "raise the batch or lower --grad_accum_steps.")
     return spec.describe()
-
-
-def _quantize_phase(ctx: Context, n_train: int, per_example: int) -> P.PhaseSpec:
-    """The quantize stage's phase: on the augmented rows when they are written (else
-    sized, as the task phases, on their bound: `per_example` rows per original row,
-    noted)."""
-    if not P.reads_augmented(ctx.config):
-        return Q.quantize_phase(ctx, n_train)
-    if (ctx.state.is_done("augment") or ctx.config.distill.augmented_file) \
-            and files.exists(ctx.augmented_path()):
-        return Q.quantize_phase(ctx, rows(ctx, ctx.examples("train_aug")))
-    bound = n_train * per_example
-    spec = Q.quantize_phase(ctx, bound)
-    spec.note += (f"; the augmented set is not written yet: epochs assume at most {bound} "
-                  f"rows (the {n_train} original rows with up to {per_example - 1} "
-                  "variants each)")
-    return spec
 
 
 def _existing_parent(path: str) -> str:

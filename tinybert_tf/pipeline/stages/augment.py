@@ -2,10 +2,11 @@
 (skipped with --nouse_augmented, --augmented_file, or task phases that read none)."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 from tinybert_tf.augment.augmenter import augment_source
 from tinybert_tf.data import corpus as corpus_lib
+from tinybert_tf.data.sources import RowTable
 from tinybert_tf.models.checkpoint import inspect_model
 from tinybert_tf.pipeline.run.context import Context
 from tinybert_tf.pipeline.settings.configs import PipelineConfig
@@ -34,6 +35,15 @@ def augment(ctx: Context) -> dict[str, Any]:
     return dict(stats)
 
 
+
+
+def rows_per_example(ctx: Context, table: Optional[RowTable] = None) -> int:
+    """At most how many rows augmentation writes per training example: the example, then
+    N_a variants of each text field it varies, one field at a time (1 + 2 N_a for a
+    pair; 1 + 3 N_a for SQuAD: the question, the context before and after the answer).
+    `table`: the source's augmentation table when read (else a pair counts two fields)."""
+    fields = len(table.text_columns) if table is not None else (2 if ctx.task.is_pair else 1)
+    return 1 + ctx.config.augment.num_aug * max(1, fields)
 
 def reads(ctx: Context) -> dict[str, Any]:
     m, a = ctx.config.models, ctx.config.augment

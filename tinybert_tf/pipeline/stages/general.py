@@ -18,6 +18,7 @@ from typing import Any, Optional
 
 import tensorflow as tf
 
+from tinybert_tf.config import BertConfig
 from tinybert_tf.data import corpus as corpus_lib
 from tinybert_tf.data import holdout as holdout_lib
 from tinybert_tf.distill.distilbert import (
@@ -224,6 +225,21 @@ def _pipeline_slice(ds: tf.data.Dataset, input_context: tf.distribute.InputConte
     return ds
 
 
+
+
+def recipe_saves_projections(recipe: GeneralRecipe, config: PipelineConfig,
+                             student: BertConfig, teacher: BertConfig) -> bool:
+    """Whether the general stage of `recipe` trains (and so saves) W_e/W_h (False when
+    its terms cannot be planned: that error is reported with the terms' own check)."""
+    if not recipe.trains:
+        return False
+    try:
+        terms = recipe.terms(config)
+        for term in terms:
+            term.plan(student, teacher)
+    except ValueError:
+        return False
+    return any(t.needs_projections for t in terms)
 
 def reads(ctx: Context) -> dict[str, Any]:
     m, g = ctx.config.models, ctx.config.general

@@ -88,6 +88,24 @@ def quantize_phase(ctx: Context, train_size: int) -> PhaseSpec:
     return spec
 
 
+
+def planned_phase(ctx: Context, n_train: int, per_example: int) -> PhaseSpec:
+    """The phase the plan shows: on the augmented rows when they are written (else
+    sized, as the task phases, on their bound: `per_example` rows per original row,
+    noted)."""
+    if not reads_augmented(ctx.config):
+        return quantize_phase(ctx, n_train)
+    if (ctx.state.is_done("augment") or ctx.config.distill.augmented_file) \
+            and files.exists(ctx.augmented_path()):
+        return quantize_phase(ctx, rows(ctx, ctx.examples("train_aug")))
+    bound = n_train * per_example
+    spec = quantize_phase(ctx, bound)
+    spec.note += (f"; the augmented set is not written yet: epochs assume at most {bound} "
+                  f"rows (the {n_train} original rows with up to {per_example - 1} "
+                  "variants each)")
+    return spec
+
+
 def ranges_only(ctx: Context) -> bool:
     """--quantize_lr=0: the int8 copy keeps the float student's weights; its steps only
     move the activation ranges (module docstring, 2.)."""
