@@ -62,9 +62,10 @@ from tinybert_tf.export.tflite import FLAVOURS  # noqa: E402
 from tinybert_tf.files import read_json, write_json_atomic  # noqa: E402
 from tinybert_tf.models.checkpoint import load_model, load_tokenizer  # noqa: E402
 from tinybert_tf.pipeline.main import parse_argv, run_argv  # noqa: E402
-from tinybert_tf.pipeline.quantize_stage import quantize  # noqa: E402
-from tinybert_tf.pipeline.run.context import STAGES, Context  # noqa: E402
+from tinybert_tf.pipeline.run.context import Context  # noqa: E402
 from tinybert_tf.pipeline.run.state import RunState  # noqa: E402
+from tinybert_tf.pipeline.stages import stage_names  # noqa: E402
+from tinybert_tf.pipeline.stages.quantize import quantize  # noqa: E402
 from tinybert_tf.tasks.catalog import resolve_task  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -154,7 +155,7 @@ def quantize_again(flags: list[str], run_dir: str, seed: int, out: str) -> str:
     state = RunState(out)
     if not state.is_done("quantize"):
         ctx = Context(config, resolve_task(config.task), state, tf.distribute.get_strategy())
-        keras.utils.set_random_seed(seed + STAGES.index("quantize"))
+        keras.utils.set_random_seed(seed + stage_names().index("quantize"))
         info = quantize(ctx)
         state.mark_done("quantize", info, config.stage_settings("quantize"), {})
     return state.path("quantize", "model")
@@ -270,7 +271,7 @@ def main() -> None:
     parity = read_json(os.path.join(run_dir, "export", "parity.json"))
     report = read_json(os.path.join(run_dir, "report.json"))
     done = {s: read_json(os.path.join(run_dir, s, "stage_done.json"), default={})
-            for s in STAGES}
+            for s in stage_names()}
     rows = parity["formats"]
     if "int8" not in rows or "int8_ptq" not in rows:
         raise SystemExit("the run exported no quantised int8 (int8 and int8_ptq rows in "

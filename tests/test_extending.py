@@ -2,6 +2,7 @@
 and each adds a capability without editing the package."""
 from __future__ import annotations
 
+import json
 import os
 import re
 
@@ -23,20 +24,24 @@ def registries():
     from tinybert_tf.data import sources
     from tinybert_tf.distill import terms
     from tinybert_tf.export import formats
+    from tinybert_tf.pipeline.stages import base as stage_base
     from tinybert_tf.pipeline.training import phases, recipes, strategy
     from tinybert_tf.tasks import base, catalog
     tables = [terms.TERMS, base.TASK_TYPES, catalog.TASK_FACTORIES, sources.SOURCES,
-              formats.FORMATS, strategy.BUILDERS, phases.PHASE_KINDS, recipes.RECIPES]
+              formats.FORMATS, strategy.BUILDERS, phases.PHASE_KINDS, recipes.RECIPES,
+              stage_base.STAGE_TABLE]
     saved = [dict(t) for t in tables]
+    order = list(stage_base._ORDER)
     yield
     for table, before in zip(tables, saved):
         table.clear()
         table.update(before)
+    stage_base._ORDER[:] = order
 
 
 def test_every_example_of_the_extending_guide_runs(registries):
     blocks = _blocks()
-    assert len(blocks) == 8, "setup + one example per extension point"
+    assert len(blocks) == 9, "setup + one example per extension point"
     namespace: dict = {"__name__": "extending_doc"}
     for block in blocks:
         exec(compile(block, DOC, "exec"), namespace)  # the blocks assert their own results
@@ -51,6 +56,47 @@ def test_every_example_of_the_extending_guide_runs(registries):
     assert "clscos" in TERMS and "multi_label" in TASK_TYPES and "fasttext" in SOURCES
     assert "fasttext_sentiment" in TASK_FACTORIES and "npz" in FORMATS
     assert "cpu_pair" in BUILDERS and "attention_only" in RECIPES
+    from tinybert_tf.pipeline.stages import STAGE_TABLE
+    assert "layer_sizes" in STAGE_TABLE
+
+
+def test_the_guides_plugin_stage_runs_in_order_is_planned_and_skipped_when_done(
+        registries, tmp_path, tiny_vocab, capsys):
+    """The guide's stage, registered after export: `--stages=all` ends with it, the dry
+    run plans it, it runs on a finished task stage, and a rerun skips it as done."""
+    from tinybert_tf.models.checkpoint import load_model, save_model
+    from tinybert_tf.pipeline import stage_io
+    from tinybert_tf.pipeline.main import parse_argv
+    from tinybert_tf.pipeline.preflight import resolve_stages
+    from tinybert_tf.pipeline.run.context import Context
+    from tinybert_tf.pipeline.run.state import RunState
+    from tinybert_tf.tasks.catalog import resolve_task
+
+    from pipeline_helpers import argv, run, tiny_flags, write_teacher
+    exec(compile(_blocks()[-1], DOC, "exec"), {"__name__": "extending_doc"})
+    teacher = write_teacher(str(tmp_path / "task_teacher"), tiny_vocab, head="classifier")
+    ns = tiny_flags(tmp_path, tiny_vocab, task_teacher=teacher, general_model="none",
+                    use_augmented=False, stages=["layer_sizes"])
+    config = parse_argv(["bin/distill", *argv(ns)])
+    assert resolve_stages(["all"], config)[-2:] == ["export", "layer_sizes"]
+    # A finished task stage (its model: the teacher's copy), without training one.
+    state = RunState(config.run.output_dir)
+    ctx = Context(config, resolve_task(config.task), state, None)
+    state.write_config(config.results())
+    save_model(load_model(teacher), state.work_path("task", "model"))
+    state.mark_done("task", {}, config.stage_settings("task"),
+                    stage_io.upstream_fingerprints(ctx, "task"), stage_io.reads_of(ctx, "task"),
+                    stage_io.outputs_of(ctx, "task"))
+
+    plan = run(type(ns)(**{**vars(ns), "dry_run": True}))
+    assert plan["stages"] == ["layer_sizes"]
+    capsys.readouterr()
+    results = run(ns)
+    sizes = json.load(open(tmp_path / "out" / "layer_sizes" / "params.json"))
+    assert results["layer_sizes"]["parameters"] == sum(sizes.values()) > 0
+    assert "parameters per layer" in capsys.readouterr().out
+    run(ns)
+    assert "== layer_sizes: done already, skipped" in capsys.readouterr().out
 
 
 def test_a_plugin_term_is_accepted_by_bin_distill_flags(registries, tmp_path, monkeypatch):
@@ -132,7 +178,7 @@ def test_a_plugin_that_calls_sys_exit_on_import_is_one_error_not_a_silent_exit(
 
 def test_a_duplicate_registration_of_an_object_is_one_short_line(registries, tmp_path,
                                                                   monkeypatch):
-    """An instance (an export format, a stage's I/O) is named by its type and the line
+    """An instance (an export format, a stage) is named by its type and the line
     that registered it, not by its repr of hundreds of characters."""
     from tinybert_tf.pipeline.main import parse_argv
     from tinybert_tf.plugins import PluginError
@@ -149,11 +195,11 @@ def test_a_duplicate_registration_of_an_object_is_one_short_line(registries, tmp
         "tinybert_tf.export.formats.ExportFormat); registering another ExportFormat at "
         f"{tmp_path / 'format_again.py'}, line 2 would replace it silently. Choose another "
         "name, or say it replaces the existing one (replace=True).")
-    from tinybert_tf.pipeline import stage_io
+    from tinybert_tf.pipeline.stages import Stage, register_stage
     with pytest.raises(PluginError) as err:
-        stage_io.register_stage_io("export", stage_io.StageIO())
+        register_stage(Stage("export", lambda ctx: {}))
     assert "<function" not in str(err.value) and len(str(err.value)) < 300 + len(__file__)
-    assert "stage I/O declaration 'export' is already registered" in str(err.value)
+    assert "stage 'export' is already registered" in str(err.value)
     assert f"{__file__}, line" in str(err.value) and "replace=True" in str(err.value)
 
 

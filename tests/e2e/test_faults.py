@@ -614,7 +614,7 @@ def test_every_diverging_phase_is_told_its_own_learning_rate_flag(tmp_path):
     import types
 
     from tinybert_tf.pipeline.main import parse_argv
-    from tinybert_tf.pipeline.stages import divergence_hint
+    from tinybert_tf.pipeline.stages.common import divergence_hint
     config = parse_argv(["bin/distill", f"--output_dir={tmp_path}", "--teacher_lr=3e-05",
                          "--quantize_lr=2e-05", "--pkd_lr=1e-05", "--finetune_lr=4e-05",
                          "--general_lr=1e-04", "--intermediate_lr=5e-05", "--pred_lr=6e-05",

@@ -26,7 +26,7 @@ from tinybert_tf.models.quantization import (
     QuantizationError,
     calibrate,
 )
-from tinybert_tf.pipeline.quantize_stage import identity_projections
+from tinybert_tf.pipeline.stages.quantize import identity_projections
 from tinybert_tf.tasks import Regression, SpanQA, task_type_of
 from tinybert_tf.tasks.token import TokenClassification
 from tinybert_tf.tokenizer import pack_texts
@@ -282,7 +282,7 @@ def _labels(head: str, inputs: dict, rng) -> np.ndarray:
 
 @pytest.mark.parametrize("head", sorted(QUANTIZE_TASKS))
 def test_the_quantize_stage_distils_every_task_type_into_its_int8_copy(head, tiny_vocab):
-    """The stage's Distiller (quantize_stage: pred, attn and hidn against the float
+    """The stage's Distiller (stages/quantize.py: pred, attn and hidn against the float
     student, identity projections kept fixed) on each task head: the layer terms are 0
     for the float copy itself, the int8 copy's losses are finite and its gradients
     pass the fake quantisation to every weight the loss reaches, all finite."""

@@ -266,10 +266,10 @@ def test_every_shipped_config_passes_its_own_dry_run(name, stand_ins, monkeypatc
     the command line (configs/paper/'s cells) gets SST-2 and the stand-ins. The corpus
     stand-in holds CORPUS_SEQUENCES sequences by decree: counting a corpus that size (or
     the installed Wikipedia sample) takes some 20 s per config."""
-    from tinybert_tf.pipeline import stages
     from tinybert_tf.pipeline.main import main
+    from tinybert_tf.pipeline.stages import general
 
-    monkeypatch.setattr(stages, "corpus_sequences", lambda ctx: CORPUS_SEQUENCES)
+    monkeypatch.setattr(general, "corpus_sequences", lambda ctx: CORPUS_SEQUENCES)
     values = parse(name, monkeypatch)
     task = values.task.lower() if values["task"].present else "sst-2"
     argv = ["bin/distill", f"--flagfile={os.path.join(REPO, 'configs', name)}",

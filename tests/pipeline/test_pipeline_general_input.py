@@ -11,9 +11,10 @@ import tensorflow as tf
 
 from tinybert_tf.data import corpus, pretokenize
 from tinybert_tf.models.checkpoint import load_tokenizer
-from tinybert_tf.pipeline import stages
 from tinybert_tf.pipeline.main import parse_argv
+from tinybert_tf.pipeline.run.context import Context
 from tinybert_tf.pipeline.run.state import RunState
+from tinybert_tf.pipeline.stages import general
 from tinybert_tf.tasks.catalog import resolve_task
 
 from pipeline_helpers import argv, tiny_flags, write_corpus
@@ -21,9 +22,9 @@ from pipeline_helpers import argv, tiny_flags, write_corpus
 L, B = 32, 4
 
 
-def _context(ns) -> stages.Context:
+def _context(ns) -> Context:
     config = parse_argv(["bin/distill", *argv(ns)])
-    return stages.Context(config, resolve_task(config.task), RunState(ns.output_dir),
+    return Context(config, resolve_task(config.task), RunState(ns.output_dir),
                           tf.distribute.get_strategy())
 
 
@@ -39,7 +40,7 @@ def test_one_replica_reads_the_batches_of_the_plain_dataset(tmp_path, tiny_vocab
     plain = corpus.general_dataset(ns.corpus, tok, max_seq_len=L, batch_size=B,
                                    seed=ns.seed + 1, pack="pair")
     expect = _ids(plain.skip(2).take(3))
-    got = _ids(stages.general_input(ctx, tok, epoch=1, offset=2, steps=3))
+    got = _ids(general.general_input(ctx, tok, epoch=1, offset=2, steps=3))
     assert len(got) == 3
     for a, b in zip(expect, got):
         np.testing.assert_array_equal(a, b)
@@ -51,7 +52,7 @@ def test_exact_sharding_gives_each_pipeline_its_slice_of_every_global_batch():
     for index in range(2):
         context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=index,
                                              num_replicas_in_sync=4)
-        ds = stages._pipeline_slice(rows, context, global_batch=8, per_replica=2)
+        ds = general._pipeline_slice(rows, context, global_batch=8, per_replica=2)
         parts.append([b["x"][:, 0].numpy().tolist() for b in ds])
     # Global batch g = rows 8g..8g+7: pipeline 0 holds the first half as two
     # per-replica batches, pipeline 1 the second half.
@@ -75,13 +76,13 @@ def test_file_sharding_sizes_the_epoch_on_the_smallest_worker_share(tmp_path, ti
                     general_max_seq_len=L)
     ctx = _context(ns)
     counts = corpus.pipeline_sequence_counts(shards, 2)
-    monkeypatch.setattr(stages, "num_workers", lambda strategy: 2)
-    assert stages.general_sharding(ctx) == "file"
-    spec = stages.general_phase(ctx, count=sum(counts))
+    monkeypatch.setattr(general, "num_workers", lambda strategy: 2)
+    assert general.general_sharding(ctx) == "file"
+    spec = general.general_phase(ctx, count=sum(counts))
     assert spec.examples == 2 * min(counts) and "file sharding over 2 workers" in spec.note
     assert spec.steps_per_epoch == min(counts) // (B // 2)
     ns.input_sharding = "exact"
-    assert stages.general_sharding(_context(ns)) == "exact"
+    assert general.general_sharding(_context(ns)) == "exact"
 
 
 class _TwoWorkers:
@@ -98,11 +99,11 @@ def test_file_sharded_workers_read_disjoint_shards_for_the_same_steps(tmp_path, 
     ns = tiny_flags(tmp_path, tiny_vocab, corpus=shards, general_batch_size=B,
                     general_max_seq_len=L)
     ctx = _context(ns)
-    monkeypatch.setattr(stages, "num_workers", lambda strategy: 2)
+    monkeypatch.setattr(general, "num_workers", lambda strategy: 2)
     ctx.strategy = _TwoWorkers()
     tok = load_tokenizer(ns.teacher, L)
-    steps = stages.general_phase(ctx, count=1).steps_per_epoch
+    steps = general.general_phase(ctx, count=1).steps_per_epoch
     per_worker = [[tuple(row) for b in ds for row in b["input_word_ids"].numpy()]
-                  for ds in stages.general_input(ctx, tok, epoch=0, offset=0, steps=steps)]
+                  for ds in general.general_input(ctx, tok, epoch=0, offset=0, steps=steps)]
     assert [len(rows) for rows in per_worker] == [steps * B // 2] * 2
     assert not set(per_worker[0]) & set(per_worker[1])  # each reads only its own files

@@ -15,10 +15,11 @@ from tinybert_tf.config import BertConfig
 from tinybert_tf.models import BertModel
 from tinybert_tf.models.checkpoint import load_model, save_model
 from tinybert_tf.models.hf_io import export_hf
-from tinybert_tf.pipeline import stages
 from tinybert_tf.pipeline.main import main, parse_argv, run_argv
 from tinybert_tf.pipeline.preflight import PreflightError, resolve_stages
-from tinybert_tf.pipeline.run import context
+from tinybert_tf.pipeline.run.context import Context
+from tinybert_tf.pipeline.stages import common, finetune_teacher, general, stage_names
+from tinybert_tf.pipeline.training.phases import plan_phase, task_phase_specs
 
 from numerics import NOISE, decided
 from pipeline_helpers import REPO, argv, load_weights, read_json, run, tiny_flags
@@ -132,17 +133,17 @@ def _phases(config_name, monkeypatch, replicas):
     runs = resolve_stages(config.run.stages, config)
     out = {}
     if "general" in runs:
-        out["general"] = stages._phase(ctx, "general", "distill", "corpus", 10**9, g.batch_size,
-                                       "--general_batch_size", g.epochs, g.max_steps, g.lr,
-                                       "linear", g.warmup, [])
+        out["general"] = plan_phase(ctx, "general", "distill", "corpus", 10**9, g.batch_size,
+                                    "--general_batch_size", g.epochs, g.max_steps, g.lr,
+                                    "linear", g.warmup, [])
     if "finetune_teacher" in runs:
-        out["finetune"] = stages._phase(ctx, "finetune_teacher", "train", "train", 10**6,
-                                        f.batch_size, "--teacher_batch_size", f.epochs, 0, f.lr,
-                                        "linear", o.warmup_proportion, [])
+        out["finetune"] = plan_phase(ctx, "finetune_teacher", "train", "train", 10**6,
+                                     f.batch_size, "--teacher_batch_size", f.epochs, 0, f.lr,
+                                     "linear", o.warmup_proportion, [])
     if "task" in runs:
-        out["task"] = stages._phase(ctx, "task", "prediction", "train", 10**6, d.batch_size,
-                                    "--task_batch_size", d.pred_epochs, 0, d.pred_lr, "linear",
-                                    o.warmup_proportion, [])
+        out["task"] = plan_phase(ctx, "task", "prediction", "train", 10**6, d.batch_size,
+                                 "--task_batch_size", d.pred_epochs, 0, d.pred_lr, "linear",
+                                 o.warmup_proportion, [])
     assert out, config_name
     return out
 
@@ -178,7 +179,7 @@ def test_distilbert_recipe_packs_single_segments_and_masks(tmp_path, tiny_vocab,
     teacher = str(tmp_path / "mlm_teacher")
     save_model(BertModel(_config(tiny_vocab), vocab=tiny_vocab, head="mlm"), teacher)
     seen = {}
-    real = stages.corpus_lib.general_dataset
+    real = general.corpus_lib.general_dataset
 
     def spy(*args, **kwargs):
         seen.update(kwargs)
@@ -186,7 +187,7 @@ def test_distilbert_recipe_packs_single_segments_and_masks(tmp_path, tiny_vocab,
         seen["type_ids"] = next(iter(ds))["input_type_ids"].numpy()
         return ds
 
-    monkeypatch.setattr(stages.corpus_lib, "general_dataset", spy)
+    monkeypatch.setattr(general.corpus_lib, "general_dataset", spy)
     ns = tiny_flags(tmp_path, tiny_vocab, stages=["general"], recipe="distilbert",
                     teacher=teacher, student_config=_student_json(tmp_path, tiny_vocab),
                     general_max_steps=2)
@@ -204,7 +205,7 @@ def _student_json(tmp_path, vocab) -> str:
 def test_overwriting_a_stage_redoes_every_stage_made_from_it(sst2_run, tmp_path):
     ns = sst2_run.copy(tmp_path / "out")  # every stage finished
     out = ns.output_dir
-    ran = [s for s in context.STAGES if s != "quantize"]  # no int8 export, no quantize
+    ran = [s for s in stage_names() if s != "quantize"]  # no int8 export, no quantize
     before = {s: read_json(os.path.join(out, s, "stage_done.json"))["fingerprint"]
               for s in ran}
     old_student = load_weights(os.path.join(out, "task", "model"))
@@ -242,16 +243,16 @@ def test_teacher_fine_tuning_clips_and_prediction_phase_mixes_hard_labels(tmp_pa
     config = parse_argv(["bin/distill", *argv(ns)])
     from tinybert_tf.pipeline.run.state import RunState
     from tinybert_tf.tasks import resolve_task
-    ctx = stages.Context(config, resolve_task(config.task), RunState(ns.output_dir),
+    ctx = Context(config, resolve_task(config.task), RunState(ns.output_dir),
                          __import__("tensorflow").distribute.get_strategy())
     teacher = load_model(ns.teacher, **ctx.task.type.head_kwargs())
-    tuned = stages._distiller(ctx, teacher, None, stages.finetune_phase(ctx, 8))
+    tuned = common.make_distiller(ctx, teacher, None, finetune_teacher.finetune_phase(ctx, 8))
     assert tuned.clip_norm == 1.0 and tuned.loss_terms == ("hard",)
-    (spec,) = stages.task_phase_specs(ctx, {True: 8, False: 8})[1:]
+    (spec,) = task_phase_specs(ctx, {True: 8, False: 8})[1:]
     assert spec.name == "prediction"
     assert [(t.name, t.weight) for t in spec.terms] == [("pred", 1.0), ("hard", 0.5)]
     student = BertModel(_config(tiny_vocab), vocab=tiny_vocab, **ctx.task.type.head_kwargs())
-    d = stages._distiller(ctx, student, teacher, spec)
+    d = common.make_distiller(ctx, student, teacher, spec)
     x = {"input_word_ids": np.array([[7, 30, 31, 8], [7, 32, 8, 0]], np.int32),
          "input_mask": np.array([[1, 1, 1, 1], [1, 1, 1, 0]], np.int32),
          "input_type_ids": np.zeros((2, 4), np.int32)}
@@ -276,7 +277,7 @@ def test_dry_run_prints_the_plan_and_reads_no_weights(tmp_path, tiny_vocab, monk
     assert main(["bin/distill", *argv(ns)]) == 0
     plan = json.loads(capsys.readouterr().out)
     # tiny_flags export no int8, so `all` leaves the quantize stage out.
-    assert plan["stages"] == [s for s in context.STAGES if s != "quantize"]
+    assert plan["stages"] == [s for s in stage_names() if s != "quantize"]
     phases = {(p["stage"], p["phase"]) for p in plan["phases"]}
     assert phases == {("general", "distill"), ("finetune_teacher", "train"),
                       ("task", "intermediate"), ("task", "prediction")}

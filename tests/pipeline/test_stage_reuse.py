@@ -16,8 +16,9 @@ from tinybert_tf.models.checkpoint import load_model, save_model
 from tinybert_tf.pipeline import stage_io
 from tinybert_tf.pipeline.main import parse_argv
 from tinybert_tf.pipeline.preflight import PreflightError
-from tinybert_tf.pipeline.run.state import RunState
-from tinybert_tf.pipeline.stages import Context
+from tinybert_tf.pipeline.run.context import Context
+from tinybert_tf.pipeline.run.state import OutputDirError, RunState
+from tinybert_tf.pipeline.stages import stage_names
 from tinybert_tf.tasks.catalog import resolve_task
 
 from augment_helpers import tiny_vectors
@@ -54,7 +55,7 @@ def _finished_task_stage(ns, teacher_dir: str) -> Context:
     save_model(load_model(teacher_dir), state.work_path("task", "model"))
     state.mark_done("task", {}, ctx.config.stage_settings("task"),
                     stage_io.upstream_fingerprints(ctx, "task"), stage_io.reads_of(ctx, "task"),
-                    stage_io.io_of("task").outputs(ctx))
+                    stage_io.outputs_of(ctx, "task"))
     return ctx
 
 
@@ -179,3 +180,31 @@ def test_a_hand_deleted_serving_version_redoes_the_export_saying_why(base, tmp_p
     capsys.readouterr()
     run(ns)
     assert "== export: done already, skipped" in capsys.readouterr().out
+
+
+def test_a_flag_only_a_stage_that_never_ran_reads_does_not_refuse_the_folder(base, tmp_path,
+                                                                            capsys):
+    """run_config.json written by a run of augment alone: a later run changing only
+    --teacher_lr (read by finetune_teacher, which never ran there) is not refused; one
+    changing augment's --num_aug is."""
+    ns = _with(base, output_dir=str(tmp_path / "out"), stages=["augment"], num_aug=2)
+    run(ns)
+    capsys.readouterr()
+    run(_with(ns, teacher_lr=0.5))
+    assert "== augment: done already, skipped" in capsys.readouterr().out
+    with pytest.raises(OutputDirError, match=r"different config \(--num_aug: 2 there, 3 now"):
+        run(_with(ns, num_aug=3))
+
+
+def test_the_config_guard_weighs_only_the_settings_of_the_stages_that_ran(base, tmp_path):
+    """A folder where only finetune_teacher ran takes another --num_aug (augment's), but
+    not another --teacher_lr (finetune_teacher's)."""
+    config = parse_argv(["bin/distill", *argv(_with(base, output_dir=str(tmp_path)))])
+    state = RunState(str(tmp_path))
+    state.write_config(config.results())
+    state.mark_done("finetune_teacher", {}, config.stage_settings("finetune_teacher"), {})
+    stage_flags = {s: list(config.stage_settings(s)) for s in stage_names()}
+    changed = {**config.results(), "num_aug": config.augment.num_aug + 1}
+    state.check_config(changed, False, stage_flags)
+    with pytest.raises(OutputDirError, match="--teacher_lr"):
+        state.check_config({**config.results(), "teacher_lr": 0.5}, False, stage_flags)

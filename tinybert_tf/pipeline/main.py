@@ -40,20 +40,16 @@ from tinybert_tf.data.examples import DataError
 from tinybert_tf.models.checkpoint import CheckpointError
 from tinybert_tf.pipeline import autosize, preflight, stage_io
 from tinybert_tf.pipeline import flags as tb_flags
-from tinybert_tf.pipeline.quantize_stage import quantize
-from tinybert_tf.pipeline.run.context import CHIEF_ONLY_STAGES, STAGES, Context
+from tinybert_tf.pipeline.run.context import Context
 from tinybert_tf.pipeline.run.lock import FileLock, LockError, read_holder
 from tinybert_tf.pipeline.run.state import LOCK_FILE, OutputDirError, RunState
 from tinybert_tf.pipeline.settings.configs import PipelineConfig
-from tinybert_tf.pipeline.stages import STAGE_FUNCTIONS
+from tinybert_tf.pipeline.stages import get_stage, settings_of, stage_names
 from tinybert_tf.pipeline.summary import artefacts_table
 from tinybert_tf.pipeline.training.strategy import make_strategy
 from tinybert_tf.tasks.catalog import resolve_task
 
 log = logging.getLogger("tinybert_tf")
-
-# What runs each stage (stages.py; the quantize stage builds on it).
-STAGE_RUNNERS = {**STAGE_FUNCTIONS, "quantize": quantize}
 
 # Errors that reach the user as one line naming the flag or file (exit code 2).
 USER_ERRORS = (ValueError, FileNotFoundError, ConfigError, DataError, CheckpointError)
@@ -129,7 +125,7 @@ def run(config: PipelineConfig) -> dict[str, Any]:
     ctx = Context(config, task, state, strategy)
     lock = state.lock(r.lock_stale_minutes)
     in_use = _in_use(lock) if ctx.chief else None
-    stage_flags = {s: list(config.stage_settings(s)) for s in STAGES}
+    stage_flags = {s: list(settings_of(s, config)) for s in stage_names()}
     try:
         state.check_config(config.results(), r.overwrite, stage_flags)
         config_error = None
@@ -193,10 +189,12 @@ def _run_stages(ctx: Context, stages: Sequence[str],
     for stage in stages:
         if lock is not None:
             lock.check()
-        settings = config.stage_settings(stage)
-        if not ctx.chief and stage in CHIEF_ONLY_STAGES:
-            # Not collective: the chief alone runs it; workers need only augment's file.
-            if stage == "augment":
+        definition = get_stage(stage)
+        settings = settings_of(stage, config)
+        if not ctx.chief and definition.chief_only:
+            # Not collective: the chief alone runs it; workers wait only for the output
+            # their later stages read.
+            if definition.workers_wait:
                 _wait_for_chief(state, stage, config.run.lock_stale_minutes * 60)
             continue
         if state.is_done(stage):
@@ -211,15 +209,15 @@ def _run_stages(ctx: Context, stages: Sequence[str],
         reads = stage_io.reads_of(ctx, stage)
         # Seed per stage: a stage's initialisation and dropout do not depend on
         # what ran before it in this process (resume and stage-by-stage runs match).
-        keras.utils.set_random_seed(config.numerics.seed + STAGES.index(stage))
+        keras.utils.set_random_seed(config.numerics.seed + stage_names().index(stage))
         start = time.time()
-        info = STAGE_RUNNERS[stage](ctx) or {}
+        info = definition.run(ctx) or {}
         info["seconds"] = round(time.time() - start, 1)
         if ctx.chief:
             if lock is not None:
                 lock.check()
             state.mark_done(stage, info, settings, stage_io.upstream_fingerprints(ctx, stage),
-                            reads, stage_io.io_of(stage).outputs(ctx))
+                            reads, stage_io.outputs_of(ctx, stage))
         results[stage] = info
         print(f"== {stage}: finished in {info['seconds']:.0f}s", flush=True)
     if ctx.chief:

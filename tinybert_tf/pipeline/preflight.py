@@ -18,9 +18,9 @@ from typing import Any, Callable, Optional, Sequence
 
 from tinybert_tf import files
 from tinybert_tf.config import BertConfig, ConfigError, get_config
+from tinybert_tf.data import corpus as corpus_lib
 from tinybert_tf.data import glue_submission
 from tinybert_tf.data.examples import DataError
-from tinybert_tf.data.sources import RowTable
 from tinybert_tf.distill.mapping import layer_map
 from tinybert_tf.distill.projections import expected_shapes
 from tinybert_tf.distill.terms import layer_weights, resolve_names
@@ -29,14 +29,17 @@ from tinybert_tf.models.checkpoint import CheckpointError, ModelInfo, inspect_mo
 from tinybert_tf.models.heads import HEADS
 from tinybert_tf.models.labels import label_order, output_names
 from tinybert_tf.pipeline import flag_ranges, stage_io
-from tinybert_tf.pipeline import quantize_stage as Q
-from tinybert_tf.pipeline import stages as S
-from tinybert_tf.pipeline.run.context import STAGES, upstream
+from tinybert_tf.pipeline.run.context import Context, rows
 from tinybert_tf.pipeline.run.state import unfinished_stage_output
 from tinybert_tf.pipeline.settings.configs import PipelineConfig
+from tinybert_tf.pipeline.stages import augment as A
+from tinybert_tf.pipeline.stages import finetune_teacher as F
+from tinybert_tf.pipeline.stages import general as G
+from tinybert_tf.pipeline.stages import get_stage, in_order, stage_names, upstream
+from tinybert_tf.pipeline.stages import quantize as Q
 from tinybert_tf.pipeline.training import phases as P
 from tinybert_tf.pipeline.training import task_input
-from tinybert_tf.pipeline.training.recipes import RECIPES, GeneralRecipe, get_recipe
+from tinybert_tf.pipeline.training.recipes import RECIPES, get_recipe
 from tinybert_tf.tasks.catalog import Task
 from tinybert_tf.tokenizer import SPECIAL_TOKENS
 
@@ -56,31 +59,24 @@ class PreflightError(ValueError):
 
 
 def resolve_stages(requested: Sequence[str], config: PipelineConfig) -> list[str]:
-    """`--stages` -> the ordered list to run. `all` drops the stages an ablation skips:
-    general with --general_model or --student_init=random, finetune_teacher with
-    --task_teacher, augment with --nouse_augmented, --augmented_file or task phases that
-    read none, quantize with --noquantize or without int8 in --export_formats."""
+    """`--stages` -> the ordered list to run. `all` drops the stages an ablation skips
+    (each stage's `skipped`: general with --general_model or --student_init=random,
+    finetune_teacher with --task_teacher, augment with --nouse_augmented,
+    --augmented_file or task phases that read none, quantize with --noquantize or
+    without int8 in --export_formats)."""
     names = [s.strip() for s in requested if s.strip()]
+    known = stage_names()
     if names == ["all"]:
-        m = config.models
-        skip = {"general": m.general_given, "finetune_teacher": bool(m.task_teacher),
-                "augment": not P.reads_augmented(config)
-                or bool(config.distill.augmented_file),
-                "quantize": not S.has_quantize_stage(config)}
-        return [s for s in STAGES if not skip.get(s)]
-    unknown = [s for s in names if s not in STAGES]
+        return [s for s in known if not get_stage(s).skipped(config)]
+    unknown = [s for s in names if s not in known]
     if unknown or not names:
         raise PreflightError([f"--stages: unknown stage(s) {unknown}; use a comma list of "
-                              f"{', '.join(STAGES)} or 'all'."])
-    if "quantize" in names and not S.has_quantize_stage(config):
-        raise PreflightError([
-            f"--stages={','.join(names)}: the quantize stage makes the int8 export's "
-            "student, and this run has "
-            + ("--noquantize" if not config.quantize.enabled else
-               f"no int8 in --export_formats={','.join(config.export.formats)}")
-            + "; drop quantize from --stages, or give --quantize with int8 in "
-            "--export_formats."])
-    return [s for s in STAGES if s in names]
+                              f"{', '.join(known)} or 'all'."])
+    for name in in_order(names):
+        refusal = get_stage(name).refusal(config)
+        if refusal:
+            raise PreflightError([f"--stages={','.join(names)}: {refusal}"])
+    return in_order(names)
 
 
 def task_head_errors(info: ModelInfo, task: Task, flag: str) -> list[str]:
@@ -156,14 +152,80 @@ def _model(checks: _Checks, path: str, flag: str) -> Optional[ModelInfo]:
     return info
 
 
-def check(ctx: S.Context, stages: Sequence[str], count_corpus: bool = False
+@dataclasses.dataclass
+class _Models:
+    """The models a run reads, inspected without their weights (None: not read, or
+    failed its check)."""
+
+    teacher: Optional[ModelInfo] = None
+    task_teacher: Optional[ModelInfo] = None
+    general_model: Optional[ModelInfo] = None
+    # --student_config (when the general stage or a random student needs it).
+    student_cfg: Optional[BertConfig] = None
+    # The task stage's student: --general_model=none, a given or finished general
+    # model, or (general runs first) --student_config.
+    task_student: Optional[BertConfig] = None
+
+    @property
+    def vocab_model(self) -> Optional[ModelInfo]:
+        return self.task_teacher or self.teacher
+
+
+def check(ctx: Context, stages: Sequence[str], count_corpus: bool = False
           ) -> dict[str, Any]:
     """Every check for running `stages`; returns the plan (see module doc).
 
     count_corpus: count the general corpus for the plan's steps even when no
     count is cached (the dry run does; a real run counts at the stage's start).
     """
-    c, checks = ctx.config, _Checks()
+    c, checks, needs = ctx.config, _Checks(), set(stages)
+    weight_errors = _check_flags(checks, ctx, stages)
+    plan: dict[str, Any] = {"output_dir": ctx.state.output_dir, "stages": list(stages),
+                            "replicas": ctx.replicas, "task": ctx.task.describe()}
+    recipe = checks.run(lambda: get_recipe(c.general.recipe)) if "general" in needs else None
+    if recipe is not None:
+        plan["general_recipe"] = recipe.describe()
+    checks.errors.extend(flag_ranges.trains_nothing(c, needs, recipe))
+    missing_outputs = _check_folder(checks, ctx, stages)
+    if not checks.errors:
+        plan["reuse"] = {stage: "reused" if why is None else f"runs again: {why}"
+                         for stage, why in (checks.run(
+                             lambda: stage_io.plan_reuse(ctx, stages)) or {}).items()}
+    models = _Models()
+    _check_teachers(checks, ctx, needs, missing_outputs, models, plan)
+    _check_students(checks, ctx, needs, models)
+    if recipe is not None and models.teacher is not None:
+        checks.errors.extend(checks.run(
+            lambda: recipe.check(c, models.student_cfg, models.teacher)) or [])
+    _check_terms(checks, ctx, needs)
+    _check_layer_maps(checks, ctx, needs, models, weight_errors)
+    _check_lengths(checks, ctx, needs, models)
+    if "augment" in needs:
+        _check_augment(checks, ctx, models.vocab_model)
+    if "export" in needs:
+        _check_export(checks, ctx, needs, models)
+    if not weight_errors:
+        plan["phases"] = _plan_phases(checks, ctx, needs, count_corpus, models)
+    _check_disk(checks, ctx, models, plan)
+    plan["models"] = {name: _describe(info) for name, info in
+                      (("teacher", models.teacher), ("task_teacher", models.task_teacher),
+                       ("general_model", models.general_model)) if info is not None}
+    if models.student_cfg is not None:
+        plan["models"]["student_config"] = models.student_cfg.to_dict()
+    plan["warnings"] = checks.warnings
+    errors = checks.final()
+    if errors:
+        raise PreflightError(errors)
+    for w in checks.warnings:
+        log.warning(w)
+        print(f"warning: {w}", flush=True)
+    return plan
+
+
+def _check_flags(checks: _Checks, ctx: Context, stages: Sequence[str]) -> list[str]:
+    """Flag ranges and flags that exclude each other; returns the --layer_weights
+    errors (layer maps and phases are not checked against bad weights)."""
+    c = ctx.config
     for flag, value, ok, allowed in flag_ranges.ranges(c):
         if not ok(value):
             checks.range_error(flag, f"{flag}={value}: must be {allowed}.")
@@ -182,15 +244,13 @@ def check(ctx: S.Context, stages: Sequence[str], count_corpus: bool = False
     weight_errors = flag_ranges.layer_weight_errors(c.loss.layer_weights)
     for e in weight_errors:
         checks.range_error("--layer_weights", e)
-    m = c.models
-    needs = set(stages)
-    plan: dict[str, Any] = {"output_dir": ctx.state.output_dir, "stages": list(stages),
-                            "replicas": ctx.replicas, "task": ctx.task.describe()}
-    recipe = checks.run(lambda: get_recipe(c.general.recipe)) if "general" in needs else None
-    if recipe is not None:
-        plan["general_recipe"] = recipe.describe()
-    checks.errors.extend(flag_ranges.trains_nothing(c, needs, recipe))
-    # The output folder, and what earlier runs left in it.
+    return weight_errors
+
+
+def _check_folder(checks: _Checks, ctx: Context, stages: Sequence[str]) -> set:
+    """The output folder, what earlier runs left in it, and the stage outputs this run
+    reads; returns the stages that cannot read their inputs."""
+    c, needs = ctx.config, set(stages)
     checks.errors.extend(_output_dir_errors(ctx.state.output_dir))
     checks.errors.extend(checks.run(lambda: ctx.state.damaged_records(
         stages if c.run.overwrite else ())) or [])
@@ -207,39 +267,45 @@ def check(ctx: S.Context, stages: Sequence[str], count_corpus: bool = False
             checks.errors.append(f"--augmented_file={c.distill.augmented_file}: no such file; "
                                  "give the augmented file (bin/augment --output, or a run's "
                                  "OUTPUT/augment/<file>).")
-    foreign = ctx.state.foreign_entries([*STAGES, "report.json", "loss_curves.png", "logs"])
+    foreign = ctx.state.foreign_entries([*stage_names(), "report.json", "loss_curves.png",
+                                         "logs"])
     if foreign:
         checks.errors.append(
             f"--output_dir={ctx.state.output_dir}: holds {', '.join(foreign[:4])} that no "
             "bin/distill run made (no run_config.json, no stage records): a run would write "
             "into them (and --overwrite delete them); choose a new or empty folder.")
-    if not checks.errors:
-        plan["reuse"] = {stage: "reused" if why is None else f"runs again: {why}"
-                         for stage, why in (checks.run(
-                             lambda: stage_io.plan_reuse(ctx, stages)) or {}).items()}
+    return missing_outputs
 
-    # Models, read without weights.
-    teacher = None
+
+def _check_teachers(checks: _Checks, ctx: Context, needs: set, missing_outputs: set,
+                    models: _Models, plan: dict[str, Any]) -> None:
+    """--teacher and --task_teacher, read without weights, when a stage reads them."""
+    m = ctx.config.models
     if needs & {"general", "finetune_teacher", "augment"} or (m.random_student and "task" in needs
                                                              and not m.task_teacher):
-        teacher = _model(checks, m.teacher, "--teacher")
+        models.teacher = _model(checks, m.teacher, "--teacher")
     elif not m.task_teacher and needs & {"task", "quantize", "evaluate", "export"} \
             - missing_outputs:
         # These stages tokenise with --teacher's vocab (the fine-tuned teacher keeps it).
-        teacher = _model(checks, m.teacher, "--teacher")
-    task_teacher = None
+        models.teacher = _model(checks, m.teacher, "--teacher")
     if m.task_teacher and needs & {"task", "evaluate", "augment"}:
-        task_teacher = _model(checks, m.task_teacher, "--task_teacher")
-        if task_teacher is not None:
-            _check_task_head(checks, task_teacher, ctx, "--task_teacher", plan)
-    if teacher is not None and task_teacher is not None and teacher.vocab != task_teacher.vocab:
+        models.task_teacher = _model(checks, m.task_teacher, "--task_teacher")
+        if models.task_teacher is not None:
+            _check_task_head(checks, models.task_teacher, ctx, "--task_teacher", plan)
+    if models.teacher is not None and models.task_teacher is not None \
+            and models.teacher.vocab != models.task_teacher.vocab:
         checks.errors.append("--task_teacher and --teacher use different vocabularies; the "
                              "student can follow only one. Use teachers of one vocab.")
     if m.teacher_label_order and not m.task_teacher:
         checks.errors.append("--teacher_label_order describes the outputs of --task_teacher, "
                              "which is not given (the finetune_teacher stage names its "
                              "labels itself); drop the flag or give --task_teacher.")
-    vocab_model = task_teacher or teacher
+
+
+def _check_students(checks: _Checks, ctx: Context, needs: set, models: _Models) -> None:
+    """The task stage's settings, --student_config and the general model it starts
+    from (given, or a finished general stage's)."""
+    c, m = ctx.config, ctx.config.models
     if "task" in needs:
         checks.run(lambda: ctx.student_task_type)  # --classifier_head for this task
         checks.run(lambda: P.parse_grid(c.distill.pred_grid))
@@ -251,24 +317,29 @@ def check(ctx: S.Context, stages: Sequence[str], count_corpus: bool = False
         errors, warnings = glue_submission.check(ctx.task.name, c.task.data_dir)
         checks.errors.extend(errors)
         checks.warnings.extend(warnings)
-    student_cfg: Optional[BertConfig] = None
     if "general" in needs or (m.random_student and "task" in needs):
-        student_cfg = checks.run(lambda: get_config(m.student_config), "--student_config: ")
-    general_model = None
+        models.student_cfg = checks.run(lambda: get_config(m.student_config),
+                                        "--student_config: ")
     if m.general_model and not m.random_student and "task" in needs:
-        general_model = _model(checks, m.general_model, "--general_model")
-        if general_model is not None and vocab_model is not None \
-                and general_model.vocab != vocab_model.vocab:
+        models.general_model = _model(checks, m.general_model, "--general_model")
+        vocab_model = models.vocab_model
+        if models.general_model is not None and vocab_model is not None \
+                and models.general_model.vocab != vocab_model.vocab:
             checks.errors.append(f"--general_model={m.general_model} and the teacher use "
                                  "different vocabularies (or special-token ids); distil from a "
                                  "teacher with the student's vocab.txt.")
     elif not m.general_given and "task" in needs and "general" not in needs \
             and ctx.state.is_done("general"):
-        general_model = checks.run(lambda: inspect_model(ctx.general_path()),
-                                   f"{ctx.general_path()}: ")
-    if recipe is not None and teacher is not None:
-        checks.errors.extend(checks.run(lambda: recipe.check(c, student_cfg, teacher)) or [])
-    # Loss terms and layer maps against the models they will join.
+        models.general_model = checks.run(lambda: inspect_model(ctx.general_path()),
+                                          f"{ctx.general_path()}: ")
+    models.task_student = models.student_cfg if (
+        m.random_student or (not m.general_given and "general" in needs)) else (
+        models.general_model.config if models.general_model is not None else None)
+
+
+def _check_terms(checks: _Checks, ctx: Context, needs: set) -> None:
+    """--loss_terms, and the quantize stage's terms and head."""
+    c = ctx.config
     checks.run(lambda: resolve_names(c.loss.loss_terms))
     if "quantize" in needs:
         checks.run(lambda: resolve_names(c.quantize.loss_terms, "--quantize_loss_terms",
@@ -276,20 +347,21 @@ def check(ctx: S.Context, stages: Sequence[str], count_corpus: bool = False
         head = checks.run(lambda: ctx.student_task_type.head)
         if head in HEADS and not HEADS[head].quantizable:
             checks.errors.append(
-                f"--classifier_head={m.classifier_head}: the student's {head} head has no "
-                "int8 form, so the quantize stage (run when --export_formats has int8) "
-                "cannot train its int8 copy; add --noquantize (int8 is then calibrated "
-                "after training) or use --classifier_head=pooler.")
+                f"--classifier_head={c.models.classifier_head}: the student's {head} head "
+                "has no int8 form, so the quantize stage (run when --export_formats has "
+                "int8) cannot train its int8 copy; add --noquantize (int8 is then "
+                "calibrated after training) or use --classifier_head=pooler.")
+
+
+def _check_layer_maps(checks: _Checks, ctx: Context, needs: set, models: _Models,
+                      weight_errors: list[str]) -> None:
+    """Layer maps and layer weights against the (student, teacher) pairs that distil."""
+    c = ctx.config
     pairs = []
-    if "general" in needs and student_cfg is not None and teacher is not None:
-        pairs.append((student_cfg, teacher.config))
-    # The task stage's student: --general_model=none, a given or finished general
-    # model, or (general runs first) --student_config.
-    task_student: Optional[BertConfig] = student_cfg if (
-        m.random_student or (not m.general_given and "general" in needs)) else (
-        general_model.config if general_model is not None else None)
-    if "task" in needs and vocab_model is not None and task_student is not None:
-        pairs.append((task_student, vocab_model.config))
+    if "general" in needs and models.student_cfg is not None and models.teacher is not None:
+        pairs.append((models.student_cfg, models.teacher.config))
+    if "task" in needs and models.vocab_model is not None and models.task_student is not None:
+        pairs.append((models.task_student, models.vocab_model.config))
     for s_cfg, t_cfg in pairs:
         checks.run(lambda: layer_map(c.loss.layer_mapping, s_cfg.num_layers, t_cfg.num_layers))
         if not weight_errors:
@@ -298,10 +370,14 @@ def check(ctx: S.Context, stages: Sequence[str], count_corpus: bool = False
             checks.warnings.append(f"student has {s_cfg.num_heads} heads, teacher "
                                    f"{t_cfg.num_heads}: the attention loss compares "
                                    "head-averaged maps.")
-    # Sequence lengths against position tables.
+
+
+def _check_lengths(checks: _Checks, ctx: Context, needs: set, models: _Models) -> None:
+    """Sequence lengths against the models' position tables."""
+    c = ctx.config
     task_stages = needs & {"finetune_teacher", "task", "quantize", "evaluate", "export"}
-    for info, flag in ((teacher, "--teacher"), (task_teacher, "--task_teacher"),
-                       (general_model, "--general_model")):
+    for info, flag in ((models.teacher, "--teacher"), (models.task_teacher, "--task_teacher"),
+                       (models.general_model, "--general_model")):
         if info is None:
             continue
         limit = info.config.max_position_embeddings
@@ -312,49 +388,62 @@ def check(ctx: S.Context, stages: Sequence[str], count_corpus: bool = False
             checks.errors.append(f"--general_max_seq_len={c.general.max_seq_len} exceeds the "
                                  f"teacher's max_position_embeddings={limit}; lower "
                                  "--general_max_seq_len.")
+    student_cfg = models.student_cfg
     if student_cfg is not None:
         limit = student_cfg.max_position_embeddings
         if "general" in needs and c.general.max_seq_len > limit:
             checks.errors.append(f"--general_max_seq_len={c.general.max_seq_len} exceeds "
                                  f"--student_config's max_position_embeddings={limit}; lower "
                                  "--general_max_seq_len or use a student with a longer table.")
-        if "task" in needs and task_student is student_cfg and ctx.max_seq_len > limit:
+        if "task" in needs and models.task_student is student_cfg \
+                and ctx.max_seq_len > limit:
             checks.errors.append(f"--max_seq_len={ctx.max_seq_len} exceeds --student_config's "
                                  f"max_position_embeddings={limit} (the task stage's student); "
                                  "lower --max_seq_len.")
-    # Augmentation inputs.
-    if "augment" in needs:
-        _check_augment(checks, ctx, vocab_model)
-    if "export" in needs:
-        formats = checks.run(lambda: check_formats(c.export.formats))
-        # The model the export stage will write: the task stage's student, or the
-        # finished one. A format that cannot hold it fails here, not after training.
-        exported = task_student if "task" in needs else None
-        if exported is None and "task" not in needs and ctx.state.is_done("task"):
-            info = checks.run(lambda: inspect_model(ctx.student_path()),
-                              f"{ctx.student_path()}: ")
-            exported = info.config if info is not None else None
-        if formats and exported is not None:
-            checks.errors.extend(format_problems(formats, exported, ctx.task.type.head,
-                                                 c.export.options()))
-        calibrated = [f for f in formats or () if FORMATS[f].calibrated]
-        if calibrated and c.export.representative_examples <= 0:
-            checks.errors.append(
-                f"--representative_examples={c.export.representative_examples}: "
-                f"{', '.join(calibrated)} calibrate on task text; give > 0 examples or drop "
-                "them from --export_formats.")
-    # Data and phases (unless a flag or model they are built from is already known to be
-    # bad: the task tokenizer is --task_teacher's or --teacher's, the corpus's --teacher's).
-    tokenizer_ok = (task_teacher if m.task_teacher else teacher) is not None or not (
-        needs & {"finetune_teacher", "task", "quantize"})
-    if not weight_errors:
-        task_models = ((task_student, vocab_model.config)
-                       if task_student is not None and vocab_model is not None else None)
-        plan["phases"] = _phases(checks, ctx, needs, count_corpus, tokenizer_ok,
-                                 teacher is not None or "general" not in needs,
-                                 task_models, _saved_projections(ctx, needs, student_cfg,
-                                                                 teacher))
-    # Disk: the models, and the teacher caches the plan uses.
+
+
+def _check_export(checks: _Checks, ctx: Context, needs: set, models: _Models) -> None:
+    """--export_formats against the model the export stage will write: the task
+    stage's student, or the finished one. A format that cannot hold it fails here,
+    not after training."""
+    c = ctx.config
+    formats = checks.run(lambda: check_formats(c.export.formats))
+    exported = models.task_student if "task" in needs else None
+    if exported is None and "task" not in needs and ctx.state.is_done("task"):
+        info = checks.run(lambda: inspect_model(ctx.student_path()),
+                          f"{ctx.student_path()}: ")
+        exported = info.config if info is not None else None
+    if formats and exported is not None:
+        checks.errors.extend(format_problems(formats, exported, ctx.task.type.head,
+                                             c.export.options()))
+    calibrated = [f for f in formats or () if FORMATS[f].calibrated]
+    if calibrated and c.export.representative_examples <= 0:
+        checks.errors.append(
+            f"--representative_examples={c.export.representative_examples}: "
+            f"{', '.join(calibrated)} calibrate on task text; give > 0 examples or drop "
+            "them from --export_formats.")
+
+
+def _plan_phases(checks: _Checks, ctx: Context, needs: set, count_corpus: bool,
+                 models: _Models) -> list[dict[str, Any]]:
+    """The phases' plan, unless a flag or model they are built from is already known to
+    be bad: the task tokenizer is --task_teacher's or --teacher's, the corpus's
+    --teacher's."""
+    m = ctx.config.models
+    tokenizer_ok = (models.task_teacher if m.task_teacher else models.teacher) is not None \
+        or not (needs & {"finetune_teacher", "task", "quantize"})
+    task_models = ((models.task_student, models.vocab_model.config)
+                   if models.task_student is not None and models.vocab_model is not None
+                   else None)
+    return _phases(checks, ctx, needs, count_corpus, tokenizer_ok,
+                   models.teacher is not None or "general" not in needs, task_models,
+                   _saved_projections(ctx, needs, models.student_cfg, models.teacher))
+
+
+def _check_disk(checks: _Checks, ctx: Context, models: _Models,
+                plan: dict[str, Any]) -> None:
+    """Free disk for the models, and the teacher caches the plan uses."""
+    teacher = models.teacher
     needed = _DISK_MARGIN_BYTES + (16 * teacher.num_weights() if teacher is not None else 0)
     needed += sum(int(p.get("teacher_cache", {}).get("gib", 0) * 2**30)
                   for p in plan.get("phases", ()) if p.get("teacher_cache", {}).get("use"))
@@ -364,19 +453,6 @@ def check(ctx: S.Context, stages: Sequence[str], count_corpus: bool = False
             checks.errors.append(f"--output_dir={ctx.state.output_dir}: {free / 2**30:.2f} "
                                  f"GiB free, about {needed / 2**30:.2f} GiB needed; free space "
                                  "or choose another folder.")
-    plan["models"] = {name: _describe(info) for name, info in
-                      (("teacher", teacher), ("task_teacher", task_teacher),
-                       ("general_model", general_model)) if info is not None}
-    if student_cfg is not None:
-        plan["models"]["student_config"] = student_cfg.to_dict()
-    plan["warnings"] = checks.warnings
-    errors = checks.final()
-    if errors:
-        raise PreflightError(errors)
-    for w in checks.warnings:
-        log.warning(w)
-        print(f"warning: {w}", flush=True)
-    return plan
 
 
 def _output_dir_errors(output_dir: str) -> list[str]:
@@ -404,7 +480,7 @@ def resolve_safe(names) -> tuple[str, ...]:
         return ()
 
 
-def _upstream_errors(checks: _Checks, ctx: S.Context, stages: Sequence[str]) -> set:
+def _upstream_errors(checks: _Checks, ctx: Context, stages: Sequence[str]) -> set:
     """Errors for stages whose input stage is not in this run and is not done, lost an
     output, or is stale; returns the stages that cannot read their inputs."""
     failed = set()
@@ -416,7 +492,7 @@ def _upstream_errors(checks: _Checks, ctx: S.Context, stages: Sequence[str]) -> 
                 checks.errors.append(
                     f"--stages={','.join(stages)}: {stage} reads the output of {up}, which "
                     f"is not in {ctx.state.path(up)}; add {up} to --stages (or give "
-                    + _explicit_flag(up) + ").")
+                    + (get_stage(up).replaced_by or up) + ").")
                 failed.add(stage)
                 continue
             missing = checks.run(lambda: stage_io.missing_output(ctx, up))
@@ -426,7 +502,7 @@ def _upstream_errors(checks: _Checks, ctx: S.Context, stages: Sequence[str]) -> 
                     f"{missing}: missing, although the {up} stage is marked done "
                     f"({ctx.state.path(up, 'stage_done.json')}); redo it: add {up} to "
                     f"--stages, or run --stages={up} --overwrite first (or give "
-                    + _explicit_flag(up) + ").")
+                    + (get_stage(up).replaced_by or up) + ").")
             elif reason:
                 checks.errors.append(
                     f"--stages={','.join(stages)}: {stage} reads the output of {up}, which "
@@ -436,12 +512,6 @@ def _upstream_errors(checks: _Checks, ctx: S.Context, stages: Sequence[str]) -> 
     return failed
 
 
-def _explicit_flag(stage: str) -> str:
-    return {"general": "--general_model=DIR", "finetune_teacher": "--task_teacher=DIR",
-            "augment": "--nouse_augmented", "task": "a finished task stage",
-            "quantize": "--noquantize"}.get(stage, stage)
-
-
 def _describe(info: ModelInfo) -> dict[str, Any]:
     c = info.config
     return {"path": info.path, "format": info.format, "head": info.head,
@@ -449,7 +519,7 @@ def _describe(info: ModelInfo) -> dict[str, Any]:
             "heads": c.num_heads, "vocab_size": c.vocab_size, "lower_case": c.lower_case}
 
 
-def _check_task_head(checks: _Checks, info: ModelInfo, ctx: S.Context, flag: str,
+def _check_task_head(checks: _Checks, info: ModelInfo, ctx: Context, flag: str,
                      plan: dict[str, Any]) -> None:
     errors = task_head_errors(info, ctx.task, flag)
     checks.errors.extend(errors)
@@ -463,7 +533,7 @@ def _check_task_head(checks: _Checks, info: ModelInfo, ctx: S.Context, flag: str
                                                                   order)}
 
 
-def _check_augment(checks: _Checks, ctx: S.Context, vocab_model: Optional[ModelInfo]) -> None:
+def _check_augment(checks: _Checks, ctx: Context, vocab_model: Optional[ModelInfo]) -> None:
     a = ctx.config.augment
     missing = [f for f, v in (("--mlm_model", a.mlm_model), ("--word_vectors", a.word_vectors))
                if not v]
@@ -487,22 +557,7 @@ def _check_augment(checks: _Checks, ctx: S.Context, vocab_model: Optional[ModelI
         checks.errors.append(f"--word_vectors={a.word_vectors}: file not found.")
 
 
-def recipe_saves_projections(recipe: GeneralRecipe, config: PipelineConfig,
-                             student: BertConfig, teacher: BertConfig) -> bool:
-    """Whether the general stage of `recipe` trains (and so saves) W_e/W_h (False when
-    its terms cannot be planned: that error is reported with the terms' own check)."""
-    if not recipe.trains:
-        return False
-    try:
-        terms = recipe.terms(config)
-        for term in terms:
-            term.plan(student, teacher)
-    except ValueError:
-        return False
-    return any(t.needs_projections for t in terms)
-
-
-def _saved_projections(ctx: S.Context, needs: set, student: Optional[BertConfig],
+def _saved_projections(ctx: Context, needs: set, student: Optional[BertConfig],
                        teacher: Optional[ModelInfo]) -> Optional[dict]:
     """The projection shapes the task stage's general model has (or will have, when the
     general stage runs first in this run)."""
@@ -512,7 +567,7 @@ def _saved_projections(ctx: S.Context, needs: set, student: Optional[BertConfig]
     if not m.general_given and "general" in needs:
         recipe = RECIPES.get(ctx.config.general.recipe)
         if student is None or teacher is None or recipe is None \
-                or not recipe_saves_projections(recipe, ctx.config, student, teacher.config):
+                or not G.recipe_saves_projections(recipe, ctx.config, student, teacher.config):
             return None
         return expected_shapes(student.hidden_size, teacher.config.hidden_size,
                                student.num_layers, ctx.config.loss.share_hidden_projection)
@@ -522,20 +577,11 @@ def _saved_projections(ctx: S.Context, needs: set, student: Optional[BertConfig]
         return None  # the model's own check reports it
 
 
-def augmented_rows_per_example(ctx: S.Context, table: Optional[RowTable] = None) -> int:
-    """At most how many rows augmentation writes per training example: the example, then
-    N_a variants of each text field it varies, one field at a time (1 + 2 N_a for a
-    pair; 1 + 3 N_a for SQuAD: the question, the context before and after the answer).
-    `table`: the source's augmentation table when read (else a pair counts two fields)."""
-    fields = len(table.text_columns) if table is not None else (2 if ctx.task.is_pair else 1)
-    return 1 + ctx.config.augment.num_aug * max(1, fields)
-
-
-def _layer_cache_plan(checks: _Checks, ctx: S.Context, spec: P.PhaseSpec, train, aug,
+def _layer_cache_plan(checks: _Checks, ctx: Context, spec: P.PhaseSpec, train, aug,
                       task_models: tuple[BertConfig, BertConfig], per_example: int) -> None:
     """The teacher-layer cache's decision in the plan of a phase whose terms it can
     hold (pipeline/training/layer_cache.py); rows not augmented yet count `per_example` rows
-    (`augmented_rows_per_example`) per example."""
+    (`augment.rows_per_example`) per example."""
     known = aug if spec.augmented else train
     scale = float(per_example) if spec.augmented and aug is None else 1.0
     cache = checks.run(lambda: task_input.layer_cache_plan(
@@ -544,7 +590,7 @@ def _layer_cache_plan(checks: _Checks, ctx: S.Context, spec: P.PhaseSpec, train,
         spec.extra["teacher_cache"] = cache.describe()
 
 
-def _phases(checks: _Checks, ctx: S.Context, needs: set, count_corpus: bool,
+def _phases(checks: _Checks, ctx: Context, needs: set, count_corpus: bool,
             tokenizer_ok: bool = True, teacher_ok: bool = True,
             task_models: Optional[tuple[BertConfig, BertConfig]] = None,
             saved_projections: Optional[dict] = None) -> list[dict[str, Any]]:
@@ -552,16 +598,8 @@ def _phases(checks: _Checks, ctx: S.Context, needs: set, count_corpus: bool,
     the tokenizers: none is built from a model that failed its checks. `task_models`:
     the task stage's (student, teacher) configs, when known."""
     specs = []
-    # An unknown --recipe is reported once, by `check`.
-    recipe = RECIPES.get(ctx.config.general.recipe) if "general" in needs else None
-    if "general" in needs and teacher_ok and recipe is not None and recipe.trains:
-        count = None
-        if count_corpus:
-            count = checks.run(lambda: S.corpus_sequences(ctx))
-        else:
-            checks.run(lambda: S.corpus_lib.source_facts(S._corpus_source(ctx)), "--corpus: ")
-        if count is not None:
-            specs.append(checks.run(lambda: S.general_phase(ctx, count)))
+    if "general" in needs and teacher_ok:
+        specs.append(_general_phase(checks, ctx, count_corpus))
     if needs & {"finetune_teacher", "task", "quantize", "evaluate", "export", "augment"}:
         train = checks.run(lambda: ctx.examples("train"), "")
         # A folder or flag at fault shows in the train split already: say it once.
@@ -571,77 +609,85 @@ def _phases(checks: _Checks, ctx: S.Context, needs: set, count_corpus: bool,
         if "augment" in needs and train is not None:
             table = checks.run(lambda: ctx.task.source.augment_table(), "augment: ")
         # Sizing needs the task tokenizer; only training stages need sizes.
-        n_train = (checks.run(lambda: S.rows(ctx, train)) if train is not None and tokenizer_ok
+        n_train = (checks.run(lambda: rows(ctx, train)) if train is not None and tokenizer_ok
                    and needs & {"finetune_teacher", "task", "quantize"} else None)
         if n_train is not None and "finetune_teacher" in needs:
-            specs.append(checks.run(lambda: S.finetune_phase(ctx, n_train)))
+            specs.append(checks.run(lambda: F.finetune_phase(ctx, n_train)))
         if "task" in needs and n_train is not None:
-            size, aug = n_train, None
-            if P.reads_augmented(ctx.config):
-                d = ctx.config.distill
-                written = (ctx.state.is_done("augment") or bool(d.augmented_file)) \
-                    and files.exists(ctx.augmented_path())
-                aug = checks.run(lambda: ctx.examples("train_aug")) if written else None
-                # Not augmented yet: at most `per_example` rows per example. Sizes (and
-                # the batch checks) use that bound, not the count before augmentation.
-                size = checks.run(lambda: S.rows(ctx, aug)) if aug is not None else None
-            per_example = augmented_rows_per_example(ctx, table)
-            bound = n_train * per_example
-            note = ("" if size is not None else "the augmented set is not written yet: sizes "
-                    f"and steps assume at most {bound} rows (the {n_train} original rows "
-                    f"with up to {per_example - 1} variants each: --num_aug="
-                    f"{ctx.config.augment.num_aug} per text field augmented, one field at a "
-                    "time); the stage sizes itself on the rows written")
-            size = bound if size is None and P.reads_augmented(ctx.config) else size
-            start, warning = "new", None
-            if task_models is not None:
-                start, warning = P.projection_start(ctx, *task_models, saved_projections)
-            phases = checks.run(lambda: P.task_phase_specs(
-                ctx, {True: size or n_train, False: n_train},
-                len(dev) if dev is not None else 0, task_models, start)) or []
-            for spec in phases:
-                if note and spec.augmented:
-                    spec.note = note
-                if task_models is not None:
-                    _layer_cache_plan(checks, ctx, spec, train, aug, task_models,
-                                      per_example)
-            if warning and any(spec.projections == "new" for spec in phases):
-                checks.warnings.append(warning)
-            specs.extend(phases)
+            specs.extend(_task_phases(checks, ctx, train, dev, n_train, table, task_models,
+                                      saved_projections))
         if "quantize" in needs and n_train is not None:
-            specs.append(checks.run(lambda: _quantize_phase(
-                ctx, n_train, augmented_rows_per_example(ctx, table))))
-    out = []
-    for spec in specs:
-        if spec is None:
-            continue
-        if {spec.batch_flag, "--grad_accum_steps"} & checks.bad_flags:
-            continue  # out of range: reported once, by the range check
-        checks.run(spec.check)
-        if 0 < spec.micro_batch < 1:
-            checks.errors.append(
-                f"{spec.batch_flag}={spec.global_batch} over {spec.replicas} replica(s) x "
-                f"--grad_accum_steps={spec.accumulation} leaves micro-batches below 1 row; "
-                "raise the batch or lower --grad_accum_steps.")
-        out.append(spec.describe())
-    return out
+            specs.append(checks.run(lambda: Q.planned_phase(
+                ctx, n_train, A.rows_per_example(ctx, table))))
+    return [d for d in (_checked(checks, spec) for spec in specs if spec is not None) if d]
 
 
-def _quantize_phase(ctx: S.Context, n_train: int, per_example: int) -> P.PhaseSpec:
-    """The quantize stage's phase: on the augmented rows when they are written (else
-    sized, as the task phases, on their bound: `per_example` rows per original row,
-    noted)."""
-    if not Q.reads_augmented(ctx.config):
-        return Q.quantize_phase(ctx, n_train)
-    if (ctx.state.is_done("augment") or ctx.config.distill.augmented_file) \
-            and files.exists(ctx.augmented_path()):
-        return Q.quantize_phase(ctx, S.rows(ctx, ctx.examples("train_aug")))
+def _general_phase(checks: _Checks, ctx: Context, count_corpus: bool
+                   ) -> Optional[P.PhaseSpec]:
+    """The general stage's phase when its recipe trains (the corpus counted when
+    `count_corpus` or cached, else only read)."""
+    # An unknown --recipe is reported once, by `check`.
+    recipe = RECIPES.get(ctx.config.general.recipe)
+    if recipe is None or not recipe.trains:
+        return None
+    count = None
+    if count_corpus:
+        count = checks.run(lambda: G.corpus_sequences(ctx))
+    else:
+        checks.run(lambda: corpus_lib.source_facts(G.corpus_source(ctx)), "--corpus: ")
+    return checks.run(lambda: G.general_phase(ctx, count)) if count is not None else None
+
+
+def _task_phases(checks: _Checks, ctx: Context, train, dev, n_train: int, table,
+                 task_models: Optional[tuple[BertConfig, BertConfig]],
+                 saved_projections: Optional[dict]) -> list[P.PhaseSpec]:
+    """The task stage's phases, sized on the augmented rows when written, else on their
+    bound (noted)."""
+    size, aug = n_train, None
+    if P.reads_augmented(ctx.config):
+        d = ctx.config.distill
+        written = (ctx.state.is_done("augment") or bool(d.augmented_file)) \
+            and files.exists(ctx.augmented_path())
+        aug = checks.run(lambda: ctx.examples("train_aug")) if written else None
+        # Not augmented yet: at most `per_example` rows per example. Sizes (and
+        # the batch checks) use that bound, not the count before augmentation.
+        size = checks.run(lambda: rows(ctx, aug)) if aug is not None else None
+    per_example = A.rows_per_example(ctx, table)
     bound = n_train * per_example
-    spec = Q.quantize_phase(ctx, bound)
-    spec.note += (f"; the augmented set is not written yet: epochs assume at most {bound} "
-                  f"rows (the {n_train} original rows with up to {per_example - 1} "
-                  "variants each)")
-    return spec
+    note = ("" if size is not None else "the augmented set is not written yet: sizes "
+            f"and steps assume at most {bound} rows (the {n_train} original rows "
+            f"with up to {per_example - 1} variants each: --num_aug="
+            f"{ctx.config.augment.num_aug} per text field augmented, one field at a "
+            "time); the stage sizes itself on the rows written")
+    size = bound if size is None and P.reads_augmented(ctx.config) else size
+    start, warning = "new", None
+    if task_models is not None:
+        start, warning = P.projection_start(ctx, *task_models, saved_projections)
+    phases = checks.run(lambda: P.task_phase_specs(
+        ctx, {True: size or n_train, False: n_train},
+        len(dev) if dev is not None else 0, task_models, start)) or []
+    for spec in phases:
+        if note and spec.augmented:
+            spec.note = note
+        if task_models is not None:
+            _layer_cache_plan(checks, ctx, spec, train, aug, task_models, per_example)
+    if warning and any(spec.projections == "new" for spec in phases):
+        checks.warnings.append(warning)
+    return phases
+
+
+def _checked(checks: _Checks, spec: P.PhaseSpec) -> Optional[dict[str, Any]]:
+    """The plan of `spec` after its checks; None when its batch flags are out of range
+    (reported once, by the range check)."""
+    if {spec.batch_flag, "--grad_accum_steps"} & checks.bad_flags:
+        return None
+    checks.run(spec.check)
+    if 0 < spec.micro_batch < 1:
+        checks.errors.append(
+            f"{spec.batch_flag}={spec.global_batch} over {spec.replicas} replica(s) x "
+            f"--grad_accum_steps={spec.accumulation} leaves micro-batches below 1 row; "
+            "raise the batch or lower --grad_accum_steps.")
+    return spec.describe()
 
 
 def _existing_parent(path: str) -> str:

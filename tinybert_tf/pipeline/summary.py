@@ -1,19 +1,18 @@
 """The lines a finished `bin/distill` run ends with: what it left, and where.
 
 Read from the output folder after the stages ran (finished earlier or in this
-run), so a run of one stage names everything the folder holds: the models,
-the augmented data, report.json, the exports that `export/parity.json` lists
-(the TF Serving version, each TFLite file, hf/, keras_hub/) and the
-TensorBoard logs.
+run), so a run of one stage names everything the folder holds: each registered
+stage's `artefacts` in pipeline order (the models, the augmented data,
+report.json, the exports that `export/parity.json` lists), then the TensorBoard
+logs.
 """
 from __future__ import annotations
 
-import posixpath
 from typing import Optional
 
 from tinybert_tf import files
-from tinybert_tf.export.parity import PARITY_FILE
-from tinybert_tf.pipeline.stages import Context
+from tinybert_tf.pipeline.run.context import Context
+from tinybert_tf.pipeline.stages import get_stage, stage_names
 
 
 def artefacts(ctx: Context) -> list[tuple[str, str]]:
@@ -24,32 +23,10 @@ def artefacts(ctx: Context) -> list[tuple[str, str]]:
         if path and files.exists(path):
             found.append((what, path))
 
-    state = ctx.state
-    add("general model (student before task distillation)", state.path("general", "model"))
-    add("fine-tuned teacher", state.path("finetune_teacher", "model"))
-    add("augmented training data", ctx.augmented_path())
-    add("student (task model directory)", ctx.student_path())
-    add("int8 student (quantize stage, fake-quantised model directory)", ctx.quantized_path())
-    add("report: dev metrics, size, speed", state.path("report.json"))
-    add("loss curves", state.path("loss_curves.png"))
-    export_dir = state.path("export")
-    try:
-        parity = files.read_json(posixpath.join(export_dir, PARITY_FILE), default=None)
-    except ValueError:  # a damaged parity.json: the export stage redoes it; list none
-        parity = None
-    rows = parity.get("formats", {}) if isinstance(parity, dict) else {}
-    for name, row in rows.items():
-        path = row.get("path") if isinstance(row, dict) else None
-        if not path:
-            continue
-        if row.get("version") is not None:
-            what = (f"TF Serving model{'' if name == 'saved_model' else f' ({name})'}, "
-                    f"version {row['version']} (base path: its parent)")
-        else:
-            what = f"export {name}"
-        add(what, posixpath.join(export_dir, path))
-    add("export parity check", posixpath.join(export_dir, PARITY_FILE))
-    add("TensorBoard logs (tensorboard --logdir ...)", state.path("logs"))
+    for name in stage_names():
+        for what, path in get_stage(name).artefacts(ctx):
+            add(what, path)
+    add("TensorBoard logs (tensorboard --logdir ...)", ctx.state.path("logs"))
     return found
 
 

@@ -1,5 +1,5 @@
-"""What every stage function receives (`Context`), the stages' order, and which earlier
-stages each one reads: the facts the stages, the preflight and the stage records share.
+"""What every stage function receives (`Context`): the configs, the task, the output
+folder, the strategy, and the paths of the stage outputs later stages read.
 """
 from __future__ import annotations
 
@@ -9,18 +9,16 @@ from typing import Any
 
 import tensorflow as tf
 
-from tinybert_tf.export.formats import FORMATS
 from tinybert_tf.models.checkpoint import load_tokenizer
 from tinybert_tf.pipeline.run.state import RunState
 from tinybert_tf.pipeline.settings.configs import PipelineConfig
 from tinybert_tf.pipeline.training import task_input
-from tinybert_tf.pipeline.training.phases import reads_augmented
 from tinybert_tf.pipeline.training.strategy import is_chief
 from tinybert_tf.tasks.catalog import Task
 
+# The built-in stages' names, in order, for --stages's help text (flags.py). Every loop
+# over stages reads the registry (pipeline/stages), which plugins may extend.
 STAGES = ("general", "finetune_teacher", "augment", "task", "quantize", "evaluate", "export")
-# Stages that train nothing: under multi_worker only the chief runs them.
-CHIEF_ONLY_STAGES = ("augment", "evaluate", "export")
 
 
 @dataclasses.dataclass
@@ -95,32 +93,6 @@ class Context:
 
     def quantized_path(self) -> str:
         return self.state.path("quantize", "model")
-
-
-def upstream(stage: str, config: PipelineConfig) -> list[str]:
-    """The earlier stages whose output `stage` reads under `config`."""
-    m = config.models
-    if stage == "task":
-        return ([] if m.general_given else ["general"]) + \
-               ([] if m.task_teacher else ["finetune_teacher"]) + \
-               (["augment"] if reads_augmented(config)
-                and not config.distill.augmented_file else [])
-    quantized = ["quantize"] if has_quantize_stage(config) else []
-    if stage == "quantize":
-        return ["task"] + (["augment"] if reads_augmented(config)
-                           and not config.distill.augmented_file else [])
-    if stage == "evaluate":
-        return ([] if m.task_teacher else ["finetune_teacher"]) + ["task"] + quantized
-    if stage == "export":
-        return ["task"] + quantized
-    return []
-
-
-def has_quantize_stage(config: PipelineConfig) -> bool:
-    """Whether the run makes a quantised student: --quantize, and an export format that
-    converts one (int8) among --export_formats. Evaluate and export then read it."""
-    return config.quantize.enabled and any(
-        FORMATS[f].learnt_ranges for f in config.export.formats if f in FORMATS)
 
 
 def rows(ctx: Context, examples) -> int:

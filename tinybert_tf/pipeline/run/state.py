@@ -349,8 +349,11 @@ class RunState:
                      stage_flags: Optional[dict[str, Iterable[str]]] = None) -> None:
         """Refuse a folder made with other result-affecting configs (unless overwrite).
 
-        stage_flags: {stage: the flags its output depends on}, to name the stages the
-        differing flags change (and the command that redoes only those).
+        stage_flags: {stage: the flags its output depends on}. Only the settings of
+        stages that ran here (their folder exists) count, with those no stage declares:
+        a setting of a stage that never ran shaped nothing in the folder. The
+        message names the stages the differing flags change (and the command that
+        redoes only those).
         """
         if overwrite:
             return
@@ -363,6 +366,10 @@ class RunState:
             return
         a, b = _flat(old), _flat(config)
         changed = {k for k in set(a) | set(b) if a.get(k) != b.get(k)}
+        if stage_flags is not None:
+            changed = self._shaping(changed, stage_flags)
+            if not changed:
+                return
         redo = ""
         affected = [s for s, names in (stage_flags or {}).items() if changed & set(names)]
         if affected and len(affected) < len(stage_flags or {}):
@@ -373,6 +380,14 @@ class RunState:
             f"--output_dir={self.output_dir} holds a run with a different config "
             f"({_diff(old, config)}). Use another --output_dir, the same flags to resume, or "
             f"--overwrite to redo the stages you name with the new flags.{redo}")
+
+    def _shaping(self, changed: set, stage_flags: dict[str, Iterable[str]]) -> set:
+        """The `changed` flags that shaped what the folder holds: those of the stages
+        that ran here (their folder exists), and those no stage declares."""
+        declared = {f for names in stage_flags.values() for f in names}
+        shaped = {f for stage, names in stage_flags.items()
+                  if files.isdir(self.path(stage)) for f in names}
+        return {k for k in changed if k in shaped or k not in declared}
 
     def write_config(self, config: dict[str, Any]) -> None:
         files.makedirs(self.output_dir)

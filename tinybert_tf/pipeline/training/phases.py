@@ -47,7 +47,7 @@ another width: loading those would map into the wrong space, and the student
 itself is still a valid start). Each plan entry says where its phase's
 projections start.
 
-Planning functions take the stage `Context` (pipeline.stages), which this
+Planning functions take the stage `Context` (pipeline/run/context.py), which this
 module cannot import: `PlanContext` names what they read of it.
 """
 from __future__ import annotations
@@ -76,7 +76,7 @@ PROJECTIONS = "projections"
 
 
 class PlanContext(Protocol):
-    """What planning reads of `pipeline.stages.Context`."""
+    """What planning reads of `pipeline.run.context.Context`."""
 
     config: PipelineConfig
     replicas: int

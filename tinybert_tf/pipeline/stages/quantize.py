@@ -31,7 +31,7 @@ evaluate reports its dev metrics next to the float student's.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import numpy as np
 
@@ -39,20 +39,18 @@ from tinybert_tf import files
 from tinybert_tf.distill.distiller import Distiller
 from tinybert_tf.distill.terms import LossTerm, make_terms, resolve_names
 from tinybert_tf.export.common import keras_outputs, output_function
-from tinybert_tf.export.formats import ExportContext
+from tinybert_tf.export.formats import FORMATS, ExportContext
 from tinybert_tf.models.checkpoint import load_model, save_model
 from tinybert_tf.models.quantization import calibrate
-from tinybert_tf.pipeline.stages import (
-    Context,
-    _distiller,
-    _evaluator,
-    _phase,
-    _run,
-    rows,
-)
+from tinybert_tf.pipeline.run.context import Context, rows
+from tinybert_tf.pipeline.settings.configs import PipelineConfig
+from tinybert_tf.pipeline.stages.base import Stage, makes_output
+from tinybert_tf.pipeline.stages.common import evaluator, make_distiller, run_training, task_data
 from tinybert_tf.pipeline.training import task_input
 from tinybert_tf.pipeline.training.loop import Phase, TrainingStateError
-from tinybert_tf.pipeline.training.phases import PhaseSpec, reads_augmented
+from tinybert_tf.pipeline.training.phases import PhaseSpec, plan_phase, reads_augmented
+
+NAME = "quantize"
 
 # Terms the quantize stage may use: its teacher is the float copy of the student.
 QUANTIZE_TERMS = ("pred", "embd", "attn", "hidn")
@@ -74,9 +72,9 @@ def quantize_phase(ctx: Context, train_size: int) -> PhaseSpec:
     per_epoch = train_size // q.batch_size if q.batch_size > 0 else 0
     epochs = math.ceil(q.steps / per_epoch) if per_epoch else 0
     data = "augmented train split" if reads_augmented(ctx.config) else "task train split"
-    spec = _phase(ctx, "quantize", "qat", data, train_size, q.batch_size,
-                  "--quantize_batch_size", epochs, q.steps, q.lr, "linear",
-                  ctx.config.optim.warmup_proportion, quantize_terms(ctx))
+    spec = plan_phase(ctx, NAME, "qat", data, train_size, q.batch_size,
+                      "--quantize_batch_size", epochs, q.steps, q.lr, "linear",
+                      ctx.config.optim.warmup_proportion, quantize_terms(ctx))
     spec.note = (f"teacher: the float task student ({ctx.student_path()}); int8 ranges "
                  f"calibrated on {min(q.calibration_examples, train_size)} training rows "
                  "(the first of epoch 1's order); "
@@ -87,6 +85,24 @@ def quantize_phase(ctx: Context, train_size: int) -> PhaseSpec:
                     else "keeps the last weights"))
     if selects(ctx):
         spec.set_evaluation(q.eval_every, rows(ctx, ctx.examples(ctx.task.dev_splits[0])))
+    return spec
+
+
+
+def planned_phase(ctx: Context, n_train: int, per_example: int) -> PhaseSpec:
+    """The phase the plan shows: on the augmented rows when they are written (else
+    sized, as the task phases, on their bound: `per_example` rows per original row,
+    noted)."""
+    if not reads_augmented(ctx.config):
+        return quantize_phase(ctx, n_train)
+    if (ctx.state.is_done("augment") or ctx.config.distill.augmented_file) \
+            and files.exists(ctx.augmented_path()):
+        return quantize_phase(ctx, rows(ctx, ctx.examples("train_aug")))
+    bound = n_train * per_example
+    spec = quantize_phase(ctx, bound)
+    spec.note += (f"; the augmented set is not written yet: epochs assume at most {bound} "
+                  f"rows (the {n_train} original rows with up to {per_example - 1} "
+                  "variants each)")
     return spec
 
 
@@ -126,9 +142,9 @@ def quantize(ctx: Context) -> dict[str, Any]:
         # forward in training mode, where each range moves towards the batch's.
         student.trainable = False
     with ctx.strategy.scope():
-        distiller = _distiller(ctx, student, teacher, spec, ctx.task.type.label_metrics(),
+        distiller = make_distiller(ctx, student, teacher, spec, ctx.task.type.label_metrics(),
                                prepare=identity_projections)
-    evaluate = _evaluator(ctx, student, dev)
+    evaluate = evaluator(ctx, student, dev)
 
     def save(metrics: dict[str, float]) -> None:
         if ctx.chief:
@@ -147,7 +163,7 @@ def quantize(ctx: Context) -> dict[str, Any]:
                   task_input.phase_input(ctx, train, spec), spec.steps_per_epoch,
                   spec.epochs, max_steps=spec.max_steps,
                   **(selection or dict(evaluate=evaluate)))
-    result = _run(ctx, phase, spec)
+    result = run_training(ctx, phase, spec)
     last = {k: v for k, v in (result["evals"][-1] if result["evals"] else {}).items()
             if k != "step"}
     kept = result["best"] if selection and result.get("best") else None
@@ -206,3 +222,35 @@ def identity_projections(distiller: Distiller) -> None:
     for layer in [p.embedding_projection, *p.hidden_projections]:
         layer.kernel.assign(np.eye(*layer.kernel.shape, dtype=np.float32))
         layer.trainable = False
+
+
+def has_quantize_stage(config: PipelineConfig) -> bool:
+    """Whether the run makes a quantised student: --quantize, and an export format that
+    converts one (int8) among --export_formats. Evaluate and export then read it."""
+    return config.quantize.enabled and any(
+        FORMATS[f].learnt_ranges for f in config.export.formats if f in FORMATS)
+
+
+def refusal(config: PipelineConfig) -> Optional[str]:
+    """Why --stages may not name the stage: no int8 student is wanted."""
+    if has_quantize_stage(config):
+        return None
+    return ("the quantize stage makes the int8 export's student, and this run has "
+            + ("--noquantize" if not config.quantize.enabled else
+               f"no int8 in --export_formats={','.join(config.export.formats)}")
+            + "; drop quantize from --stages, or give --quantize with int8 in "
+            "--export_formats.")
+
+
+def upstream(config: PipelineConfig) -> list[str]:
+    """The float student, and the augmented rows when a task phase reads them."""
+    return ["task"] + (["augment"] if makes_output("augment", config) else [])
+
+
+STAGE = Stage(
+    NAME, quantize, reads=lambda ctx: {"data": task_data(ctx)},
+    outputs=lambda ctx: {ctx.quantized_path(): "content"},
+    upstream=upstream, skipped=lambda config: not has_quantize_stage(config),
+    refusal=refusal, lr_flag="quantize_lr", replaced_by="--noquantize",
+    artefacts=lambda ctx: [("int8 student (quantize stage, fake-quantised model directory)",
+                            ctx.quantized_path())])

@@ -1,0 +1,52 @@
+"""The stage registry: the built-ins in the pipeline's order, a plugin stage placed where
+it says, a taken name refused, and `--stages=all` dropping what each stage skips."""
+from __future__ import annotations
+
+import pytest
+
+from tinybert_tf.pipeline.main import parse_argv
+from tinybert_tf.pipeline.preflight import PreflightError, resolve_stages
+from tinybert_tf.pipeline.run.context import STAGES
+from tinybert_tf.pipeline.stages import (
+    Stage,
+    register_stage,
+    stage_names,
+    unregister_stage,
+    upstream,
+)
+from tinybert_tf.plugins import PluginError
+
+
+def test_the_built_in_stages_register_in_the_pipelines_order():
+    assert stage_names() == STAGES  # the --stages help text lists the same
+
+
+def test_a_stage_registered_after_another_runs_right_after_it(tmp_path):
+    register_stage(Stage("probe", lambda ctx: {}, upstream=lambda config: ["task"]),
+                   after="task")
+    try:
+        assert stage_names()[3:6] == ("task", "probe", "quantize")
+        config = parse_argv(["bin/distill", f"--output_dir={tmp_path}"])
+        assert "probe" in resolve_stages(["all"], config)
+        assert resolve_stages(["export", "probe"], config) == ["probe", "export"]
+        assert upstream("probe", config) == ["task"]
+    finally:
+        unregister_stage("probe")
+    assert stage_names() == STAGES
+
+
+def test_a_taken_stage_name_or_an_unknown_place_is_refused():
+    with pytest.raises(PluginError, match="stage 'task' is already registered"):
+        register_stage(Stage("task", lambda ctx: {}))
+    with pytest.raises(PluginError, match="after='nowhere' is no registered stage"):
+        register_stage(Stage("probe", lambda ctx: {}), after="nowhere")
+    assert stage_names() == STAGES
+
+
+def test_all_drops_the_stages_whose_output_a_flag_gives(tmp_path):
+    config = parse_argv(["bin/distill", f"--output_dir={tmp_path}", "--task_teacher=t",
+                         "--general_model=g", "--nouse_augmented", "--noquantize"])
+    assert resolve_stages(["all"], config) == ["task", "evaluate", "export"]
+    assert upstream("evaluate", config) == ["task"]
+    with pytest.raises(PreflightError, match="--noquantize; drop quantize from --stages"):
+        resolve_stages(["quantize"], config)

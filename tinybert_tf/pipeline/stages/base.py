@@ -1,0 +1,135 @@
+"""A pipeline stage as one registered object (`Stage`), and the registry of stages in
+run order.
+
+Everything that loops over stages (main, preflight and the dry run, stage I/O and
+reuse, `--overwrite`, divergence hints, the end-of-run summary) reads this registry;
+a stage's module declares what it is, once. A plugin adds a stage with
+`register_stage(Stage(...), after="export")` and it runs, is planned, fingerprinted
+and resumed like the built-ins (docs/extending.md).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Optional
+
+from tinybert_tf import plugins
+from tinybert_tf.pipeline.run.context import Context
+from tinybert_tf.pipeline.settings.configs import PipelineConfig
+
+
+def _nothing(_: Any) -> dict:
+    return {}
+
+
+def _none(_: Any) -> list:
+    return []
+
+
+def _never(_: Any) -> bool:
+    return False
+
+
+def _no_refusal(_: PipelineConfig) -> Optional[str]:
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Stage:
+    """One stage of `bin/distill`.
+
+    name: its `--stages` name and its folder under --output_dir.
+    run(ctx) -> info: does the work (writes its model aside: `RunState.work_path`);
+      info is kept in its done record.
+    reads(ctx) -> {role: a path, a list of paths, or a name}: its inputs besides
+      earlier stages' outputs (fingerprinted in its done record).
+    outputs(ctx) -> {path: "content" | "exists"}: what it publishes (exists: artefacts
+      another tool may rewrite, such as report.json).
+    keep(ctx) -> paths under its folder that a redo never deletes.
+    upstream(config) -> the earlier stages whose output it reads under `config`.
+    skipped(config): `--stages=all` leaves it out (an ablation or a flag replaces it).
+    refusal(config) -> why it cannot run when named in --stages, or None.
+    chief_only: trains nothing; under multi_worker only the chief runs it.
+    workers_wait: with chief_only, the workers wait for the chief to finish it
+      (later stages of theirs read its output).
+    lr_flag: the learning-rate flag (no "--") a diverged phase's message names.
+    replaced_by: what gives its output instead (named when it is missing).
+    artefacts(ctx) -> [(what, path)]: what the end-of-run summary lists of it.
+    settings(config) -> {flag: value} its output depends on (a change redoes it);
+      None: the settings configs.py declares for the stage (`stage_settings`).
+    """
+
+    name: str
+    run: Callable[[Context], Optional[dict[str, Any]]]
+    reads: Callable[[Context], dict[str, Any]] = _nothing
+    outputs: Callable[[Context], dict[str, str]] = _nothing
+    keep: Callable[[Context], list[str]] = _none
+    upstream: Callable[[PipelineConfig], list[str]] = _none
+    skipped: Callable[[PipelineConfig], bool] = _never
+    refusal: Callable[[PipelineConfig], Optional[str]] = _no_refusal
+    chief_only: bool = False
+    workers_wait: bool = False
+    lr_flag: str = ""
+    replaced_by: str = ""
+    artefacts: Callable[[Context], list[tuple[str, str]]] = _none
+    settings: Optional[Callable[[PipelineConfig], dict[str, Any]]] = None
+
+
+# name -> Stage, and the run order of the names.
+STAGE_TABLE: dict[str, Stage] = {}
+_ORDER: list[str] = []
+
+
+def register_stage(stage: Stage, after: Optional[str] = None,
+                   replace: bool = False) -> Stage:
+    """Add `stage` to the registry: at the end, or right `after` a registered stage.
+    A taken name is refused unless `replace` (the stage then keeps its place)."""
+    if after is not None and after not in STAGE_TABLE:
+        raise plugins.PluginError(f"stage {stage.name!r}: after={after!r} is no registered "
+                                  f"stage; use one of {', '.join(_ORDER)}.")
+    plugins.register(STAGE_TABLE, stage.name, stage, what="stage", replace=replace)
+    if stage.name in _ORDER:
+        return stage
+    _ORDER.insert(_ORDER.index(after) + 1 if after is not None else len(_ORDER), stage.name)
+    return stage
+
+
+def unregister_stage(name: str) -> None:
+    """Remove a stage (tests and notebooks that registered one)."""
+    STAGE_TABLE.pop(name, None)
+    if name in _ORDER:
+        _ORDER.remove(name)
+
+
+def stage_names() -> tuple[str, ...]:
+    """Every registered stage's name, in run order."""
+    return tuple(_ORDER)
+
+
+def get_stage(name: str) -> Stage:
+    return STAGE_TABLE[name]
+
+
+def in_order(names) -> list[str]:
+    """`names` (registered stages) in run order."""
+    wanted = set(names)
+    return [s for s in _ORDER if s in wanted]
+
+
+def upstream(name: str, config: PipelineConfig) -> list[str]:
+    """The earlier stages whose output stage `name` reads under `config`."""
+    stage = STAGE_TABLE.get(name)
+    return list(stage.upstream(config)) if stage is not None else []
+
+
+def makes_output(name: str, config: PipelineConfig) -> bool:
+    """Whether the pipeline of `config` makes stage `name`'s output: it is registered
+    and `--stages=all` keeps it (no flag gives its output instead)."""
+    stage = STAGE_TABLE.get(name)
+    return stage is not None and not stage.skipped(config)
+
+
+def settings_of(name: str, config: PipelineConfig) -> dict[str, Any]:
+    """The settings stage `name`'s output depends on, as {flag: value}."""
+    stage = STAGE_TABLE[name]
+    return stage.settings(config) if stage.settings is not None \
+        else config.stage_settings(name)

@@ -1,0 +1,70 @@
+"""The finetune_teacher stage: --teacher fine-tuned on the task (skipped when
+--task_teacher gives a fine-tuned teacher)."""
+from __future__ import annotations
+
+from typing import Any
+
+from tinybert_tf.distill.terms import HardLabelTerm
+from tinybert_tf.models.checkpoint import load_model, save_model
+from tinybert_tf.pipeline.run.context import Context, rows
+from tinybert_tf.pipeline.settings.configs import PipelineConfig
+from tinybert_tf.pipeline.stages.base import Stage
+from tinybert_tf.pipeline.stages.common import (
+    evaluator,
+    make_distiller,
+    model_path,
+    run_training,
+    task_data,
+    with_padding,
+)
+from tinybert_tf.pipeline.training import task_input
+from tinybert_tf.pipeline.training.loop import Phase
+from tinybert_tf.pipeline.training.phases import PhaseSpec, plan_phase
+
+NAME = "finetune_teacher"
+
+
+def finetune_phase(ctx: Context, train_size: int) -> PhaseSpec:
+    c = ctx.config.finetune
+    spec = plan_phase(ctx, NAME, "train", "task train split", train_size, c.batch_size,
+                      "--teacher_batch_size", c.epochs, c.max_steps, c.lr, "linear",
+                      ctx.config.optim.warmup_proportion, [HardLabelTerm(task=ctx.task.type)])
+    return with_padding(ctx, spec)
+
+
+def finetune_teacher(ctx: Context) -> dict[str, Any]:
+    train, dev = ctx.examples("train"), ctx.examples(ctx.task.dev_splits[0])
+    spec = finetune_phase(ctx, rows(ctx, train))
+    spec.check()
+    with ctx.strategy.scope():
+        teacher = load_model(ctx.config.models.teacher, **ctx.task.type.head_kwargs())
+        distiller = make_distiller(ctx, teacher, None, spec, ctx.task.type.label_metrics())
+
+    # The teacher after its last epoch, as BERT fine-tuning does: on a small dev
+    # set the "best" epoch is noise, and an early teacher's soft targets are
+    # near uniform, which leaves the prediction-layer phase nothing to teach.
+    phase = Phase("finetune_teacher", spec.directory, distiller,
+                  distiller.checkpoint_items(model_key="teacher"),
+                  task_input.phase_input(ctx, train, spec), spec.steps_per_epoch,
+                  spec.epochs, max_steps=spec.max_steps, evaluate=evaluator(ctx, teacher, dev))
+    result = run_training(ctx, phase, spec)
+    last = result["evals"][-1] if result["evals"] else {}
+    if ctx.chief:
+        save_model(teacher, ctx.state.work_path("finetune_teacher", "model"),
+                   metadata={"stage": "finetune_teacher", "dev": last, **ctx.trained_on(),
+                             **ctx.task.type.model_metadata(last)})
+    return {"dev": last}
+
+
+def skipped(config: PipelineConfig) -> bool:
+    """--task_teacher is the fine-tuned teacher: the stage has nothing to make."""
+    return bool(config.models.task_teacher)
+
+
+STAGE = Stage(
+    NAME, finetune_teacher,
+    reads=lambda ctx: {"teacher": model_path(ctx.config.models.teacher),
+                       "data": task_data(ctx)},
+    outputs=lambda ctx: {ctx.state.path(NAME, "model"): "content"},
+    skipped=skipped, lr_flag="teacher_lr", replaced_by="--task_teacher=DIR",
+    artefacts=lambda ctx: [("fine-tuned teacher", ctx.state.path(NAME, "model"))])

@@ -1,0 +1,182 @@
+"""The task stage (TD): the phases of --task_phases (training/phases.py; by default the
+intermediate layers on the (augmented) task data, then the prediction layer), the last
+one once per --pred_grid cell; the best dev checkpoint is the task model.
+
+Each phase is first described by a `PhaseSpec` (sizes, batches, steps, schedule,
+loss terms) from the configs and the data sizes alone; the dry run prints the same
+specs the stage trains with. Task phases give Keras one dataset of global batches
+(rows in `task_input.epoch_rows` order, padded or length-bucketed as the phase's
+`padding` says), which tf.distribute splits.
+"""
+from __future__ import annotations
+
+import logging
+import posixpath
+from typing import Any, Optional
+
+from tinybert_tf.models import BertModel
+from tinybert_tf.models.checkpoint import load_model, save_model
+from tinybert_tf.pipeline.run.context import Context, rows
+from tinybert_tf.pipeline.settings.configs import PipelineConfig
+from tinybert_tf.pipeline.settings.precision import with_precision
+from tinybert_tf.pipeline.stages.base import Stage, makes_output
+from tinybert_tf.pipeline.stages.common import (
+    evaluator,
+    load_task_teacher,
+    make_distiller,
+    model_path,
+    run_training,
+    student_config,
+    task_data,
+)
+from tinybert_tf.pipeline.training import (
+    baseline_phases,  # noqa: F401  (registers --task_phases=pkd)
+    task_input,
+)
+from tinybert_tf.pipeline.training.loop import Phase
+from tinybert_tf.pipeline.training.phases import (
+    PhaseSpec,
+    general_projections,
+    reads_augmented,
+    task_phase_specs,
+)
+from tinybert_tf.pipeline.training.strategy import can_create_variables
+
+log = logging.getLogger("tinybert_tf")
+
+NAME = "task"
+
+
+def _student_for_task(ctx: Context, teacher: BertModel) -> BertModel:
+    head = ctx.student_task_type.head_kwargs()
+    if ctx.config.models.random_student:
+        config = student_config(ctx, teacher.bert_config, len(teacher.vocab))
+        return BertModel(config, vocab=teacher.vocab, **head)
+    return load_model(ctx.general_path(), **head)
+
+
+def task(ctx: Context) -> dict[str, Any]:
+    """Task distillation: the phases of --task_phases in order; the last one (once per
+    --pred_grid cell) selects the task model on dev."""
+    augmented = reads_augmented(ctx.config)
+    sets = {False: ctx.examples("train")}
+    if augmented:
+        sets[True] = ctx.examples("train_aug")
+    dev = ctx.examples(ctx.task.dev_splits[0])
+    with ctx.strategy.scope():
+        # Frozen from here on: computes in --teacher_precision (the plan says why).
+        dtype = ctx.config.distill.teacher_precision
+        stored = can_create_variables(ctx.strategy, dtype)
+        teacher = with_precision(load_task_teacher(ctx), dtype, float32_weights=not stored)
+        student = _student_for_task(ctx, teacher)
+    kept = "" if stored else (f"; weights kept in float32, cast at each use: this strategy's "
+                              f"collectives cannot broadcast {dtype} variables")
+    print(f"[task] teacher in {dtype} ({ctx.config.teacher_precision.reason}{kept})",
+          flush=True)
+    carried, start, warning = general_projections(ctx, student.bert_config,
+                                                  teacher.bert_config)
+    specs = task_phase_specs(ctx, {k: rows(ctx, v) for k, v in sets.items()}, len(dev),
+                             (student.bert_config, teacher.bert_config), start)
+    if warning and any(s.projections == "new" for s in specs):
+        log.warning(warning)
+        print(f"warning: {warning}", flush=True)
+    for spec in specs:
+        spec.check()
+    before = [s for s in specs if s.evaluation is None]
+    selecting = [s for s in specs if s.evaluation is not None]
+    out: dict[str, Any] = {"train_examples": len(sets[augmented]), "phases": {}}
+    for spec in before:
+        result, carried = _task_phase(ctx, spec, student, teacher, sets, carried)
+        out["phases"][spec.name] = result["steps"]
+    if len(selecting) == 1:
+        # The best model so far, written aside; published as task/model with the marker.
+        spec = selecting[0]
+        result, _ = _task_phase(ctx, spec, student, teacher, sets, carried, dev,
+                                ctx.state.work_path("task", "model"))
+        out["phases"][spec.name] = result["steps"]
+        out["best"] = result["best"]
+        return out
+    # --pred_grid: every cell from the same student (the phases before, run once).
+    start_weights = [v.numpy() for v in student.variables]
+    cells = []
+    for spec in selecting:
+        for variable, value in zip(student.variables, start_weights):
+            variable.assign(value)
+        result, _ = _task_phase(ctx, spec, student, teacher, sets, carried, dev,
+                                posixpath.join(spec.directory, "model"),
+                                cache=ctx.state.path("task", f"{spec.kind}_teacher_cache"))
+        cells.append({**spec.cell, "phase": spec.name, "steps": result["steps"],
+                      "best": result["best"]})
+    metric = ctx.task.type.primary_metric
+    scored = [c for c in cells if c["best"] is not None]
+    if not scored:
+        raise RuntimeError("--pred_grid: no cell was evaluated on dev.")
+    best = max(scored, key=lambda c: c["best"][metric])  # the first of equals
+    for cell in cells:
+        cell["selected"] = cell is best
+    print(f"[task] --pred_grid: cell batch {best['batch']} lr {best['lr']:g} is best on dev "
+          f"({metric} {best['best'][metric]:.4f})", flush=True)
+    if ctx.chief:
+        chosen = load_model(ctx.state.path("task", best["phase"], "model"))
+        save_model(chosen, ctx.state.work_path("task", "model"))
+    out.update(best=best["best"], grid=cells)
+    return out
+
+
+def _task_phase(ctx: Context, spec: PhaseSpec, student: BertModel, teacher: BertModel,
+                sets: dict[bool, Any], projections: Optional[dict], dev=None,
+                model_dir: Optional[str] = None, cache: Optional[str] = None
+                ) -> tuple[dict[str, Any], Optional[dict]]:
+    """Train one task phase; with `dev`, evaluate (every --eval_every steps or epoch)
+    and save the best student to `model_dir`. `projections`: W_e/W_h arrays to start
+    from; returns the phase's result and the projections the next phase starts from."""
+    examples = sets[spec.augmented]
+    heads = ctx.task.type.label_metrics() if dev is not None else ()
+    with ctx.strategy.scope():
+        distiller = make_distiller(ctx, student, teacher, spec, heads)
+    if distiller.projections is not None and projections is not None:
+        distiller.projections.assign(projections)
+    if spec.projections:
+        print(f"[{spec.name}] projections W_e/W_h: {spec.projections}", flush=True)
+    logits = task_input.teacher_logits(ctx, teacher, distiller, examples, spec, cache)
+    layers = (task_input.teacher_layers(ctx, teacher, student, examples, spec)
+              if logits is None else None)
+    selection: dict[str, Any] = {}
+    if dev is not None:
+        def on_best(metrics):
+            if ctx.chief:
+                save_model(student, model_dir, metadata={
+                    "stage": "task", "dev": metrics, **ctx.trained_on(),
+                    **ctx.task.type.model_metadata(metrics)})
+
+        selection = dict(evaluate=evaluator(ctx, student, dev), on_best=on_best,
+                         select_metric=ctx.task.type.primary_metric,
+                         eval_every=ctx.config.distill.eval_every)
+    phase = Phase(spec.name, spec.directory, distiller, distiller.checkpoint_items(),
+                  task_input.phase_input(ctx, examples, spec, teacher_logits=logits,
+                                         teacher_layers=layers),
+                  spec.steps_per_epoch, spec.epochs, max_steps=spec.max_steps, **selection)
+    result = run_training(ctx, phase, spec)
+    if distiller.projections is not None:
+        projections = distiller.projections.arrays()
+    return result, projections
+
+
+
+def reads(ctx: Context) -> dict[str, Any]:
+    m = ctx.config.models
+    return {"data": task_data(ctx), "task_teacher": model_path(m.task_teacher),
+            "general_model": model_path(m.general_model)}
+
+
+def upstream(config: PipelineConfig) -> list[str]:
+    """The general model, the fine-tuned teacher and the augmented rows, each when
+    this run's pipeline makes it (no flag gives it instead)."""
+    return [s for s in ("general", "finetune_teacher", "augment") if makes_output(s, config)]
+
+
+STAGE = Stage(
+    NAME, task, reads=reads,
+    outputs=lambda ctx: {ctx.student_path(): "content"},
+    upstream=upstream, replaced_by="a finished task stage",
+    artefacts=lambda ctx: [("student (task model directory)", ctx.student_path())])
