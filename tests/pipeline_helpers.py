@@ -527,3 +527,17 @@ def shared_argv_run(tmp_path_factory, name: str,
 
     folder, data = shared_folder(tmp_path_factory, name, build)
     return PipelineRun(types.SimpleNamespace(**data["flags"]), data["results"], folder)
+
+
+def parse(name: str, monkeypatch, tmp_path=None):
+    """The flag values `bin/distill --flagfile=configs/NAME` would run with, parsed from
+    outside the repository: nested flagfiles resolve against the including file."""
+    # Imported here: this module is imported by conftest before TensorFlow is set up.
+    from tinybert_tf.cli.flagfiles import expand_flagfiles
+    from tinybert_tf.pipeline import flags as tb_flags
+
+    monkeypatch.chdir(tmp_path or "/")
+    values = tb_flags.distill_flags()  # a fresh FlagValues: the process-wide FLAGS stay as is
+    values(expand_flagfiles(
+        ["bin/distill", f"--flagfile={os.path.join(REPO, 'configs', name)}"]))
+    return values

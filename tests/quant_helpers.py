@@ -1,11 +1,11 @@
 """Helpers of the int8 tests (test_quantization.py, test_quantize_stage.py): what a
-.tflite file's int8 tensors say, and the toy classifier of test_export_artifacts."""
+.tflite file's int8 tensors say, and the toy classifier of export_helpers."""
 from __future__ import annotations
 
 import numpy as np
+from export_helpers import L, fit_toy_classifier, float_ops, toy_task, unique
 from tensorflow.lite.python import schema_py_generated as schema_fb
 from tensorflow.lite.tools import flatbuffer_utils
-from test_export_artifacts import L, fit_toy_classifier, float_ops, toy_task, unique
 
 __all__ = ["L", "fit_toy_classifier", "float_ops", "toy_task", "unique", "expected_params",
            "activation_params"]

@@ -20,7 +20,7 @@ from tinybert_tf.pipeline import flags as tb_flags
 from tinybert_tf.pipeline.preflight import resolve_stages
 from tinybert_tf.pipeline.settings.configs import PipelineConfig
 
-from pipeline_helpers import REPO
+from pipeline_helpers import REPO, parse
 
 CONFIGS = sorted(os.path.basename(p) for p in glob.glob(os.path.join(REPO, "configs", "*.cfg")))
 TD_EPOCHS = {"cola": 50, "mnli": 10, "qqp": 10, "qnli": 10, "sst2": 20, "mrpc": 20,
@@ -28,16 +28,6 @@ TD_EPOCHS = {"cola": 50, "mnli": 10, "qqp": 10, "qnli": 10, "sst2": 20, "mrpc": 
 SINGLE_SENTENCE = {"cola", "sst2"}
 # Included by other flagfiles (or bin/reproduce), not run alone: no --output_dir.
 INCLUDED = {"td_common.cfg", "wiki_pairs_sizes.cfg"}
-
-
-def parse(name: str, monkeypatch, tmp_path=None):
-    """The flag values `bin/distill --flagfile=configs/NAME` would run with, parsed from
-    outside the repository: nested flagfiles resolve against the including file."""
-    monkeypatch.chdir(tmp_path or "/")
-    values = tb_flags.distill_flags()  # a fresh FlagValues: the process-wide FLAGS stay as is
-    values(expand_flagfiles(
-        ["bin/distill", f"--flagfile={os.path.join(REPO, 'configs', name)}"]))
-    return values
 
 
 def test_every_task_has_a_config():

@@ -8,7 +8,6 @@ import itertools
 import keras
 import pytest
 import tensorflow as tf
-from test_configs import parse
 
 from tinybert_tf.config import BertConfig
 from tinybert_tf.data import corpus
@@ -18,7 +17,7 @@ from tinybert_tf.models.checkpoint import load_model, load_tokenizer
 from tinybert_tf.pipeline.main import main, parse_argv
 from tinybert_tf.pipeline.training.recipes import get_recipe
 
-from pipeline_helpers import argv, tiny_flags
+from pipeline_helpers import argv, parse, tiny_flags
 
 
 def test_minilm_configs_carry_the_papers_settings(monkeypatch):
