@@ -29,7 +29,6 @@ from typing import Any
 from absl import flags
 
 from tinybert_tf.fields import define_flags
-from tinybert_tf.pipeline.run.context import STAGES
 from tinybert_tf.pipeline.settings.configs import (
     AugmentConfig,
     EvaluateConfig,
@@ -44,6 +43,7 @@ from tinybert_tf.pipeline.settings.configs import (
     RunOptions,
     TaskDistillConfig,
 )
+from tinybert_tf.pipeline.stages import stage_names
 from tinybert_tf.pipeline.training.phases import PHASE_KINDS
 from tinybert_tf.tasks.catalog import TaskConfig
 
@@ -134,7 +134,7 @@ def define_export(fv: flags.FlagValues) -> None:
 def define_run(fv: flags.FlagValues) -> None:
     """How the pipeline proceeds: folder, stages, resume, dry run."""
     define_flags(fv, RunOptions, "run", {
-        "stages": f"Comma list of {', '.join(STAGES)}, or 'all'."})
+        "stages": f"Comma list of {', '.join(stage_names())}, or 'all'."})
 
 
 @_group

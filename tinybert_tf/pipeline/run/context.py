@@ -16,10 +16,6 @@ from tinybert_tf.pipeline.training import task_input
 from tinybert_tf.pipeline.training.strategy import is_chief
 from tinybert_tf.tasks.catalog import Task
 
-# The built-in stages' names, in order, for --stages's help text (flags.py). Every loop
-# over stages reads the registry (pipeline/stages), which plugins may extend.
-STAGES = ("general", "finetune_teacher", "augment", "task", "quantize", "evaluate", "export")
-
 
 @dataclasses.dataclass
 class Context:
