@@ -21,6 +21,7 @@ import contextlib
 import dataclasses
 import errno
 import hashlib
+import io
 import json
 import os
 from typing import Any, Iterator, Optional
@@ -405,3 +406,15 @@ def os_fix(e: OSError) -> str:
     if e.errno in (errno.ENOSPC, errno.EDQUOT):
         return "the disk (or quota) is full: free space or choose another folder"
     return "check the path and its permissions"
+
+
+def save_png(fig, path: str) -> str:
+    """Write a matplotlib figure to `path` as a PNG, whole or not at all, and close it
+    (the loss curves, the latency-budget plot and bin/reproduce's tables)."""
+    import matplotlib.pyplot as plt  # imported only where a figure is drawn, as above
+    fig.tight_layout()
+    png = io.BytesIO()
+    fig.savefig(png, dpi=90, format="png")
+    plt.close(fig)
+    write_bytes_atomic(path, png.getvalue())
+    return path

@@ -7,8 +7,7 @@ import posixpath
 from typing import Any, Callable, Optional, Sequence
 
 from tinybert_tf import files
-from tinybert_tf.files import write_json_atomic
-from tinybert_tf.pipeline.run.report import save_png
+from tinybert_tf.files import save_png, write_json_atomic
 
 
 def write(data: dict[str, Any], output_dir: str, markdown: Callable[[dict], str],

@@ -49,9 +49,9 @@ from tinybert_tf.config import BertConfig
 from tinybert_tf.distill.mapping import STRATEGIES, layer_map
 from tinybert_tf.export.benchmark import random_inputs, synthetic_vocab
 from tinybert_tf.export.formats import FORMATS
+from tinybert_tf.files import save_png
 from tinybert_tf.models.checkpoint import inspect_model
 from tinybert_tf.models.encoder import BertModel
-from tinybert_tf.pipeline.run.report import save_png
 from tinybert_tf.pipeline.training.recipes import get_recipe
 from tinybert_tf.timing import median_ms
 
@@ -59,9 +59,6 @@ AUTO = "auto"
 # --latency_runtime -> the export table's format that is timed.
 RUNTIMES = {"tflite_float32": "float32", "tflite_dynamic_int8": "dynamic_int8",
             "tflite_int8": "int8", "saved_model": "saved_model"}
-# Turc et al. 2019 ("Well-Read Students Learn Better"): the 24 BERT miniatures.
-DEFAULT_CANDIDATES = tuple(f"{n}x{h}" for n in (2, 4, 6, 8, 10, 12)
-                           for h in (128, 256, 512, 768))
 TABLE_COLUMNS = ("layers", "hidden", "heads", "intermediate", "latency_ms")
 FOLDER = "auto_student"
 

@@ -45,6 +45,8 @@ from tinybert_tf.pipeline.settings.configs import (
 )
 from tinybert_tf.pipeline.stages import stage_names
 from tinybert_tf.pipeline.training.phases import PHASE_KINDS
+from tinybert_tf.pipeline.training.recipes import RECIPES
+from tinybert_tf.pipeline.training.strategy import STRATEGIES
 from tinybert_tf.tasks.catalog import TaskConfig
 
 FLAGS = flags.FLAGS
@@ -103,7 +105,9 @@ def define_numerics(fv: flags.FlagValues) -> None:
 
 @_group
 def define_distribution(fv: flags.FlagValues) -> None:
-    define_flags(fv, RunOptions, "distribution")
+    define_flags(fv, RunOptions, "distribution", helps={"strategy": (
+        f"tf.distribute strategy: {', '.join(STRATEGIES)} (see BUILD.md for multi_worker "
+        "and tpu).")})
 
 
 @_group
@@ -144,7 +148,10 @@ def define_models(fv: flags.FlagValues) -> None:
 
 @_group
 def define_general(fv: flags.FlagValues) -> None:
-    define_flags(fv, GeneralConfig)
+    define_flags(fv, GeneralConfig, helps={"recipe": (
+        "Recipe of the general stage: " + "; ".join(
+            f"{name} = {r.summary}" for name, r in sorted(RECIPES.items()))
+        + " (pipeline/training/recipes.py).")})
 
 
 @_group

@@ -44,10 +44,10 @@ from typing import Any, Optional
 import tensorflow as tf
 
 from tinybert_tf import files
+from tinybert_tf.pipeline.settings.configs import DEFAULT_STALE_MINUTES
 
 log = logging.getLogger("tinybert_tf")
 
-DEFAULT_STALE_MINUTES = 10.0
 _DAMAGED_GRACE_S = 10.0  # a holder writes its facts right after creating the file
 _REMOTE_SETTLE_S = 0.2  # pause before reading back a lock made without O_EXCL
 _VANISHED = "its lock file vanished"

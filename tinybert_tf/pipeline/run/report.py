@@ -3,13 +3,13 @@
 gs:// or ram:// output folder works)."""
 from __future__ import annotations
 
-import io
 import json
 import posixpath
 from typing import Any
 
 from tinybert_tf import files
 from tinybert_tf.data.metrics import is_defined
+from tinybert_tf.files import save_png
 
 
 def build_report(task: str, teacher: dict[str, Any], student: dict[str, Any],
@@ -150,15 +150,3 @@ def plot_loss_curves(output_dir: str, path: str) -> str | None:
         ax.set_yscale("log")
         ax.legend(fontsize=7)
     return save_png(fig, path)
-
-
-def save_png(fig, path: str) -> str:
-    """Write a matplotlib figure to `path` as a PNG, whole or not at all, and close it
-    (the loss curves, the latency-budget plot and bin/reproduce's tables)."""
-    import matplotlib.pyplot as plt  # imported only where a figure is drawn, as above
-    fig.tight_layout()
-    png = io.BytesIO()
-    fig.savefig(png, dpi=90, format="png")
-    plt.close(fig)
-    files.write_bytes_atomic(path, png.getvalue())
-    return path

@@ -32,11 +32,7 @@ from tinybert_tf.fields import (
     setting,
     within,
 )
-from tinybert_tf.pipeline.autosize import DEFAULT_CANDIDATES
-from tinybert_tf.pipeline.run.lock import DEFAULT_STALE_MINUTES
 from tinybert_tf.pipeline.settings import precision
-from tinybert_tf.pipeline.training.recipes import RECIPES
-from tinybert_tf.pipeline.training.strategy import DEFAULT_PEER_TIMEOUT, STRATEGIES
 from tinybert_tf.tasks.catalog import TaskConfig
 
 PRECISIONS = ("none", "mixed_float16", "mixed_bfloat16")
@@ -44,6 +40,13 @@ PRECISIONS = ("none", "mixed_float16", "mixed_bfloat16")
 # bfloat16 natively), none elsewhere; resolved when the configs are built.
 AUTO_PRECISION = "auto"
 INPUT_SHARDING = ("auto", "exact")
+# Defaults other modules share: a stale lock's age (run/lock.py), the wait for
+# multi_worker peers (training/strategy.py) and --student_config=auto's shapes, the 24
+# BERT miniatures of Turc et al. 2019 ("Well-Read Students Learn Better").
+DEFAULT_STALE_MINUTES = 10.0
+DEFAULT_PEER_TIMEOUT = 300  # seconds
+DEFAULT_CANDIDATES = tuple(f"{n}x{h}" for n in (2, 4, 6, 8, 10, 12)
+                           for h in (128, 256, 512, 768))
 
 # Stage names (`fields.STAGES`), short, for the `stages=` of the fields below.
 GEN, FT, AUG, TASK, QUANT, EVAL, EXPORT = fields.STAGES
@@ -55,12 +58,6 @@ DISTILL = (TASK, QUANT)  # the task student, and its int8 copy taught by it
 def _terms_help() -> str:
     aliases = "; ".join(f"{a} = {','.join(v)}" for a, v in ALIASES.items())
     return f"any of {', '.join(sorted(TERMS))} ({aliases})"
-
-
-def _recipe_help() -> str:
-    return ("Recipe of the general stage: " + "; ".join(
-        f"{name} = {r.summary}" for name, r in sorted(RECIPES.items()))
-        + " (pipeline/training/recipes.py).")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,8 +77,7 @@ class RunOptions:
     dry_run: bool = setting(False, "Check everything and print the resolved plan as JSON; "
                             "train nothing (exit 0, or 2 with every error).", group="run")
     # A string checked by strategy.make_strategy: strategies registered by user code count.
-    strategy: str = setting("default", lambda: f"tf.distribute strategy: {', '.join(STRATEGIES)} "
-                            "(see BUILD.md for multi_worker and tpu).", group="distribution")
+    strategy: str = setting("default", None, group="distribution")  # help: flags.py
     tpu: str = setting("", "TPU address for --strategy=tpu (e.g. grpc://10.0.0.2:8470).",
                        group="distribution")
     checkpoint_every: int = setting(200, "Save a checkpoint every N steps.",
@@ -283,7 +279,7 @@ class OptimConfig:
 @dataclasses.dataclass(frozen=True)
 class GeneralConfig:
     # A string checked by preflight: recipes registered by user code count.
-    recipe: str = setting("tinybert", _recipe_help, stages=(GEN,))
+    recipe: str = setting("tinybert", None, stages=(GEN,))  # help: flags.py (the recipes)
     corpus: str = setting(
         "", "General corpus (general distillation; Word2Vec for augmentation): text "
         "files/globs (BERT format, .gz/.bz2), a Wikipedia XML dump (.xml.bz2), TFRecord shards "

@@ -23,8 +23,8 @@ import tensorflow as tf
 from tensorflow.python.eager import context as tf_context
 
 from tinybert_tf import plugins
+from tinybert_tf.pipeline.settings.configs import DEFAULT_PEER_TIMEOUT
 
-DEFAULT_PEER_TIMEOUT = 300  # seconds
 # TensorFlow's default heartbeat timeout: a dead peer is noticed within 10 s (sooner
 # when --peer_timeout is shorter).
 _HEARTBEAT_TIMEOUT_MS = 10_000
