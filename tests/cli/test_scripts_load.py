@@ -1,8 +1,7 @@
 """Every benchmark and tool script loads: its imports of the package still resolve.
 
 These scripts run for minutes to hours and no other test runs them, so a renamed or
-moved name in the package broke them unnoticed (bench_quantize.py imported STAGES from
-pipeline/stages.py after it moved to pipeline/run/context.py). Loading a script runs its
+moved name in the package would break them unnoticed. Loading a script runs its
 imports and definitions, not its `main`.
 """
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Task-stage phase kinds of the paper's baselines, registered like the built-in ones
-(`pipeline.phases`), so `--task_phases` names them.
+(`pipeline.training.phases`), so `--task_phases` names them.
 
   pkd  Patient KD (Sun et al. 2019) in one phase: (1 - alpha) x ground truth +
        alpha x soft targets at temperature T + beta x the patient loss on the
