@@ -194,12 +194,7 @@ def test_only_the_chief_takes_the_output_lock(base, tmp_path, monkeypatch, tiny_
 # --- sharded augmentation ---------------------------------------------------------------
 
 def _bin_augment(args, capsys):
-    import importlib.machinery
-    import importlib.util
-    loader = importlib.machinery.SourceFileLoader("bin_augment",
-                                                  os.path.join(REPO, "bin", "augment"))
-    module = importlib.util.module_from_spec(importlib.util.spec_from_loader(loader.name, loader))
-    loader.exec_module(module)
+    module = load_tool("augment")
     try:
         module.FLAGS(["augment", *args])
         rc = module.main(["augment"])
