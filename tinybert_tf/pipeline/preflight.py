@@ -235,7 +235,7 @@ def _check_flags(checks: _Checks, ctx: Context, stages: Sequence[str]) -> list[s
         checks.range_error("--max_seq_len", f"--max_seq_len={c.task.max_seq_len}: must be 0 "
                            f"(the task's default) or >= {shortest} (the special tokens and "
                            f"one word piece per text of a {kind} task).")
-    if "finetune_teacher" in stages and c.models.task_teacher:
+    if "finetune_teacher" in stages and c.models.teacher_given:
         checks.errors.append(
             f"--stages={','.join(stages)} with --task_teacher={c.models.task_teacher}: the "
             "finetune_teacher stage fine-tunes --teacher, but the later stages read "
@@ -282,13 +282,13 @@ def _check_teachers(checks: _Checks, ctx: Context, needs: set, missing_outputs: 
     """--teacher and --task_teacher, read without weights, when a stage reads them."""
     m = ctx.config.models
     if needs & {"general", "finetune_teacher", "augment"} or (m.random_student and "task" in needs
-                                                             and not m.task_teacher):
+                                                             and not m.teacher_given):
         models.teacher = _model(checks, m.teacher, "--teacher")
-    elif not m.task_teacher and needs & {"task", "quantize", "evaluate", "export"} \
+    elif not m.teacher_given and needs & {"task", "quantize", "evaluate", "export"} \
             - missing_outputs:
         # These stages tokenise with --teacher's vocab (the fine-tuned teacher keeps it).
         models.teacher = _model(checks, m.teacher, "--teacher")
-    if m.task_teacher and needs & {"task", "evaluate", "augment"}:
+    if m.teacher_given and needs & {"task", "evaluate", "augment"}:
         models.task_teacher = _model(checks, m.task_teacher, "--task_teacher")
         if models.task_teacher is not None:
             _check_task_head(checks, models.task_teacher, ctx, "--task_teacher", plan)
@@ -296,7 +296,7 @@ def _check_teachers(checks: _Checks, ctx: Context, needs: set, missing_outputs: 
             and models.teacher.vocab != models.task_teacher.vocab:
         checks.errors.append("--task_teacher and --teacher use different vocabularies; the "
                              "student can follow only one. Use teachers of one vocab.")
-    if m.teacher_label_order and not m.task_teacher:
+    if m.teacher_label_order and not m.teacher_given:
         checks.errors.append("--teacher_label_order describes the outputs of --task_teacher, "
                              "which is not given (the finetune_teacher stage names its "
                              "labels itself); drop the flag or give --task_teacher.")
@@ -430,7 +430,7 @@ def _plan_phases(checks: _Checks, ctx: Context, needs: set, count_corpus: bool,
     be bad: the task tokenizer is --task_teacher's or --teacher's, the corpus's
     --teacher's."""
     m = ctx.config.models
-    tokenizer_ok = (models.task_teacher if m.task_teacher else models.teacher) is not None \
+    tokenizer_ok = (models.task_teacher if m.teacher_given else models.teacher) is not None \
         or not (needs & {"finetune_teacher", "task", "quantize"})
     task_models = ((models.task_student, models.vocab_model.config)
                    if models.task_student is not None and models.vocab_model is not None
