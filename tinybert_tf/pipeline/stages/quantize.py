@@ -75,11 +75,12 @@ def quantize_phase(ctx: Context, train_size: int) -> PhaseSpec:
     spec = plan_phase(ctx, NAME, "qat", data, train_size, q.batch_size,
                       "--quantize_batch_size", epochs, q.steps, q.lr, "linear",
                       ctx.config.optim.warmup_proportion, quantize_terms(ctx))
+    spec.frozen_weights = ranges_only(ctx)
     spec.note = (f"teacher: the float task student ({ctx.student_path()}); int8 ranges "
                  f"calibrated on {min(q.calibration_examples, train_size)} training rows "
                  "(the first of epoch 1's order); "
                  + ("weights kept: the float student's (--quantize_lr=0), only the ranges "
-                    "follow the data; " if ranges_only(ctx) else "")
+                    "follow the data; " if spec.frozen_weights else "")
                  + (f"keeps the checkpoint whose dev answers agree most with the float "
                     f"student's (every {q.eval_every} steps)" if selects(ctx)
                     else "keeps the last weights"))
@@ -108,7 +109,8 @@ def planned_phase(ctx: Context, n_train: int, per_example: int) -> PhaseSpec:
 
 def ranges_only(ctx: Context) -> bool:
     """--quantize_lr=0: the int8 copy keeps the float student's weights; its steps only
-    move the activation ranges (module docstring, 2.)."""
+    move the activation ranges (module docstring, 2.). The one place that reads the
+    setting so: the phase carries it as `PhaseSpec.frozen_weights`."""
     return ctx.config.quantize.lr == 0
 
 
@@ -137,7 +139,7 @@ def quantize(ctx: Context) -> dict[str, Any]:
     print(f"[quantize] {calibration['points']} int8 activation ranges calibrated on "
           f"{len(sample)} rows; padded keys masked with {calibration['mask_value']:.2f}",
           flush=True)
-    if ranges_only(ctx):
+    if spec.frozen_weights:
         # No trainable variable, so no gradient is computed: the steps run the student
         # forward in training mode, where each range moves towards the batch's.
         student.trainable = False
