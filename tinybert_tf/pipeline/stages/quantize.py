@@ -41,10 +41,11 @@ from tinybert_tf.distill.terms import LossTerm, make_terms, resolve_names
 from tinybert_tf.export.common import keras_outputs, output_function
 from tinybert_tf.export.formats import FORMATS, ExportContext
 from tinybert_tf.models.checkpoint import load_model, save_model
+from tinybert_tf.models.heads import HEADS
 from tinybert_tf.models.quantization import calibrate
 from tinybert_tf.pipeline.run.context import Context, rows
 from tinybert_tf.pipeline.settings.configs import PipelineConfig
-from tinybert_tf.pipeline.stages.base import Stage, makes_output
+from tinybert_tf.pipeline.stages.base import Findings, Stage, makes_output
 from tinybert_tf.pipeline.stages.common import evaluator, make_distiller, run_training, task_data
 from tinybert_tf.pipeline.training import task_input
 from tinybert_tf.pipeline.training.loop import Phase, TrainingStateError
@@ -249,10 +250,24 @@ def upstream(config: PipelineConfig) -> list[str]:
     return ["task"] + (["augment"] if makes_output("augment", config) else [])
 
 
+def checks(ctx: Context, found: Findings) -> None:
+    """--quantize_loss_terms, and a student head with an int8 form."""
+    c = ctx.config
+    found.run(lambda: resolve_names(c.quantize.loss_terms, "--quantize_loss_terms",
+                                    allowed=QUANTIZE_TERMS))
+    head = found.run(lambda: ctx.student_task_type.head)
+    if head in HEADS and not HEADS[head].quantizable:
+        found.errors.append(
+            f"--classifier_head={c.models.classifier_head}: the student's {head} head "
+            "has no int8 form, so the quantize stage (run when --export_formats has "
+            "int8) cannot train its int8 copy; add --noquantize (int8 is then "
+            "calibrated after training) or use --classifier_head=pooler.")
+
+
 STAGE = Stage(
     NAME, quantize, reads=lambda ctx: {"data": task_data(ctx)},
     outputs=lambda ctx: {ctx.quantized_path(): "content"},
     upstream=upstream, skipped=lambda config: not has_quantize_stage(config),
-    refusal=refusal, lr_flag="quantize_lr", replaced_by="--noquantize",
+    refusal=refusal, lr_flag="quantize_lr", replaced_by="--noquantize", checks=checks,
     artefacts=lambda ctx: [("int8 student (quantize stage, fake-quantised model directory)",
                             ctx.quantized_path())])
