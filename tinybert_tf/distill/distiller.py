@@ -386,7 +386,7 @@ class Distiller(MultiWorkerBuildMixin, keras.Model):
     def _apply(self, grads, variables, scale):
         """All-reduce (when clipping across replicas), clip the full-batch
         gradient by global norm, apply to the variables that have a gradient."""
-        if not variables:  # nothing trains (the quantize stage's --quantize_lr=0)
+        if not variables:  # a frozen student (the quantize stage's ranges-only steps)
             return
         ctx = tf.distribute.get_replica_context()
         replicas = ctx.num_replicas_in_sync if ctx is not None else 1

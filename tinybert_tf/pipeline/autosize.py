@@ -266,9 +266,10 @@ def layer_rule(config) -> Optional[LayerRule]:
     layers among `--teacher` and `--task_teacher`; None when no teacher can be read or
     `--layer_mapping` is wrong whatever the student (preflight then reports that)."""
     mapping = config.loss.layer_mapping
-    found = []
-    for flag, path in (("--teacher", config.models.teacher),
-                       ("--task_teacher", config.models.task_teacher)):
+    m, found = config.models, []
+    teachers = [("--teacher", m.teacher)] + (
+        [("--task_teacher", m.task_teacher)] if m.teacher_given else [])
+    for flag, path in teachers:
         if not path:
             continue
         try:

@@ -5,7 +5,9 @@ the models' configs and vocabularies (read without their weights), layer
 mappings, sequence lengths against position tables, batch splits, export
 formats, the stages a stage reads, and free disk. `check(ctx, stages)`
 gathers EVERY problem and returns the plan (`bin/distill --dry_run` prints
-it) or raises one `PreflightError` listing them all.
+it) or raises one `PreflightError` listing them all. A stage's checks of its own
+settings live in its module (`Stage.checks`); the ones here read what several
+stages share: the models, lengths, the output folder, the phases' sizes, disk.
 """
 from __future__ import annotations
 
@@ -19,23 +21,21 @@ from typing import Any, Callable, Optional, Sequence
 from tinybert_tf import files
 from tinybert_tf.config import BertConfig, ConfigError, get_config
 from tinybert_tf.data import corpus as corpus_lib
-from tinybert_tf.data import glue_submission
 from tinybert_tf.data.examples import DataError
 from tinybert_tf.distill.mapping import layer_map
 from tinybert_tf.distill.projections import expected_shapes
 from tinybert_tf.distill.terms import layer_weights, resolve_names
 from tinybert_tf.export.formats import FORMATS, check_formats, format_problems
 from tinybert_tf.models.checkpoint import CheckpointError, ModelInfo, inspect_model
-from tinybert_tf.models.heads import HEADS
 from tinybert_tf.models.labels import label_order, output_names
 from tinybert_tf.pipeline import flag_ranges, stage_io
 from tinybert_tf.pipeline.run.context import Context, rows
 from tinybert_tf.pipeline.run.state import unfinished_stage_output
 from tinybert_tf.pipeline.settings.configs import PipelineConfig
+from tinybert_tf.pipeline.stages import Findings, get_stage, in_order, stage_names, upstream
 from tinybert_tf.pipeline.stages import augment as A
 from tinybert_tf.pipeline.stages import finetune_teacher as F
 from tinybert_tf.pipeline.stages import general as G
-from tinybert_tf.pipeline.stages import get_stage, in_order, stage_names, upstream
 from tinybert_tf.pipeline.stages import quantize as Q
 from tinybert_tf.pipeline.training import phases as P
 from tinybert_tf.pipeline.training import task_input
@@ -47,6 +47,19 @@ log = logging.getLogger("tinybert_tf")
 
 # Free space asked for on top of the models' own size (checkpoints, logs, exports).
 _DISK_MARGIN_BYTES = 256 * 2**20
+
+# The built-in stages by what they read, for the checks several stages share.
+# Train on the task's training rows (their phases are sized on them):
+_TRAIN_ON_TASK = frozenset({"finetune_teacher", "task", "quantize"})
+# Run task models at --max_seq_len:
+_RUN_AT_TASK_LENGTH = _TRAIN_ON_TASK | {"evaluate", "export"}
+# Read the task's data:
+_READ_TASK_DATA = _RUN_AT_TASK_LENGTH | {"augment"}
+# Read --teacher itself (its weights or its vocab):
+_READ_TEACHER = frozenset({"general", "finetune_teacher", "augment"})
+# Read the fine-tuned teacher, or tokenise with its vocab (--teacher's without one):
+_READ_TASK_TEACHER = frozenset({"task", "evaluate", "augment"})
+_TOKENISE_AS_TEACHER = _RUN_AT_TASK_LENGTH - {"finetune_teacher"}
 
 
 class PreflightError(ValueError):
@@ -96,9 +109,7 @@ def task_head_errors(info: ModelInfo, task: Task, flag: str) -> list[str]:
 # --- the checks ------------------------------------------------------------------------------
 
 @dataclasses.dataclass
-class _Checks:
-    errors: list[str] = dataclasses.field(default_factory=list)
-    warnings: list[str] = dataclasses.field(default_factory=list)
+class _Checks(Findings):
     # Flags whose value is out of range (and those messages): later errors about
     # them would only echo it.
     bad_flags: set = dataclasses.field(default_factory=set)
@@ -193,11 +204,13 @@ def check(ctx: Context, stages: Sequence[str], count_corpus: bool = False
                              lambda: stage_io.plan_reuse(ctx, stages)) or {}).items()}
     models = _Models()
     _check_teachers(checks, ctx, needs, missing_outputs, models, plan)
+    for name in stages:  # each stage's own settings (`Stage.checks`)
+        get_stage(name).checks(ctx, checks)
     _check_students(checks, ctx, needs, models)
     if recipe is not None and models.teacher is not None:
         checks.errors.extend(checks.run(
             lambda: recipe.check(c, models.student_cfg, models.teacher)) or [])
-    _check_terms(checks, ctx, needs)
+    checks.run(lambda: resolve_names(c.loss.loss_terms))
     _check_layer_maps(checks, ctx, needs, models, weight_errors)
     _check_lengths(checks, ctx, needs, models)
     if "augment" in needs:
@@ -235,7 +248,7 @@ def _check_flags(checks: _Checks, ctx: Context, stages: Sequence[str]) -> list[s
         checks.range_error("--max_seq_len", f"--max_seq_len={c.task.max_seq_len}: must be 0 "
                            f"(the task's default) or >= {shortest} (the special tokens and "
                            f"one word piece per text of a {kind} task).")
-    if "finetune_teacher" in stages and c.models.task_teacher:
+    if "finetune_teacher" in stages and c.models.teacher_given:
         checks.errors.append(
             f"--stages={','.join(stages)} with --task_teacher={c.models.task_teacher}: the "
             "finetune_teacher stage fine-tunes --teacher, but the later stages read "
@@ -281,14 +294,13 @@ def _check_teachers(checks: _Checks, ctx: Context, needs: set, missing_outputs: 
                     models: _Models, plan: dict[str, Any]) -> None:
     """--teacher and --task_teacher, read without weights, when a stage reads them."""
     m = ctx.config.models
-    if needs & {"general", "finetune_teacher", "augment"} or (m.random_student and "task" in needs
-                                                             and not m.task_teacher):
+    if needs & _READ_TEACHER or (m.random_student and "task" in needs
+                                 and not m.teacher_given):
         models.teacher = _model(checks, m.teacher, "--teacher")
-    elif not m.task_teacher and needs & {"task", "quantize", "evaluate", "export"} \
-            - missing_outputs:
+    elif not m.teacher_given and needs & _TOKENISE_AS_TEACHER - missing_outputs:
         # These stages tokenise with --teacher's vocab (the fine-tuned teacher keeps it).
         models.teacher = _model(checks, m.teacher, "--teacher")
-    if m.task_teacher and needs & {"task", "evaluate", "augment"}:
+    if m.teacher_given and needs & _READ_TASK_TEACHER:
         models.task_teacher = _model(checks, m.task_teacher, "--task_teacher")
         if models.task_teacher is not None:
             _check_task_head(checks, models.task_teacher, ctx, "--task_teacher", plan)
@@ -296,27 +308,16 @@ def _check_teachers(checks: _Checks, ctx: Context, needs: set, missing_outputs: 
             and models.teacher.vocab != models.task_teacher.vocab:
         checks.errors.append("--task_teacher and --teacher use different vocabularies; the "
                              "student can follow only one. Use teachers of one vocab.")
-    if m.teacher_label_order and not m.task_teacher:
+    if m.teacher_label_order and not m.teacher_given:
         checks.errors.append("--teacher_label_order describes the outputs of --task_teacher, "
                              "which is not given (the finetune_teacher stage names its "
                              "labels itself); drop the flag or give --task_teacher.")
 
 
 def _check_students(checks: _Checks, ctx: Context, needs: set, models: _Models) -> None:
-    """The task stage's settings, --student_config and the general model it starts
-    from (given, or a finished general stage's)."""
-    c, m = ctx.config, ctx.config.models
-    if "task" in needs:
-        checks.run(lambda: ctx.student_task_type)  # --classifier_head for this task
-        checks.run(lambda: P.parse_grid(c.distill.pred_grid))
-        checks.run(lambda: P.phase_kinds(c.distill.task_phases))
-        if m.student_init == "random" and m.general_model:
-            checks.warnings.append(f"--student_init=random: --general_model={m.general_model} "
-                                   "is not read (the student starts from random weights).")
-    if "evaluate" in needs and c.evaluate.glue_test_predictions:
-        errors, warnings = glue_submission.check(ctx.task.name, c.task.data_dir)
-        checks.errors.extend(errors)
-        checks.warnings.extend(warnings)
+    """--student_config and the general model the task stage starts from (given, or a
+    finished general stage's)."""
+    m = ctx.config.models
     if "general" in needs or (m.random_student and "task" in needs):
         models.student_cfg = checks.run(lambda: get_config(m.student_config),
                                         "--student_config: ")
@@ -335,22 +336,6 @@ def _check_students(checks: _Checks, ctx: Context, needs: set, models: _Models) 
     models.task_student = models.student_cfg if (
         m.random_student or (not m.general_given and "general" in needs)) else (
         models.general_model.config if models.general_model is not None else None)
-
-
-def _check_terms(checks: _Checks, ctx: Context, needs: set) -> None:
-    """--loss_terms, and the quantize stage's terms and head."""
-    c = ctx.config
-    checks.run(lambda: resolve_names(c.loss.loss_terms))
-    if "quantize" in needs:
-        checks.run(lambda: resolve_names(c.quantize.loss_terms, "--quantize_loss_terms",
-                                         allowed=Q.QUANTIZE_TERMS))
-        head = checks.run(lambda: ctx.student_task_type.head)
-        if head in HEADS and not HEADS[head].quantizable:
-            checks.errors.append(
-                f"--classifier_head={c.models.classifier_head}: the student's {head} head "
-                "has no int8 form, so the quantize stage (run when --export_formats has "
-                "int8) cannot train its int8 copy; add --noquantize (int8 is then "
-                "calibrated after training) or use --classifier_head=pooler.")
 
 
 def _check_layer_maps(checks: _Checks, ctx: Context, needs: set, models: _Models,
@@ -375,7 +360,7 @@ def _check_layer_maps(checks: _Checks, ctx: Context, needs: set, models: _Models
 def _check_lengths(checks: _Checks, ctx: Context, needs: set, models: _Models) -> None:
     """Sequence lengths against the models' position tables."""
     c = ctx.config
-    task_stages = needs & {"finetune_teacher", "task", "quantize", "evaluate", "export"}
+    task_stages = needs & _RUN_AT_TASK_LENGTH
     for info, flag in ((models.teacher, "--teacher"), (models.task_teacher, "--task_teacher"),
                        (models.general_model, "--general_model")):
         if info is None:
@@ -430,8 +415,8 @@ def _plan_phases(checks: _Checks, ctx: Context, needs: set, count_corpus: bool,
     be bad: the task tokenizer is --task_teacher's or --teacher's, the corpus's
     --teacher's."""
     m = ctx.config.models
-    tokenizer_ok = (models.task_teacher if m.task_teacher else models.teacher) is not None \
-        or not (needs & {"finetune_teacher", "task", "quantize"})
+    tokenizer_ok = (models.task_teacher if m.teacher_given else models.teacher) is not None \
+        or not (needs & _TRAIN_ON_TASK)
     task_models = ((models.task_student, models.vocab_model.config)
                    if models.task_student is not None and models.vocab_model is not None
                    else None)
@@ -600,7 +585,7 @@ def _phases(checks: _Checks, ctx: Context, needs: set, count_corpus: bool,
     specs = []
     if "general" in needs and teacher_ok:
         specs.append(_general_phase(checks, ctx, count_corpus))
-    if needs & {"finetune_teacher", "task", "quantize", "evaluate", "export", "augment"}:
+    if needs & _READ_TASK_DATA:
         train = checks.run(lambda: ctx.examples("train"), "")
         # A folder or flag at fault shows in the train split already: say it once.
         dev = (checks.run(lambda: ctx.examples(ctx.task.dev_splits[0]), "")
@@ -610,7 +595,7 @@ def _phases(checks: _Checks, ctx: Context, needs: set, count_corpus: bool,
             table = checks.run(lambda: ctx.task.source.augment_table(), "augment: ")
         # Sizing needs the task tokenizer; only training stages need sizes.
         n_train = (checks.run(lambda: rows(ctx, train)) if train is not None and tokenizer_ok
-                   and needs & {"finetune_teacher", "task", "quantize"} else None)
+                   and needs & _TRAIN_ON_TASK else None)
         if n_train is not None and "finetune_teacher" in needs:
             specs.append(checks.run(lambda: F.finetune_phase(ctx, n_train)))
         if "task" in needs and n_train is not None:

@@ -43,8 +43,7 @@ class Context:
     def tokenizer(self):
         """The task tokenizer at the task length: the teacher's vocab and casing (read
         from --task_teacher when given, else --teacher: fine-tuning keeps the vocab)."""
-        models = self.config.models
-        return load_tokenizer(models.task_teacher or models.teacher, self.max_seq_len)
+        return load_tokenizer(self.config.models.vocab_teacher, self.max_seq_len)
 
     def augmented_path(self) -> str:
         """--augmented_file, or the file this run's augment stage writes."""
@@ -68,7 +67,9 @@ class Context:
         return task_input.inference_buckets(self.config, self.task.type, self.max_seq_len)
 
     def teacher_path(self) -> str:
-        return self.config.models.task_teacher or self.state.path("finetune_teacher", "model")
+        m = self.config.models
+        return m.task_teacher if m.teacher_given else self.state.path("finetune_teacher",
+                                                                      "model")
 
     def general_path(self) -> str:
         return self.config.models.general_model or self.state.path("general", "model")

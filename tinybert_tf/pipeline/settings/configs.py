@@ -210,6 +210,18 @@ class ModelsConfig:
         return self.student_init == "random" or self.general_model.lower() == "none"
 
     @property
+    def teacher_given(self) -> bool:
+        """--task_teacher gives the fine-tuned teacher: the finetune_teacher stage makes
+        none, later stages read --task_teacher, and --teacher_label_order describes it."""
+        return bool(self.task_teacher)
+
+    @property
+    def vocab_teacher(self) -> str:
+        """The model whose vocab and casing the task models share: --task_teacher when
+        given, else --teacher (fine-tuning keeps the vocab)."""
+        return self.task_teacher if self.teacher_given else self.teacher
+
+    @property
     def general_given(self) -> bool:
         """The task stage's student comes from no general stage of this run: a given
         --general_model, or a random start."""

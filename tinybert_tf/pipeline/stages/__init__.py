@@ -23,6 +23,7 @@ from tinybert_tf.pipeline.stages import (
 )
 from tinybert_tf.pipeline.stages.base import (  # noqa: F401  (the registry's API)
     STAGE_TABLE,
+    Findings,
     Stage,
     get_stage,
     in_order,

@@ -21,8 +21,7 @@ def augment(ctx: Context) -> dict[str, Any]:
     a, r = ctx.config.augment, ctx.config.run
     # The teacher's vocab, read without weights: augmentation must tokenise as the
     # task models do.
-    teacher_vocab = inspect_model(ctx.config.models.task_teacher
-                                  or ctx.config.models.teacher).vocab
+    teacher_vocab = inspect_model(ctx.config.models.vocab_teacher).vocab
     stats = augment_source(
         ctx.task.source, ctx.augmented_path(), mlm_model=a.mlm_model or None,
         word_vectors=a.word_vectors or None, corpus=a.corpus or corpus_lib.default_corpus_path(),
@@ -47,7 +46,7 @@ def rows_per_example(ctx: Context, table: Optional[RowTable] = None) -> int:
 
 def reads(ctx: Context) -> dict[str, Any]:
     m, a = ctx.config.models, ctx.config.augment
-    found = {"data": task_data(ctx), "vocab_model": model_path(m.task_teacher or m.teacher),
+    found = {"data": task_data(ctx), "vocab_model": model_path(m.vocab_teacher),
              "mlm_model": model_path(a.mlm_model), "word_vectors": a.word_vectors}
     if not a.word_vectors:
         found["corpus"] = corpus_files(a.corpus)

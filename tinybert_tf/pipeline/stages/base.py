@@ -13,6 +13,9 @@ import dataclasses
 from typing import Any, Callable, Optional
 
 from tinybert_tf import plugins
+from tinybert_tf.config import ConfigError
+from tinybert_tf.data.examples import DataError
+from tinybert_tf.models.checkpoint import CheckpointError
 from tinybert_tf.pipeline.run.context import Context
 from tinybert_tf.pipeline.settings.configs import PipelineConfig
 
@@ -30,6 +33,28 @@ def _never(_: Any) -> bool:
 
 
 def _no_refusal(_: PipelineConfig) -> Optional[str]:
+    return None
+
+
+@dataclasses.dataclass
+class Findings:
+    """What the checks before training found: errors (each naming its flag or file and
+    the fix) and warnings. Preflight gathers every stage's into one."""
+
+    errors: list[str] = dataclasses.field(default_factory=list)
+    warnings: list[str] = dataclasses.field(default_factory=list)
+
+    def run(self, fn: Callable[[], Any], prefix: str = "") -> Any:
+        """fn(), recording its error (ours are ValueErrors naming the flag) instead of
+        raising; None when it failed."""
+        try:
+            return fn()
+        except (ValueError, ConfigError, CheckpointError, DataError, OSError) as e:
+            self.errors.append(prefix + str(e))
+        return None
+
+
+def _no_checks(_: Context, __: Findings) -> None:
     return None
 
 
@@ -56,6 +81,9 @@ class Stage:
     artefacts(ctx) -> [(what, path)]: what the end-of-run summary lists of it.
     settings(config) -> {flag: value} its output depends on (a change redoes it);
       None: the settings configs.py declares for the stage (`stage_settings`).
+    checks(ctx, findings): its own settings' checks before training, recorded in
+      `findings` (preflight calls them for the stages of the run, in run order; the
+      checks that read models several stages share stay in preflight).
     """
 
     name: str
@@ -72,6 +100,7 @@ class Stage:
     replaced_by: str = ""
     artefacts: Callable[[Context], list[tuple[str, str]]] = _none
     settings: Optional[Callable[[PipelineConfig], dict[str, Any]]] = None
+    checks: Callable[[Context, Findings], None] = _no_checks
 
 
 # name -> Stage, and the run order of the names.

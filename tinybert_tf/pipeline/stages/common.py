@@ -93,7 +93,7 @@ def load_task_teacher(ctx: Context) -> BertModel:
     if task.named_outputs:
         m = ctx.config.models
         # --teacher_label_order describes an external --task_teacher only; ours name theirs.
-        given = m.teacher_label_order if m.task_teacher else ()
+        given = m.teacher_label_order if m.teacher_given else ()
         mapping = put_in_order(teacher, task.label_names, given,
                                what=f"the task teacher ({ctx.teacher_path()})")
         if list(mapping.values()) != list(range(len(mapping))):

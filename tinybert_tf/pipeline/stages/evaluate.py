@@ -12,7 +12,7 @@ from tinybert_tf.pipeline import autosize
 from tinybert_tf.pipeline.run import report
 from tinybert_tf.pipeline.run.context import Context
 from tinybert_tf.pipeline.settings.configs import PipelineConfig
-from tinybert_tf.pipeline.stages.base import Stage, makes_output
+from tinybert_tf.pipeline.stages.base import Findings, Stage, makes_output
 from tinybert_tf.pipeline.stages.common import evaluator, load_task_teacher, model_path, task_data
 from tinybert_tf.pipeline.training import evaluation
 
@@ -74,12 +74,20 @@ def upstream(config: PipelineConfig) -> list[str]:
             if s == "task" or makes_output(s, config)]
 
 
+def checks(ctx: Context, found: Findings) -> None:
+    """--glue_test_predictions: the task's GLUE test split is there to predict."""
+    if ctx.config.evaluate.glue_test_predictions:
+        errors, warnings = glue_submission.check(ctx.task.name, ctx.config.task.data_dir)
+        found.errors.extend(errors)
+        found.warnings.extend(warnings)
+
+
 STAGE = Stage(
     NAME, evaluate,
     reads=lambda ctx: {"data": task_data(ctx),
                        "task_teacher": model_path(ctx.config.models.task_teacher)},
     outputs=lambda ctx: {ctx.state.path("report.json"): "exists",
                          ctx.state.path(NAME, "metrics.json"): "content"},
-    upstream=upstream, chief_only=True,
+    upstream=upstream, chief_only=True, checks=checks,
     artefacts=lambda ctx: [("report: dev metrics, size, speed", ctx.state.path("report.json")),
                            ("loss curves", ctx.state.path("loss_curves.png"))])

@@ -58,7 +58,7 @@ def finetune_teacher(ctx: Context) -> dict[str, Any]:
 
 def skipped(config: PipelineConfig) -> bool:
     """--task_teacher is the fine-tuned teacher: the stage has nothing to make."""
-    return bool(config.models.task_teacher)
+    return config.models.teacher_given
 
 
 STAGE = Stage(

@@ -41,10 +41,11 @@ from tinybert_tf.distill.terms import LossTerm, make_terms, resolve_names
 from tinybert_tf.export.common import keras_outputs, output_function
 from tinybert_tf.export.formats import FORMATS, ExportContext
 from tinybert_tf.models.checkpoint import load_model, save_model
+from tinybert_tf.models.heads import HEADS
 from tinybert_tf.models.quantization import calibrate
 from tinybert_tf.pipeline.run.context import Context, rows
 from tinybert_tf.pipeline.settings.configs import PipelineConfig
-from tinybert_tf.pipeline.stages.base import Stage, makes_output
+from tinybert_tf.pipeline.stages.base import Findings, Stage, makes_output
 from tinybert_tf.pipeline.stages.common import evaluator, make_distiller, run_training, task_data
 from tinybert_tf.pipeline.training import task_input
 from tinybert_tf.pipeline.training.loop import Phase, TrainingStateError
@@ -75,11 +76,12 @@ def quantize_phase(ctx: Context, train_size: int) -> PhaseSpec:
     spec = plan_phase(ctx, NAME, "qat", data, train_size, q.batch_size,
                       "--quantize_batch_size", epochs, q.steps, q.lr, "linear",
                       ctx.config.optim.warmup_proportion, quantize_terms(ctx))
+    spec.frozen_weights = ranges_only(ctx)
     spec.note = (f"teacher: the float task student ({ctx.student_path()}); int8 ranges "
                  f"calibrated on {min(q.calibration_examples, train_size)} training rows "
                  "(the first of epoch 1's order); "
                  + ("weights kept: the float student's (--quantize_lr=0), only the ranges "
-                    "follow the data; " if ranges_only(ctx) else "")
+                    "follow the data; " if spec.frozen_weights else "")
                  + (f"keeps the checkpoint whose dev answers agree most with the float "
                     f"student's (every {q.eval_every} steps)" if selects(ctx)
                     else "keeps the last weights"))
@@ -108,7 +110,8 @@ def planned_phase(ctx: Context, n_train: int, per_example: int) -> PhaseSpec:
 
 def ranges_only(ctx: Context) -> bool:
     """--quantize_lr=0: the int8 copy keeps the float student's weights; its steps only
-    move the activation ranges (module docstring, 2.)."""
+    move the activation ranges (module docstring, 2.). The one place that reads the
+    setting so: the phase carries it as `PhaseSpec.frozen_weights`."""
     return ctx.config.quantize.lr == 0
 
 
@@ -137,7 +140,7 @@ def quantize(ctx: Context) -> dict[str, Any]:
     print(f"[quantize] {calibration['points']} int8 activation ranges calibrated on "
           f"{len(sample)} rows; padded keys masked with {calibration['mask_value']:.2f}",
           flush=True)
-    if ranges_only(ctx):
+    if spec.frozen_weights:
         # No trainable variable, so no gradient is computed: the steps run the student
         # forward in training mode, where each range moves towards the batch's.
         student.trainable = False
@@ -247,10 +250,24 @@ def upstream(config: PipelineConfig) -> list[str]:
     return ["task"] + (["augment"] if makes_output("augment", config) else [])
 
 
+def checks(ctx: Context, found: Findings) -> None:
+    """--quantize_loss_terms, and a student head with an int8 form."""
+    c = ctx.config
+    found.run(lambda: resolve_names(c.quantize.loss_terms, "--quantize_loss_terms",
+                                    allowed=QUANTIZE_TERMS))
+    head = found.run(lambda: ctx.student_task_type.head)
+    if head in HEADS and not HEADS[head].quantizable:
+        found.errors.append(
+            f"--classifier_head={c.models.classifier_head}: the student's {head} head "
+            "has no int8 form, so the quantize stage (run when --export_formats has "
+            "int8) cannot train its int8 copy; add --noquantize (int8 is then "
+            "calibrated after training) or use --classifier_head=pooler.")
+
+
 STAGE = Stage(
     NAME, quantize, reads=lambda ctx: {"data": task_data(ctx)},
     outputs=lambda ctx: {ctx.quantized_path(): "content"},
     upstream=upstream, skipped=lambda config: not has_quantize_stage(config),
-    refusal=refusal, lr_flag="quantize_lr", replaced_by="--noquantize",
+    refusal=refusal, lr_flag="quantize_lr", replaced_by="--noquantize", checks=checks,
     artefacts=lambda ctx: [("int8 student (quantize stage, fake-quantised model directory)",
                             ctx.quantized_path())])

@@ -19,7 +19,7 @@ from tinybert_tf.models.checkpoint import load_model, save_model
 from tinybert_tf.pipeline.run.context import Context, rows
 from tinybert_tf.pipeline.settings.configs import PipelineConfig
 from tinybert_tf.pipeline.settings.precision import with_precision
-from tinybert_tf.pipeline.stages.base import Stage, makes_output
+from tinybert_tf.pipeline.stages.base import Findings, Stage, makes_output
 from tinybert_tf.pipeline.stages.common import (
     evaluator,
     load_task_teacher,
@@ -37,6 +37,8 @@ from tinybert_tf.pipeline.training.loop import Phase
 from tinybert_tf.pipeline.training.phases import (
     PhaseSpec,
     general_projections,
+    parse_grid,
+    phase_kinds,
     reads_augmented,
     task_phase_specs,
 )
@@ -175,8 +177,20 @@ def upstream(config: PipelineConfig) -> list[str]:
     return [s for s in ("general", "finetune_teacher", "augment") if makes_output(s, config)]
 
 
+def checks(ctx: Context, found: Findings) -> None:
+    """--classifier_head for this task, --pred_grid, --task_phases; a --general_model
+    that --student_init=random leaves unread."""
+    m, d = ctx.config.models, ctx.config.distill
+    found.run(lambda: ctx.student_task_type)
+    found.run(lambda: parse_grid(d.pred_grid))
+    found.run(lambda: phase_kinds(d.task_phases))
+    if m.student_init == "random" and m.general_model:
+        found.warnings.append(f"--student_init=random: --general_model={m.general_model} "
+                              "is not read (the student starts from random weights).")
+
+
 STAGE = Stage(
     NAME, task, reads=reads,
     outputs=lambda ctx: {ctx.student_path(): "content"},
-    upstream=upstream, replaced_by="a finished task stage",
+    upstream=upstream, replaced_by="a finished task stage", checks=checks,
     artefacts=lambda ctx: [("student (task model directory)", ctx.student_path())])

@@ -120,6 +120,9 @@ class PhaseSpec:
     evaluation: Optional[dict[str, Any]] = None
     cell: Optional[dict[str, Any]] = None
     augmented: bool = False  # trains on the augmented set (a task phase)
+    # The phase trains no weight (its stage decides: the quantize stage's ranges-only
+    # steps); its optimizer then holds no state.
+    frozen_weights: bool = False
     # How batches are padded (task phases, teacher fine-tuning; None: the phase builds
     # its own input), and further plan entries: the teacher's precision, its caches.
     padding: Optional[task_input.Padding] = None
@@ -172,9 +175,8 @@ class PhaseSpec:
                              f"{self.batch_flag}.")
 
     def optimizer(self, weight_decay: float) -> keras.optimizers.Optimizer:
-        if self.lr == 0:
-            # A phase that trains no weight (the quantize stage's --quantize_lr=0): keras
-            # still compiles with an optimizer; SGD at 0 keeps no slot variable.
+        if self.frozen_weights:
+            # keras still compiles with an optimizer; SGD at 0 keeps no slot variable.
             return keras.optimizers.SGD(learning_rate=0.0)
         return create_optimizer(self.lr, max(1, self.total_steps),
                                 warmup_steps=self.warmup_steps, weight_decay=weight_decay,
