@@ -28,7 +28,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from absl import app, flags  # noqa: E402
 
 FLAGS = flags.FLAGS
-PAIRS = ("tinybert:finetuned_no_kd", "tinybert:teacher", "tinybert_int8_tflite:tinybert")
+# A:B pairs compared by default, with their row labels in results.md.
+PAIR_ROWS = {"tinybert:finetuned_no_kd": "student - same student without distillation",
+             "tinybert:teacher": "student - teacher",
+             "tinybert_int8_tflite:tinybert": "int8 TFLite - float student"}
+PAIRS = tuple(PAIR_ROWS)
 
 
 def _define_flags() -> None:
@@ -42,9 +46,6 @@ def _define_flags() -> None:
     flags.DEFINE_integer("resamples", 2000, "Bootstrap resamples.")
 
 
-PAIR_ROWS = {"tinybert:finetuned_no_kd": "student - same student without distillation",
-             "tinybert:teacher": "student - teacher",
-             "tinybert_int8_tflite:tinybert": "int8 TFLite - float student"}
 
 
 def mcnemar_p(a_only: int, b_only: int) -> float:
