@@ -52,6 +52,8 @@ flags.DEFINE_list("train_limit", [], "TASK:N: train on a seeded subset of N rows
 flags.DEFINE_string("config", os.path.join(ROOT, "configs", "glue_minilm.cfg"),
                     "The flagfile every run starts from.")
 flags.DEFINE_list("extra", [], "More bin/distill flags for every run (e.g. --seed=1).")
+flags.DEFINE_string("general_model", "", "A general model to share with every task; empty: "
+                    "the first task runs the general stage and shares its model.")
 
 # The paper's Table 1 (GLUE test server): BERT-base teacher and TinyBERT4.
 PAPER = {"SST-2": {"metric": "accuracy", "bert_base": 93.4, "tinybert4": 92.6},
@@ -178,7 +180,7 @@ def main(argv: list[str]) -> None:
     results.update({"host": host(), "commit": commit(), "config": os.path.relpath(
         FLAGS.config, ROOT), "command": " ".join(sys.argv), "paper_table1": PAPER})
     results.setdefault("tasks", {})
-    general_model = ""
+    general_model = FLAGS.general_model
     for task in FLAGS.tasks:
         started = time.time()
         run = run_task(task, general_model)
@@ -187,6 +189,7 @@ def main(argv: list[str]) -> None:
                                      PAPER[task])
         entry["paired"] = glue_paired.task_pairs(task, entry, FLAGS.glue_dir, FLAGS.results_dir)
         entry["wall_seconds_this_invocation"] = round(time.time() - started)
+        entry["commit"] = commit()
         results["tasks"][task] = entry
         os.makedirs(FLAGS.results_dir, exist_ok=True)
         with open(results_path + ".tmp", "w") as f:
