@@ -9,7 +9,9 @@ from tinybert_tf.pipeline.preflight import PreflightError, resolve_stages
 from tinybert_tf.pipeline.stages import (
     Stage,
     register_stage,
+    get_stage,
     stage_names,
+    stage_seed,
     unregister_stage,
     upstream,
 )
@@ -34,6 +36,27 @@ def test_a_stage_registered_after_another_runs_right_after_it(tmp_path):
     finally:
         unregister_stage("probe")
     assert stage_names() == STAGES
+
+
+def test_a_stage_registered_mid_pipeline_leaves_every_other_seed_as_it_was():
+    before = {name: stage_seed(42, name) for name in STAGES}
+    assert before == {name: 42 + i for i, name in enumerate(STAGES)}
+    register_stage(Stage("probe", lambda ctx: {}), after="general")
+    try:
+        assert {name: stage_seed(42, name) for name in STAGES} == before
+        assert stage_seed(42, "probe") not in before.values()
+        assert stage_seed(2**32 - 1, "export") == 5  # wraps into the seed's range
+    finally:
+        unregister_stage("probe")
+
+
+def test_a_replaced_stage_keeps_its_seed():
+    task = get_stage("task")
+    register_stage(Stage("task", task.run), replace=True)
+    try:
+        assert stage_seed(42, "task") == 45
+    finally:
+        register_stage(task, replace=True)
 
 
 def test_a_taken_stage_name_or_an_unknown_place_is_refused():

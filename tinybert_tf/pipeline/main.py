@@ -44,7 +44,7 @@ from tinybert_tf.pipeline.run.context import Context
 from tinybert_tf.pipeline.run.lock import FileLock, LockError, read_holder
 from tinybert_tf.pipeline.run.state import LOCK_FILE, OutputDirError, RunState
 from tinybert_tf.pipeline.settings.configs import PipelineConfig
-from tinybert_tf.pipeline.stages import get_stage, settings_of, stage_names
+from tinybert_tf.pipeline.stages import get_stage, settings_of, stage_names, stage_seed
 from tinybert_tf.pipeline.summary import artefacts_table
 from tinybert_tf.pipeline.training.strategy import make_strategy
 from tinybert_tf.tasks.catalog import resolve_task
@@ -209,7 +209,7 @@ def _run_stages(ctx: Context, stages: Sequence[str],
         reads = stage_io.reads_of(ctx, stage)
         # Seed per stage: a stage's initialisation and dropout do not depend on
         # what ran before it in this process (resume and stage-by-stage runs match).
-        keras.utils.set_random_seed(config.numerics.seed + stage_names().index(stage))
+        keras.utils.set_random_seed(stage_seed(config.numerics.seed, stage))
         start = time.time()
         info = definition.run(ctx) or {}
         info["seconds"] = round(time.time() - start, 1)

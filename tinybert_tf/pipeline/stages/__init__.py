@@ -12,6 +12,8 @@ Each module declares its `STAGE` (base.py) and holds its code; every stage write
 model as a model directory, so a user can start anywhere by pointing the next stage
 at an explicit path. Importing this package registers the built-ins, in this order.
 """
+import dataclasses
+
 from tinybert_tf.pipeline.stages import (
     augment,
     evaluate,
@@ -31,10 +33,13 @@ from tinybert_tf.pipeline.stages.base import (  # noqa: F401  (the registry's AP
     register_stage,
     settings_of,
     stage_names,
+    stage_seed,
     unregister_stage,
     upstream,
 )
 
 BUILT_IN = (general, finetune_teacher, augment, task, quantize, evaluate, export)
-for _module in BUILT_IN:
-    register_stage(_module.STAGE)
+# A built-in's seed offset is its place in this order (as before plugins could add
+# stages between them), so a stage's seed does not move when one is registered.
+for _offset, _module in enumerate(BUILT_IN):
+    register_stage(dataclasses.replace(_module.STAGE, seed_offset=_offset))

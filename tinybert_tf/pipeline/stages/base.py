@@ -10,6 +10,7 @@ and resumed like the built-ins (docs/extending.md).
 from __future__ import annotations
 
 import dataclasses
+import zlib
 from typing import Any, Callable, Optional
 
 from tinybert_tf import plugins
@@ -84,6 +85,10 @@ class Stage:
     checks(ctx, findings): its own settings' checks before training, recorded in
       `findings` (preflight calls them for the stages of the run, in run order; the
       checks that read models several stages share stay in preflight).
+    seed_offset: the stage runs with seed --seed + seed_offset (mod 2**32), so its
+      initialisation and dropout do not depend on what ran before it. The built-ins
+      have 0..6 (their run order); None (a plugin's): a number derived from the name,
+      so registering a stage leaves every other stage's seed as it was.
     """
 
     name: str
@@ -101,6 +106,7 @@ class Stage:
     artefacts: Callable[[Context], list[tuple[str, str]]] = _none
     settings: Optional[Callable[[PipelineConfig], dict[str, Any]]] = None
     checks: Callable[[Context, Findings], None] = _no_checks
+    seed_offset: Optional[int] = None
 
 
 # name -> Stage, and the run order of the names.
@@ -115,11 +121,22 @@ def register_stage(stage: Stage, after: Optional[str] = None,
     if after is not None and after not in STAGE_TABLE:
         raise plugins.PluginError(f"stage {stage.name!r}: after={after!r} is no registered "
                                   f"stage; use one of {', '.join(_ORDER)}.")
+    previous = STAGE_TABLE.get(stage.name)
+    if replace and previous is not None and stage.seed_offset is None:
+        stage = dataclasses.replace(stage, seed_offset=previous.seed_offset)  # its seed too
     plugins.register(STAGE_TABLE, stage.name, stage, what="stage", replace=replace)
     if stage.name in _ORDER:
         return stage
     _ORDER.insert(_ORDER.index(after) + 1 if after is not None else len(_ORDER), stage.name)
     return stage
+
+
+def stage_seed(seed: int, name: str) -> int:
+    """The seed stage `name` runs with (`Stage.seed_offset`)."""
+    offset = STAGE_TABLE[name].seed_offset
+    if offset is None:
+        offset = 1000 + zlib.crc32(name.encode()) % 2**16
+    return (seed + offset) % 2**32
 
 
 def unregister_stage(name: str) -> None:

@@ -62,6 +62,7 @@ from tinybert_tf import files
 from tinybert_tf.data import corpus as corpus_lib
 from tinybert_tf.data.metrics import is_defined
 from tinybert_tf.pipeline.training.strategy import is_chief, num_workers, worker_dir
+from tinybert_tf.pipeline.training.summaries import ScalarRows
 from tinybert_tf.progress import fit_progress
 
 log = logging.getLogger("tinybert_tf")
@@ -271,6 +272,7 @@ class _Runner:
         # validation/ (made at the first evaluation, as Keras makes it only with dev data).
         self.logs = worker_dir(log_dir(phase), strategy)
         self.writer = tf.summary.create_file_writer(posixpath.join(self.logs, "train"))
+        self.scalars = ScalarRows(self.writer)
         self.dev_writer = None
         self.state = files.read_json(self.state_path, {"best": None, "evals": []},
                                      error=TrainingStateError, expect=dict)
@@ -484,10 +486,7 @@ class _Runner:
         lr = self.learning_rate()
         if lr is not None:
             row["learning_rate"] = lr
-        with self.writer.as_default(step=step):
-            for k, v in row.items():
-                if k != "step":
-                    tf.summary.scalar(k, v)
+        self.scalars.write(step, {k: v for k, v in row.items() if k != "step"})
         self.pending.append(row)
 
     def run_eval(self, step: int) -> Optional[dict[str, float]]:
