@@ -147,3 +147,79 @@ def test_training_with_the_cache_ends_with_the_weights_of_recomputing(tmp_path, 
     for key in weights[True]:
         np.testing.assert_allclose(weights[True][key], weights[False][key], atol=1e-6,
                                    err_msg=key)
+
+
+def test_a_live_teacher_step_captures_the_logits_of_its_rows(models):
+    teacher, student = models
+    distiller = Distiller(student=student, teacher=teacher, terms=make_terms("hidn"))
+    distiller.compile(optimizer="sgd")
+    logits = tf.Variable(tf.zeros([9, 2]), trainable=False)
+    seen = tf.Variable(tf.zeros([9], tf.bool), trainable=False)
+    distiller.capture_teacher_logits(logits, seen)
+    x = _batch(teacher)
+    rows = np.int32([7, 2, 5, 0])
+    distiller.train_on_batch(dict(x, row_id=rows))
+    np.testing.assert_array_equal(seen.numpy(), np.isin(np.arange(9), rows))
+    np.testing.assert_allclose(logits.numpy()[rows], teacher(x, training=False)["logits"],
+                               atol=1e-6)
+    assert not np.any(logits.numpy()[~seen.numpy()])  # the other rows are untouched
+
+
+def test_known_logits_are_taken_and_only_the_unseen_rows_computed(models, tmp_path, capsys):
+    teacher, _ = models
+    examples = [Example(f"e{i}", f"the movie was {w}", None, i % 2)
+                for i, w in enumerate(["good", "bad", "fun", "dull", "great", "awful"])]
+    tok = load_tokenizer(teacher, 16)
+    task = task_type("sst-2")
+    full = cache_lib.teacher_logits(teacher, examples, task, tok, 16, 4, str(tmp_path / "a"),
+                                    tf.distribute.get_strategy(), {"teacher": "t"})
+    seen = np.array([True, False, True, True, False, True])
+    known = np.where(seen[:, None], full, 0.0).astype(np.float32)
+    known[0] = [5.0, -5.0]  # what the earlier pass recorded is what the cache keeps
+    capsys.readouterr()
+    got = cache_lib.teacher_logits(teacher, examples, task, tok, 16, 4, str(tmp_path / "b"),
+                                   tf.distribute.get_strategy(), {"teacher": "t"},
+                                   known=(known, seen))
+    np.testing.assert_allclose(got[1:], full[1:], atol=1e-6)
+    np.testing.assert_array_equal(got[0], [5.0, -5.0])
+    assert "teacher logits of 2 rows cached" in capsys.readouterr().out
+
+
+def test_epoch_batches_carry_their_row_indices():
+    order = cache_lib.epoch_permutation(10, 3, 1)
+    rows = tf.data.Dataset.from_tensor_slices(
+        ({"input_word_ids": order.reshape(10, 1).astype(np.int32)}, order)).batch(
+        4, drop_remainder=True)
+    batches = list(cache_lib.with_row_ids(rows, order, 4))
+    assert len(batches) == 2
+    for x, y in batches:
+        np.testing.assert_array_equal(x["row_id"], y.numpy())
+
+
+def test_the_prediction_cache_takes_the_intermediate_phases_logits(tmp_path, tiny_vocab,
+                                                                   monkeypatch, capsys):
+    """The intermediate phase runs the teacher over every row but the last partial
+    batch; the prediction phase's cache computes only those, and training ends where
+    computing every row again ends."""
+    from tinybert_tf.pipeline.training import task_input
+    teacher = write_teacher(str(tmp_path / "task_teacher"), tiny_vocab, head="classifier",
+                            dropout=0.0)
+    ns = tiny_flags(tmp_path, tiny_vocab, stages=["task"], general_model="none",
+                    task_teacher=teacher, use_augmented=False,
+                    task_phases=["intermediate", "prediction"], pred_epochs=1,
+                    intermediate_epochs=1, checkpoint_every=100)
+    _spread_logits(teacher, ns.data_dir)
+    weights, printed = {}, {}
+    for capture in (True, False):
+        if not capture:
+            monkeypatch.setattr(task_input, "logit_sink", lambda *a, **k: None)
+        out = tmp_path / f"capture_{capture}"
+        capsys.readouterr()
+        run(type(ns)(**{**vars(ns), "output_dir": str(out)}))
+        printed[capture] = capsys.readouterr().out
+        weights[capture] = load_weights(str(out / "task" / "model"))
+    assert "taken from the earlier phase's pass" in printed[True]
+    assert "taken from the earlier phase's pass" not in printed[False]
+    for key in weights[True]:
+        np.testing.assert_allclose(weights[True][key], weights[False][key], atol=1e-5,
+                                   err_msg=key)

@@ -65,6 +65,9 @@ MODEL_INPUT_KEYS = ("input_word_ids", "input_mask", "input_type_ids", "masked_lm
 # A batch key `teacher_<output>` holds that teacher output, computed ahead (a cache).
 TEACHER_KEY_PREFIX = "teacher_"
 _STOP_KEY = "__stop_requests__"
+# A batch key: the rows' indices into the phase's examples (int32 [B]), read only
+# by the logit capture (`capture_teacher_logits`).
+ROW_KEY = "row_id"
 
 
 def trackable(variables) -> dict[str, Any]:
@@ -187,6 +190,7 @@ class Distiller(MultiWorkerBuildMixin, keras.Model):
             else tuple(sorted({k for r in reads for k in r})))
         self.teacher_keys = teacher_batch_keys(terms)
         self._stop_flags: list = []  # [request, agreed] variables, see watch_stop_requests
+        self._logit_sink: list = []  # [logits, seen] variables, see capture_teacher_logits
         self.train_traces = 0
         self.built = True
 
@@ -234,6 +238,25 @@ class Distiller(MultiWorkerBuildMixin, keras.Model):
         to `agreed` (replica-local): > 0 on every worker after the same step."""
         self._stop_flags = [request, agreed]
         self.train_function = None  # retrace with the flags
+
+    def capture_teacher_logits(self, logits: tf.Variable, seen: tf.Variable) -> None:
+        """Every train step from now on whose batch carries `row_id` (int32 [B]) and runs
+        the teacher stores the teacher's float32 logits of those rows in `logits`
+        ([rows, C]) and marks them in `seen` (bool [rows]): a later phase over the same
+        rows takes them instead of running the teacher again
+        (pipeline/training/teacher_cache.py). Per-position logits are not captured."""
+        self._logit_sink = [logits, seen]
+        self.train_function = None  # retrace with the capture
+
+    def _capture(self, x, t_out) -> None:
+        if not self._logit_sink or ROW_KEY not in x or not isinstance(t_out, dict):
+            return
+        logits = t_out.get("logits")
+        if logits is None or logits.shape.rank != 2:
+            return
+        rows = tf.cast(x[ROW_KEY], tf.int32)[:, None]
+        self._logit_sink[0].scatter_nd_update(rows, tf.cast(logits, tf.float32))
+        self._logit_sink[1].scatter_nd_update(rows, tf.ones([tf.shape(rows)[0]], tf.bool))
 
     def teacher_outputs_in(self, batch_keys) -> bool:
         """Whether a batch with these keys carries every teacher output the terms read."""
@@ -343,6 +366,7 @@ class Distiller(MultiWorkerBuildMixin, keras.Model):
         terms; they are left out of the update (see the module docstring).
         """
         t_out = self._teacher_outputs(x)
+        self._capture(x, t_out)
         with tf.GradientTape() as tape:
             s_out = self.student(self._model_inputs(x), training=True)
             terms = self._terms(x, s_out, t_out, counts)

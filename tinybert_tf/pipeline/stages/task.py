@@ -14,6 +14,8 @@ import logging
 import posixpath
 from typing import Any, Optional
 
+import tensorflow as tf
+
 from tinybert_tf.models import BertModel
 from tinybert_tf.models.checkpoint import load_model, save_model
 from tinybert_tf.pipeline.run.context import Context, rows
@@ -87,14 +89,16 @@ def task(ctx: Context) -> dict[str, Any]:
     before = [s for s in specs if s.evaluation is None]
     selecting = [s for s in specs if s.evaluation is not None]
     out: dict[str, Any] = {"train_examples": len(sets[augmented]), "phases": {}}
+    captured: dict[bool, tuple] = {}  # the teacher's logits a phase captured, per row set
     for spec in before:
-        result, carried = _task_phase(ctx, spec, student, teacher, sets, carried)
+        result, carried = _task_phase(ctx, spec, student, teacher, sets, carried,
+                                      captured=captured)
         out["phases"][spec.name] = result["steps"]
     if len(selecting) == 1:
         # The best model so far, written aside; published as task/model with the marker.
         spec = selecting[0]
         result, _ = _task_phase(ctx, spec, student, teacher, sets, carried, dev,
-                                ctx.state.work_path("task", "model"))
+                                ctx.state.work_path("task", "model"), captured=captured)
         out["phases"][spec.name] = result["steps"]
         out["best"] = result["best"]
         return out
@@ -106,7 +110,8 @@ def task(ctx: Context) -> dict[str, Any]:
             variable.assign(value)
         result, _ = _task_phase(ctx, spec, student, teacher, sets, carried, dev,
                                 posixpath.join(spec.directory, "model"),
-                                cache=ctx.state.path("task", f"{spec.kind}_teacher_cache"))
+                                cache=ctx.state.path("task", f"{spec.kind}_teacher_cache"),
+                                captured=captured)
         cells.append({**spec.cell, "phase": spec.name, "steps": result["steps"],
                       "best": result["best"]})
     metric = ctx.task.type.primary_metric
@@ -127,11 +132,14 @@ def task(ctx: Context) -> dict[str, Any]:
 
 def _task_phase(ctx: Context, spec: PhaseSpec, student: BertModel, teacher: BertModel,
                 sets: dict[bool, Any], projections: Optional[dict], dev=None,
-                model_dir: Optional[str] = None, cache: Optional[str] = None
+                model_dir: Optional[str] = None, cache: Optional[str] = None,
+                captured: Optional[dict[bool, tuple]] = None
                 ) -> tuple[dict[str, Any], Optional[dict]]:
     """Train one task phase; with `dev`, evaluate (every --eval_every steps or epoch)
     and save the best student to `model_dir`. `projections`: W_e/W_h arrays to start
-    from; returns the phase's result and the projections the next phase starts from."""
+    from; returns the phase's result and the projections the next phase starts from.
+    `captured`: {row set: (logits, seen)} of the teacher's logits that phases running
+    the teacher live recorded; a later phase's teacher cache takes them."""
     examples = sets[spec.augmented]
     heads = ctx.task.type.label_metrics() if dev is not None else ()
     with ctx.strategy.scope():
@@ -140,9 +148,14 @@ def _task_phase(ctx: Context, spec: PhaseSpec, student: BertModel, teacher: Bert
         distiller.projections.assign(projections)
     if spec.projections:
         print(f"[{spec.name}] projections W_e/W_h: {spec.projections}", flush=True)
-    logits = task_input.teacher_logits(ctx, teacher, distiller, examples, spec, cache)
+    captured = {} if captured is None else captured
+    logits = task_input.teacher_logits(ctx, teacher, distiller, examples, spec, cache,
+                                       known=captured.get(spec.augmented))
     layers = (task_input.teacher_layers(ctx, teacher, student, examples, spec)
               if logits is None else None)
+    # A phase running the teacher live over these rows records its logits on the way.
+    sink = (task_input.logit_sink(ctx, distiller, examples, spec)
+            if logits is None and layers is None else None)
     selection: dict[str, Any] = {}
     if dev is not None:
         def on_best(metrics):
@@ -156,9 +169,11 @@ def _task_phase(ctx: Context, spec: PhaseSpec, student: BertModel, teacher: Bert
                          eval_every=ctx.config.distill.eval_every)
     phase = Phase(spec.name, spec.directory, distiller, distiller.checkpoint_items(),
                   task_input.phase_input(ctx, examples, spec, teacher_logits=logits,
-                                         teacher_layers=layers),
+                                         teacher_layers=layers, row_ids=sink is not None),
                   spec.steps_per_epoch, spec.epochs, max_steps=spec.max_steps, **selection)
     result = run_training(ctx, phase, spec)
+    if sink is not None and bool(tf.reduce_any(sink[1])):
+        captured[spec.augmented] = (sink[0].numpy(), sink[1].numpy())
     if distiller.projections is not None:
         projections = distiller.projections.arrays()
     return result, projections

@@ -37,7 +37,7 @@ from tinybert_tf.data import buckets
 from tinybert_tf.distill.terms import LossTerm
 from tinybert_tf.pipeline.training import layer_cache
 from tinybert_tf.pipeline.training import teacher_cache as cache_lib
-from tinybert_tf.pipeline.training.strategy import worker_dir
+from tinybert_tf.pipeline.training.strategy import num_workers, worker_dir
 from tinybert_tf.tasks.base import TaskType
 
 
@@ -118,11 +118,12 @@ def epoch_input(task_type: TaskType, examples: Sequence[Any], tokenizer, max_seq
                 batch_size: int, seed: int, padding: Padding,
                 lengths: Optional[np.ndarray] = None,
                 teacher_logits: Optional[np.ndarray] = None,
-                teacher_layers: Optional[layer_cache.Cache] = None
-                ) -> Callable[[int], tf.data.Dataset]:
+                teacher_layers: Optional[layer_cache.Cache] = None,
+                row_ids: bool = False) -> Callable[[int], tf.data.Dataset]:
     """Epoch -> the epoch's global batches (drop_remainder): padded to max_seq_len, or
     to their length bucket with `padding.boundaries` (then `lengths` are the rows'
-    real lengths); with the cached `teacher_logits` / `teacher_layers` rows added."""
+    real lengths); with the cached `teacher_logits` / `teacher_layers` rows added,
+    and with `row_ids` each row's index into `examples` (`row_id`)."""
     if padding.boundaries and lengths is None:
         raise ValueError("length-bucketed epochs need the rows' lengths")
 
@@ -141,6 +142,8 @@ def epoch_input(task_type: TaskType, examples: Sequence[Any], tokenizer, max_seq
         if teacher_layers is not None:
             ds = layer_cache.with_teacher_layers(ds, teacher_layers, order, batch_size,
                                                  padding.boundaries)
+        if row_ids:
+            ds = cache_lib.with_row_ids(ds, order, batch_size)
         return ds
     return make
 
@@ -149,14 +152,14 @@ def epoch_input(task_type: TaskType, examples: Sequence[Any], tokenizer, max_seq
 
 def phase_input(ctx: Any, examples: Sequence[Any], spec: Any,
                 teacher_logits: Optional[np.ndarray] = None,
-                teacher_layers: Optional[layer_cache.Cache] = None
-                ) -> Callable[[int], tf.data.Dataset]:
+                teacher_layers: Optional[layer_cache.Cache] = None,
+                row_ids: bool = False) -> Callable[[int], tf.data.Dataset]:
     """`epoch_input` of a phase's spec: its global batch, seed and padding."""
     padding = spec.padding or Padding((), "")
     lengths = ctx.row_lengths(examples) if padding.boundaries else None
     return epoch_input(ctx.task.type, examples, ctx.tokenizer, ctx.max_seq_len,
                        spec.global_batch, ctx.config.numerics.seed, padding, lengths,
-                       teacher_logits, teacher_layers)
+                       teacher_logits, teacher_layers, row_ids)
 
 
 def _phase_done(spec: Any) -> bool:
@@ -164,7 +167,9 @@ def _phase_done(spec: Any) -> bool:
 
 
 def teacher_logits(ctx: Any, teacher, distiller, examples: Sequence[Any], spec: Any,
-                   folder: Optional[str] = None) -> Optional[np.ndarray]:
+                   folder: Optional[str] = None,
+                   known: Optional[tuple[np.ndarray, np.ndarray]] = None
+                   ) -> Optional[np.ndarray]:
     """The teacher's logits of a phase's rows, computed once and kept in `folder`
     (default: the phase's teacher_cache/; --pred_grid cells share one; see
     pipeline/training/teacher_cache.py); None when the cache is off, does not apply to the
@@ -182,7 +187,27 @@ def teacher_logits(ctx: Any, teacher, distiller, examples: Sequence[Any], spec: 
     return cache_lib.teacher_logits(teacher, examples, ctx.task.type, ctx.tokenizer,
                                     ctx.max_seq_len, ctx.config.run.eval_batch_size,
                                     directory, ctx.strategy, identity,
-                                    length_buckets=ctx.inference_buckets)
+                                    length_buckets=ctx.inference_buckets, known=known)
+
+
+def logit_sink(ctx: Any, distiller, examples: Sequence[Any], spec: Any
+               ) -> Optional[tuple[tf.Variable, tf.Variable]]:
+    """(logits, seen) variables for a phase that runs the teacher live over `examples`
+    to capture its logits in (`Distiller.capture_teacher_logits`), so that a later
+    phase's teacher cache over the same rows need not run it again; None where that
+    cannot apply: the cache is off, examples become several rows, the phase is
+    finished, or more than one replica or micro-batch would split the rows."""
+    c, task_type = ctx.config, ctx.task.type
+    if (not c.run.teacher_cache or not cache_lib.one_row_per_example(task_type)
+            or _phase_done(spec) or ctx.strategy.num_replicas_in_sync != 1
+            or num_workers(ctx.strategy) != 1 or c.optim.grad_accum_steps != 1
+            or not getattr(distiller.teacher, "num_labels", None)):
+        return None
+    shape = [len(examples), int(distiller.teacher.num_labels)]
+    sink = (tf.Variable(tf.zeros(shape), trainable=False, name="teacher_logits"),
+            tf.Variable(tf.zeros(shape[:1], tf.bool), trainable=False, name="seen"))
+    distiller.capture_teacher_logits(*sink)
+    return sink
 
 
 def layer_cache_plan(ctx: Any, spec: Any, examples: Optional[Sequence[Any]], student_config,

@@ -18,6 +18,11 @@ recomputing (up to float rounding of batch-size-dependent kernels). With
 length buckets the caching pass runs the rows sorted by length in
 bucket-padded batches and stores the logits back in example order.
 
+An earlier phase that runs the teacher live over the same rows (the intermediate
+phase) can record the logits on the way (`Distiller.capture_teacher_logits`, its
+batches carrying `row_id`, see `with_row_ids`); `teacher_logits(known=...)` then
+computes only the rows it did not see.
+
 Only tasks with one dataset row per example qualify (`TaskType.dataset_rows`
 not overridden); span QA, whose examples become a varying number of windows,
 recomputes the teacher.
@@ -35,7 +40,7 @@ import tensorflow as tf
 
 from tinybert_tf import files
 from tinybert_tf.data import buckets
-from tinybert_tf.distill.distiller import TEACHER_KEY_PREFIX, teacher_batch_keys
+from tinybert_tf.distill.distiller import ROW_KEY, TEACHER_KEY_PREFIX, teacher_batch_keys
 from tinybert_tf.models.tracing import any_shape_function
 from tinybert_tf.tasks.base import TaskType, inference_batches
 
@@ -131,10 +136,14 @@ def _forward(teacher, strategy: tf.distribute.Strategy):
 def teacher_logits(teacher, examples: Sequence[Any], task_type: TaskType, tokenizer,
                    max_seq_len: int, batch_size: int, directory: str,
                    strategy: tf.distribute.Strategy, identity: dict[str, Any],
-                   name: str = "prediction", length_buckets: Sequence[int] = ()) -> np.ndarray:
+                   name: str = "prediction", length_buckets: Sequence[int] = (),
+                   known: Optional[tuple[np.ndarray, np.ndarray]] = None) -> np.ndarray:
     """The teacher's float32 logits of every example (one row each, example order),
     read from `directory` or computed and stored there part by part; computed in
-    length-sorted, bucket-padded batches with `length_buckets`."""
+    length-sorted, bucket-padded batches with `length_buckets`. `known`: (logits
+    [rows, C], seen bool [rows]) an earlier phase captured while it ran the teacher
+    over these rows (`Distiller.capture_teacher_logits`); only the unseen rows are
+    computed."""
     files.makedirs(directory)
     meta_path = posixpath.join(directory, META_FILE)
     meta = {"version": _VERSION, "rows": len(examples), "max_seq_len": int(max_seq_len),
@@ -144,29 +153,61 @@ def teacher_logits(teacher, examples: Sequence[Any], task_type: TaskType, tokeni
             files.remove(old)
         files.write_json_atomic(meta_path, meta)
     run = _forward(teacher, strategy)
-    parts, computed, start_time = [], 0, time.time()
+    parts, computed, taken, start_time = [], 0, 0, time.time()
     for p, start in enumerate(range(0, len(examples), PART_ROWS)):
         chunk = examples[start:start + PART_ROWS]
         path = posixpath.join(directory, f"logits-{p:05d}.npy")
         array = _from_npy(path) if files.isfile(path) else None
         if array is None or len(array) != len(chunk):
-            ds, order = inference_batches(task_type, chunk, tokenizer, max_seq_len, batch_size,
-                                          length_buckets)
-            outs = []
-            for batch in ds:
-                x = batch[0] if isinstance(batch, tuple) else batch
-                outs.append(buckets.pad_positions(run(x).numpy(), max_seq_len))
-            array = np.concatenate(outs, 0).astype(np.float32)
-            if order is not None:
-                array = buckets.unsort(array, order)
+            need = np.arange(len(chunk))
+            if known is not None:
+                array = np.array(known[0][start:start + len(chunk)], np.float32)
+                need = np.flatnonzero(~known[1][start:start + len(chunk)])
+                taken += len(chunk) - len(need)
+            if len(need):
+                fresh = _compute([chunk[i] for i in need], run, task_type, tokenizer,
+                                 max_seq_len, batch_size, length_buckets)
+                array = fresh if len(need) == len(chunk) else _fill(array, need, fresh)
             files.write_bytes_atomic(path, _to_npy(array))
-            computed += len(chunk)
+            computed += len(need)
         parts.append(array)
     logits = np.concatenate(parts, 0)
-    if computed:
+    if computed or taken:
+        kept = f"; {taken} more taken from the earlier phase's pass" if taken else ""
         print(f"[{name}] teacher logits of {computed} rows cached in "
-              f"{time.time() - start_time:.1f}s ({directory})", flush=True)
+              f"{time.time() - start_time:.1f}s{kept} ({directory})", flush=True)
     return logits
+
+
+def _compute(examples: Sequence[Any], run, task_type: TaskType, tokenizer, max_seq_len: int,
+             batch_size: int, length_buckets: Sequence[int]) -> np.ndarray:
+    """The teacher's float32 logits of `examples`, in their order."""
+    ds, order = inference_batches(task_type, examples, tokenizer, max_seq_len, batch_size,
+                                  length_buckets)
+    outs = []
+    for batch in ds:
+        x = batch[0] if isinstance(batch, tuple) else batch
+        outs.append(buckets.pad_positions(run(x).numpy(), max_seq_len))
+    array = np.concatenate(outs, 0).astype(np.float32)
+    return buckets.unsort(array, order) if order is not None else array
+
+
+def _fill(array: np.ndarray, rows: np.ndarray, values: np.ndarray) -> np.ndarray:
+    array = array.copy()
+    array[rows] = values
+    return array
+
+
+def with_row_ids(dataset: tf.data.Dataset, order: np.ndarray, batch_size: int
+                 ) -> tf.data.Dataset:
+    """`dataset` (batches of `batch_size` rows taken in `order`, drop_remainder) with each
+    batch's row indices added to its inputs as `row_id` (int32 [batch_size]), for
+    `Distiller.capture_teacher_logits`."""
+    batches = len(order) // batch_size
+    ids = tf.data.Dataset.from_tensor_slices(
+        np.asarray(order[:batches * batch_size], np.int32).reshape(batches, batch_size))
+    return tf.data.Dataset.zip((dataset, ids)).map(
+        lambda batch, rows: add_inputs(batch, {ROW_KEY: rows}))
 
 
 def with_teacher_logits(dataset: tf.data.Dataset, logits: np.ndarray, order: np.ndarray,
