@@ -8,8 +8,8 @@ from tinybert_tf.pipeline.main import parse_argv
 from tinybert_tf.pipeline.preflight import PreflightError, resolve_stages
 from tinybert_tf.pipeline.stages import (
     Stage,
-    register_stage,
     get_stage,
+    register_stage,
     stage_names,
     stage_seed,
     unregister_stage,
