@@ -123,7 +123,7 @@ def test_a_general_tinybert_starts_only_the_cells_that_start_from_one(tmp_path, 
     own = {c for r in shared if r.stage == "general" for c in r.cells}
     assert own == {"sst-2/bert_tiny", "sst-2/bert4_pkd", "sst-2/distilbert4"}
     for c in cells:  # the run's own model: the last --general_model wins
-        config = parse_argv(c.run_argv(""))
+        config = parse_argv(c.run_argv())
         assert config.models.general_model == (given[c.cell.name] or
                                                 c.shared["general"].output)
     other = write_teacher(str(tmp_path / "general_1l"), tiny_vocab, layers=1)
@@ -190,7 +190,7 @@ def test_a_table_plans_shared_runs_and_runs_a_cell_end_to_end(tmp_path, tiny_voc
     assert [t["name"] for t in pkd["loss_terms"]] == ["hard", "pred", "pkd"]
     assert not (out / "shared").exists()  # a dry run trains and writes nothing
     _, cells = reproduce.plan(reproduce.parse(cmd + ["--cells=bert_tiny,pd"]))
-    given = [[a for a in c.run_argv("") if a.startswith(("--general_model", "--task_teacher"))]
+    given = [[a for a in c.run_argv() if a.startswith(("--general_model", "--task_teacher"))]
              for c in cells]
     assert given[0] == given[1] and len(given[0]) == 2
 
@@ -234,7 +234,7 @@ def test_a_cell_runs_quantize_when_its_flags_make_an_int8_student(tmp_path, tiny
 
     def stages(extra: list[str]) -> dict[str, str]:
         _, cells = reproduce.plan(reproduce.parse(cmd + extra))
-        return {c.cell.name: next(a for a in c.run_argv("") if a.startswith("--stages="))
+        return {c.cell.name: next(a for a in c.run_argv() if a.startswith("--stages="))
                 for c in cells}
 
     assert stages([]) == {"tinybert4": "--stages=task,evaluate",
@@ -259,7 +259,7 @@ def test_seeds_each_run_the_table_in_their_own_folder_with_their_seed(tmp_path, 
         shared, cells = reproduce.plan(one)
         for c in cells:
             assert c.directory == str(out / f"seed-{seed}" / "sst-2" / c.cell.name)
-            config = parse_argv(c.run_argv(""))
+            config = parse_argv(c.run_argv())
             assert config.numerics.seed == seed and config.run.output_dir == c.directory
         assert all(r.directory.startswith(str(out / f"seed-{seed}" / "shared"))
                    for r in shared)
@@ -347,3 +347,14 @@ def test_first_layers_recipe_is_the_teachers_embeddings_and_first_layers(tmp_pat
                       stages=["general"], output_dir=str(tmp_path / "wide"))
     with pytest.raises(ValueError, match="--recipe=first_layers copies teacher layers"):
         run_argv(["bin/distill", *argv(wide)])
+
+
+def test_shared_and_cell_stages_come_from_the_stage_registry():
+    from tinybert_tf.pipeline.stages import Stage, register_stage, unregister_stage
+    assert reproduce.shared_stages() == ("general", "finetune_teacher", "augment")
+    assert reproduce.cell_stages() == ("task", "quantize", "evaluate")
+    register_stage(Stage("probe", lambda ctx: {}), after="task")
+    try:  # a plugin stage before the report runs in every cell
+        assert reproduce.cell_stages() == ("task", "probe", "quantize", "evaluate")
+    finally:
+        unregister_stage("probe")

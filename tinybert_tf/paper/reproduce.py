@@ -65,12 +65,12 @@ from tinybert_tf.pipeline import flags as tb_flags
 from tinybert_tf.pipeline import main as distill_main
 from tinybert_tf.pipeline import preflight
 from tinybert_tf.pipeline.settings.configs import PipelineConfig
-from tinybert_tf.tasks.catalog import resolve_task
+from tinybert_tf.pipeline.stages import get_stage, stage_names
 
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))), "configs", "paper")
-SHARED = ("general", "finetune_teacher", "augment")
-CELL_STAGES = ("task", "quantize", "evaluate")
+# The tables read the report.json this stage writes; cells run no stage after it.
+TABLES_READ = "evaluate"
 # Flags of bin/distill that bin/reproduce sets per run: given on its command line,
 # they are an error naming what to use instead.
 _REFUSED = {"task": "--tasks=NAME,... (bin/reproduce sets --task per run)",
@@ -111,22 +111,38 @@ class Options:
     cell_models: dict[str, str] = dataclasses.field(default_factory=dict)  # Cell.model_flag
 
 
+def shared_stages() -> tuple[str, ...]:
+    """The stages a cell can be handed by flag (`Stage.handover`), in run order: each
+    runs once per distinct setting and its output goes to every cell that reads it."""
+    return tuple(s for s in stage_names() if get_stage(s).handover is not None)
+
+
+def cell_stages() -> tuple[str, ...]:
+    """The stages a cell runs in its own folder: the others, up to TABLES_READ."""
+    names = stage_names()
+    return tuple(s for s in names[:names.index(TABLES_READ) + 1]
+                 if get_stage(s).handover is None)
+
+
+def _folder_name(stage: str, config: PipelineConfig) -> str:
+    """A shared run's folder name before its key, as existing table folders have it:
+    the general recipe for the general model, "teacher" for the fine-tuned teacher."""
+    names = {"general": config.general.recipe, "finetune_teacher": "teacher"}
+    return names.get(stage, stage)
+
+
 @dataclasses.dataclass
 class SharedRun:
-    """A stage several cells read, run once: its folder, command and output."""
+    """A stage several cells read, run once: its folder, command, and `output`, what
+    the cells receive (`Stage.handover`: the model directory, or the augmented file)."""
 
     stage: str
     task: str
     key: str
     directory: str
     argv: list[str]
+    output: str
     cells: list[str] = dataclasses.field(default_factory=list)
-
-    @property
-    def output(self) -> str:
-        """What the cells receive: the model directory, or the augmented file."""
-        return posixpath.join(self.directory, *(("augment",) if self.stage == "augment"
-                                                else (self.stage, "model")))
 
 
 @dataclasses.dataclass
@@ -136,9 +152,9 @@ class CellRun:
     directory: str
     argv: list[str]  # the cell alone (every stage in its folder)
     shared: dict[str, SharedRun] = dataclasses.field(default_factory=dict)
-    # The stages the cell runs in its own folder: task, then quantize where the cell's
-    # flags make an int8 student (evaluate reads it), then evaluate.
-    stages: tuple[str, ...] = CELL_STAGES
+    # The stages the cell runs in its own folder (`cell_stages`): task, then quantize
+    # where the cell's flags make an int8 student (evaluate reads it), then evaluate.
+    stages: tuple[str, ...] = dataclasses.field(default_factory=cell_stages)
 
     @property
     def general_model(self) -> Optional[str]:
@@ -147,16 +163,11 @@ class CellRun:
         given = [a.split("=", 1)[1] for a in self.argv if a.startswith("--general_model=")]
         return given[-1] if given else None
 
-    def run_argv(self, augmented_name: str) -> list[str]:
+    def run_argv(self) -> list[str]:
         """The cell's command with the shared outputs and its own stages."""
         extra = [f"--output_dir={self.directory}", f"--stages={','.join(self.stages)}"]
-        if "general" in self.shared:
-            extra.append(f"--general_model={self.shared['general'].output}")
-        if "finetune_teacher" in self.shared:
-            extra.append(f"--task_teacher={self.shared['finetune_teacher'].output}")
-        if "augment" in self.shared:
-            extra.append("--augmented_file=" + posixpath.join(
-                self.shared["augment"].output, augmented_name))
+        extra += [f"--{get_stage(stage).handover_flag}={run.output}"
+                  for stage, run in self.shared.items()]
         return self.argv + extra
 
 
@@ -356,6 +367,7 @@ def plan(opts: Options) -> tuple[list[SharedRun], list[CellRun]]:
     check_data(opts)
     shared: dict[tuple[str, str, str], SharedRun] = {}
     cells: list[CellRun] = []
+    order, own = shared_stages(), cell_stages()
     for task in opts.tasks:
         for cell in opts.cells:
             argv = cell_argv(cell, task, opts)
@@ -364,24 +376,24 @@ def plan(opts: Options) -> tuple[list[SharedRun], list[CellRun]]:
                 argv + [f"--output_dir={directory}"]))
             stages = _checked(lambda: preflight.resolve_stages(["all"], config))
             run = CellRun(cell, task, directory, argv,
-                          stages=tuple(s for s in stages if s in CELL_STAGES))
-            for stage in SHARED:
+                          stages=tuple(s for s in stages if s in own))
+            for stage in order:
                 if stage not in stages:
                     continue
                 key = _key(config.stage_settings(stage))
                 # shared/general/<recipe>-KEY, shared/<task>/teacher-KEY, .../augment-KEY
-                where = ("general" if stage == "general" else task,
-                         {"general": config.general.recipe,
-                          "finetune_teacher": "teacher"}.get(stage, stage))
-                ident = (stage, "" if stage == "general" else task, key)
+                per_task = get_stage(stage).per_task
+                scope = task if per_task else stage
+                ident = (stage, task if per_task else "", key)
                 if ident not in shared:
-                    folder = posixpath.join(opts.output_dir, "shared", where[0],
-                                            f"{where[1]}-{key}")
-                    shared[ident] = SharedRun(stage, task, key, folder, list(argv))
+                    folder = posixpath.join(opts.output_dir, "shared", scope,
+                                            f"{_folder_name(stage, config)}-{key}")
+                    shared[ident] = SharedRun(stage, task, key, folder, list(argv),
+                                              get_stage(stage).handover(folder, config))
                 shared[ident].cells.append(f"{task}/{cell.name}")
                 run.shared[stage] = shared[ident]
             cells.append(run)
-    runs = sorted(shared.values(), key=lambda r: SHARED.index(r.stage))
+    runs = sorted(shared.values(), key=lambda r: order.index(r.stage))
     return runs, cells
 
 
@@ -444,8 +456,7 @@ def run(opts: Options) -> dict[str, Any]:
                           {"argv": argv, "stage": r.stage, "cells": r.cells})
         _distill(argv, f"shared {r.stage} ({r.directory}) for {', '.join(r.cells)}")
     for c in cells:
-        name = _augmented_name(c)
-        _distill(c.run_argv(name), f"Table {opts.table.number} {c.cell.name} on {c.task}")
+        _distill(c.run_argv(), f"Table {opts.table.number} {c.cell.name} on {c.task}")
     return write_results(opts, cells)
 
 
@@ -464,14 +475,6 @@ def run_seeds(opts: Options) -> dict[str, Any]:
               flush=True)
         tables[seed] = run(one)
     return seed_tables.write(tables, opts.output_dir)
-
-
-def _augmented_name(c: CellRun) -> str:
-    """The file name the shared augment stage wrote for the cell's task."""
-    if "augment" not in c.shared:
-        return ""
-    config = distill_main.parse_argv(c.argv + [f"--output_dir={c.directory}"])
-    return resolve_task(config.task).source.augmented_name
 
 
 # --- results --------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 (skipped with --nouse_augmented, --augmented_file, or task phases that read none)."""
 from __future__ import annotations
 
+import posixpath
 from typing import Any, Optional
 
 from tinybert_tf.augment.augmenter import augment_source
@@ -13,6 +14,7 @@ from tinybert_tf.pipeline.settings.configs import PipelineConfig
 from tinybert_tf.pipeline.stages.base import Stage
 from tinybert_tf.pipeline.stages.common import corpus_files, model_path, task_data
 from tinybert_tf.pipeline.training.phases import reads_augmented
+from tinybert_tf.tasks.catalog import resolve_task
 
 NAME = "augment"
 
@@ -53,6 +55,11 @@ def reads(ctx: Context) -> dict[str, Any]:
     return found
 
 
+def handed_file(output_dir: str, config: PipelineConfig) -> str:
+    """The augmented file in the run folder `output_dir` (as `Context.augmented_path`)."""
+    return posixpath.join(output_dir, NAME, resolve_task(config.task).source.augmented_name)
+
+
 def skipped(config: PipelineConfig) -> bool:
     """No task phase reads augmented rows, or --augmented_file gives them."""
     return not reads_augmented(config) or bool(config.distill.augmented_file)
@@ -64,4 +71,5 @@ STAGE = Stage(
     NAME, augment, reads=reads,
     outputs=lambda ctx: {ctx.augmented_path(): "content"},
     skipped=skipped, chief_only=True, workers_wait=True, replaced_by="--nouse_augmented",
-    artefacts=lambda ctx: [("augmented training data", ctx.augmented_path())])
+    artefacts=lambda ctx: [("augmented training data", ctx.augmented_path())],
+    handover_flag="augmented_file", handover=handed_file)

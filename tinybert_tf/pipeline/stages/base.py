@@ -89,6 +89,11 @@ class Stage:
       initialisation and dropout do not depend on what ran before it. The built-ins
       have 0..6 (their run order); None (a plugin's): a number derived from the name,
       so registering a stage leaves every other stage's seed as it was.
+    handover_flag, handover(output_dir, config) -> path: the bin/distill flag that gives
+      the stage's finished output to a run that does not make it, and that output's
+      path in the run folder `output_dir` (bin/reproduce runs such a stage once and
+      hands its output to every table cell that reads it).
+    per_task: whether its output depends on the task (the general model does not).
     """
 
     name: str
@@ -107,6 +112,9 @@ class Stage:
     settings: Optional[Callable[[PipelineConfig], dict[str, Any]]] = None
     checks: Callable[[Context, Findings], None] = _no_checks
     seed_offset: Optional[int] = None
+    handover_flag: str = ""
+    handover: Optional[Callable[[str, PipelineConfig], str]] = None
+    per_task: bool = True
 
 
 # name -> Stage, and the run order of the names.

@@ -2,6 +2,7 @@
 --task_teacher gives a fine-tuned teacher)."""
 from __future__ import annotations
 
+import posixpath
 from typing import Any
 
 from tinybert_tf.distill.terms import HardLabelTerm
@@ -67,4 +68,6 @@ STAGE = Stage(
                        "data": task_data(ctx)},
     outputs=lambda ctx: {ctx.state.path(NAME, "model"): "content"},
     skipped=skipped, lr_flag="teacher_lr", replaced_by="--task_teacher=DIR",
-    artefacts=lambda ctx: [("fine-tuned teacher", ctx.state.path(NAME, "model"))])
+    artefacts=lambda ctx: [("fine-tuned teacher", ctx.state.path(NAME, "model"))],
+    handover_flag="task_teacher",
+    handover=lambda output_dir, config: posixpath.join(output_dir, NAME, "model"))

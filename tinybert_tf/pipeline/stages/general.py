@@ -14,6 +14,7 @@ the very batches of a single replica).
 from __future__ import annotations
 
 import functools
+import posixpath
 from typing import Any, Optional
 
 import tensorflow as tf
@@ -257,4 +258,7 @@ STAGE = Stage(
     outputs=lambda ctx: {ctx.state.path(NAME, "model"): "content"},
     skipped=skipped, lr_flag="general_lr", replaced_by="--general_model=DIR",
     artefacts=lambda ctx: [("general model (student before task distillation)",
-                            ctx.state.path(NAME, "model"))])
+                            ctx.state.path(NAME, "model"))],
+    handover_flag="general_model",
+    handover=lambda output_dir, config: posixpath.join(output_dir, NAME, "model"),
+    per_task=False)
