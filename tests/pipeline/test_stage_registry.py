@@ -74,3 +74,11 @@ def test_all_drops_the_stages_whose_output_a_flag_gives(tmp_path):
     assert upstream("evaluate", config) == ["task"]
     with pytest.raises(PreflightError, match="--noquantize; drop quantize from --stages"):
         resolve_stages(["quantize"], config)
+
+
+def test_a_handover_flag_names_what_replaces_the_stage():
+    assert get_stage("general").replaced_by == "--general_model=DIR"
+    assert get_stage("finetune_teacher").replaced_by == "--task_teacher=DIR"
+    assert get_stage("augment").replaced_by == "--nouse_augmented"  # its own, kept
+    assert Stage("probe", lambda ctx: {}, handover_flag="probe_dir").replaced_by == \
+        "--probe_dir=DIR"

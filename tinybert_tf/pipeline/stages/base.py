@@ -78,7 +78,8 @@ class Stage:
     workers_wait: with chief_only, the workers wait for the chief to finish it
       (later stages of theirs read its output).
     lr_flag: the learning-rate flag (no "--") a diverged phase's message names.
-    replaced_by: what gives its output instead (named when it is missing).
+    replaced_by: what gives its output instead (named when it is missing); default
+      `--<handover_flag>=DIR` for a stage with a handover flag.
     artefacts(ctx) -> [(what, path)]: what the end-of-run summary lists of it.
     settings(config) -> {flag: value} its output depends on (a change redoes it);
       None: the settings configs.py declares for the stage (`stage_settings`).
@@ -115,6 +116,10 @@ class Stage:
     handover_flag: str = ""
     handover: Optional[Callable[[str, PipelineConfig], str]] = None
     per_task: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.replaced_by and self.handover_flag:
+            object.__setattr__(self, "replaced_by", f"--{self.handover_flag}=DIR")
 
 
 # name -> Stage, and the run order of the names.

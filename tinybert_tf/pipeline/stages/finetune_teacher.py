@@ -67,7 +67,7 @@ STAGE = Stage(
     reads=lambda ctx: {"teacher": model_path(ctx.config.models.teacher),
                        "data": task_data(ctx)},
     outputs=lambda ctx: {ctx.state.path(NAME, "model"): "content"},
-    skipped=skipped, lr_flag="teacher_lr", replaced_by="--task_teacher=DIR",
+    skipped=skipped, lr_flag="teacher_lr",
     artefacts=lambda ctx: [("fine-tuned teacher", ctx.state.path(NAME, "model"))],
     handover_flag="task_teacher",
     handover=lambda output_dir, config: posixpath.join(output_dir, NAME, "model"))

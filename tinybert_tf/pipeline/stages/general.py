@@ -256,7 +256,7 @@ def skipped(config: PipelineConfig) -> bool:
 STAGE = Stage(
     NAME, general, reads=reads,
     outputs=lambda ctx: {ctx.state.path(NAME, "model"): "content"},
-    skipped=skipped, lr_flag="general_lr", replaced_by="--general_model=DIR",
+    skipped=skipped, lr_flag="general_lr",
     artefacts=lambda ctx: [("general model (student before task distillation)",
                             ctx.state.path(NAME, "model"))],
     handover_flag="general_model",

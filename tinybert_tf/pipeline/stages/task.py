@@ -14,8 +14,6 @@ import logging
 import posixpath
 from typing import Any, Optional
 
-import tensorflow as tf
-
 from tinybert_tf.models import BertModel
 from tinybert_tf.models.checkpoint import load_model, save_model
 from tinybert_tf.pipeline.run.context import Context, rows
@@ -172,8 +170,10 @@ def _task_phase(ctx: Context, spec: PhaseSpec, student: BertModel, teacher: Bert
                                          teacher_layers=layers, row_ids=sink is not None),
                   spec.steps_per_epoch, spec.epochs, max_steps=spec.max_steps, **selection)
     result = run_training(ctx, phase, spec)
-    if sink is not None and bool(tf.reduce_any(sink[1])):
-        captured[spec.augmented] = (sink[0].numpy(), sink[1].numpy())
+    if sink is not None:
+        seen = sink[1].numpy()
+        if seen.any():
+            captured[spec.augmented] = (sink[0].numpy(), seen)
     if distiller.projections is not None:
         projections = distiller.projections.arrays()
     return result, projections

@@ -37,7 +37,7 @@ from tinybert_tf.data import buckets
 from tinybert_tf.distill.terms import LossTerm
 from tinybert_tf.pipeline.training import layer_cache
 from tinybert_tf.pipeline.training import teacher_cache as cache_lib
-from tinybert_tf.pipeline.training.strategy import num_workers, worker_dir
+from tinybert_tf.pipeline.training.strategy import worker_dir
 from tinybert_tf.tasks.base import TaskType
 
 
@@ -199,8 +199,8 @@ def logit_sink(ctx: Any, distiller, examples: Sequence[Any], spec: Any
     finished, or more than one replica or micro-batch would split the rows."""
     c, task_type = ctx.config, ctx.task.type
     if (not c.run.teacher_cache or not cache_lib.one_row_per_example(task_type)
-            or _phase_done(spec) or ctx.strategy.num_replicas_in_sync != 1
-            or num_workers(ctx.strategy) != 1 or c.optim.grad_accum_steps != 1
+            or _phase_done(spec) or ctx.strategy.num_replicas_in_sync != 1  # all workers'
+            or c.optim.grad_accum_steps != 1
             or not getattr(distiller.teacher, "num_labels", None)):
         return None
     shape = [len(examples), int(distiller.teacher.num_labels)]
