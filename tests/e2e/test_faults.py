@@ -246,6 +246,9 @@ def test_two_shards_given_one_output_are_refused_with_the_way_to_join_them(base,
      r"it: the task/prediction phase resumes from its last checkpoint"),
     ("task/intermediate/phase_done.json", "[1, 2]", r"phase_done\.json: damaged \(expected a "
      r"JSON dict.*restores its last checkpoint"),
+    # A stage's own record (`StageFolder.records`): the general stage's corpus count.
+    ("general/corpus_count.json", "{", r"corpus_count\.json: damaged \(invalid JSON.*delete "
+     r"it: the general stage makes it again"),
 ])
 def test_a_damaged_record_is_one_error_naming_the_file_and_the_fix(base, tmp_path, rel, content,
                                                                    fix):
@@ -256,7 +259,7 @@ def test_a_damaged_record_is_one_error_naming_the_file_and_the_fix(base, tmp_pat
     for dry_run in (True, False):
         with pytest.raises(PreflightError) as info:
             run(_with(ns, dry_run=dry_run))
-        damaged = [e for e in info.value.errors if "damaged" in e]
+        damaged = [e for e in info.value.errors if ": damaged (" in e]
         assert len(damaged) == 1 and re.search(fix, damaged[0]), info.value.errors
         assert str(out / rel) in damaged[0]
     assert (out / rel).read_text() == content  # nothing rewritten

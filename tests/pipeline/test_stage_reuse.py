@@ -137,6 +137,12 @@ def test_a_redo_keeps_published_serving_versions_and_a_user_folder_is_never_dele
     state.reset(["export"], keep=[state.path("export", "serving")])
     assert sorted(os.listdir(state.path("export"))) == ["serving"]
     assert open(state.path("export/serving/1/saved_model.pb")).read() == "x"
+    # Redoing export keeps the report it only adds to; redoing a stage the report is
+    # made from drops it (`StageFolder.remakes_report`).
+    assert os.path.isfile(state.path("report.json"))
+    state.reset(["task"])
+    assert not os.path.exists(state.path("report.json"))
+    assert not os.path.exists(state.path("task"))
 
 
 def test_a_stale_export_publishes_the_next_version_next_to_the_first(base, tmp_path, capsys):

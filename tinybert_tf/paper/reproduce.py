@@ -125,10 +125,9 @@ def cell_stages() -> tuple[str, ...]:
 
 
 def _folder_name(stage: str, config: PipelineConfig) -> str:
-    """A shared run's folder name before its key, as existing table folders have it:
-    the general recipe for the general model, "teacher" for the fine-tuned teacher."""
-    names = {"general": config.general.recipe, "finetune_teacher": "teacher"}
-    return names.get(stage, stage)
+    """A shared run's folder name before its key (`Stage.handover_name`)."""
+    named = get_stage(stage).handover_name
+    return named(config) if named is not None else stage
 
 
 @dataclasses.dataclass

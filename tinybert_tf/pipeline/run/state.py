@@ -30,6 +30,7 @@ writers left: hidden temporaries of whole-or-nothing writes.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
@@ -49,7 +50,6 @@ LOCK_FILE = ".lock"
 WORK_DIR = ".work"
 PHASE_STATE = "phase_state.json"
 PHASE_DONE = "phase_done.json"
-CORPUS_COUNT = "corpus_count.json"
 
 # Temporaries of the package's whole-or-nothing writers: files.atomic_path
 # (".NAME.tmp-PID"), model_dir.atomic_directory (".NAME.tmp-XXXX", ".NAME.old-XXXX"),
@@ -57,6 +57,32 @@ CORPUS_COUNT = "corpus_count.json"
 # ("NAME.sentences.tmp-PID"). Group 1: the writer's pid when the name holds one.
 _TEMPORARY = re.compile(r"^(?:\..+\.(?:tmp|old)-(?:(\d+)$|[A-Za-z0-9_]+$)"
                         r"|\.publish-(\d+)-[0-9a-f]+$|.+\.sentences\.tmp-(\d+)$)")
+
+
+@dataclasses.dataclass(frozen=True)
+class StageFolder:
+    """What a stage keeps in its folder besides its done record and phase states.
+
+    records: JSON files a later run reads back (a damaged one is reported with its fix:
+      delete it, the stage makes it again).
+    progress: glob patterns of work the stage leaves before it finishes (a folder that
+      holds them has results a config change must not silently mix with).
+    remakes_report: redoing the stage deletes the run's report.json (export only adds
+      its parity to evaluate's report, so redoing it keeps the report).
+    """
+
+    records: tuple[str, ...] = ()
+    progress: tuple[str, ...] = ()
+    remakes_report: bool = True
+
+
+# Stage name -> its StageFolder, filled by the stage registry (`register_stage`); this
+# layer knows no stage by name.
+STAGE_FOLDERS: dict[str, StageFolder] = {}
+
+
+def _folder(stage: str) -> StageFolder:
+    return STAGE_FOLDERS.get(stage, StageFolder())
 
 
 class OutputDirError(ValueError):
@@ -228,7 +254,7 @@ class RunState:
         stages = list(stages)
         for stage in stages:
             _remove_except(self.path(stage), kept)
-        if set(stages) - {"export"}:  # export only adds its parity to evaluate's report
+        if any(_folder(s).remakes_report for s in stages):
             for name in ("report.json", "loss_curves.png"):
                 _remove(self.path(name))
 
@@ -249,10 +275,11 @@ class RunState:
         finished phase, a best model so far, augmentation progress or an export."""
         if not files.isdir(self.output_dir):
             return False
+        progress = [(stage, pattern) for stage, folder in STAGE_FOLDERS.items()
+                    for pattern in folder.progress]
         return any(files.glob(self.path(*parts)) for parts in (
             ("*", STAGE_DONE), ("*", "*", "ckpt", "*.index"), ("*", "*", PHASE_DONE),
-            ("*", WORK_DIR), ("augment", "*.progress.json"), ("augment", "*.parts"),
-            ("export", "*")))
+            ("*", WORK_DIR), *progress))
 
     def foreign_entries(self, names: Iterable[str]) -> list[str]:
         """Entries of the folder, among `names` (what the pipeline writes), that no run
@@ -275,7 +302,8 @@ class RunState:
             return []
         redone = set(redone)
         found = []
-        paths = [self.path(RUN_CONFIG), self.path("general", CORPUS_COUNT)]
+        paths = [self.path(RUN_CONFIG)] + [self.path(stage, name) for stage, folder
+                                           in STAGE_FOLDERS.items() for name in folder.records]
         for pattern in (("*", STAGE_DONE), ("*", "*", PHASE_STATE), ("*", "*", PHASE_DONE)):
             paths += files.glob(self.path(*pattern))
         for path in paths:
@@ -298,8 +326,8 @@ class RunState:
         if name == STAGE_DONE:
             return (f"delete it to have the {stage} stage finish again from its checkpoints, "
                     f"or redo the stage with --stages={stage} --overwrite.")
-        if name == CORPUS_COUNT:
-            return "delete it: the general stage counts the corpus again."
+        if name in _folder(stage).records:
+            return f"delete it: the {stage} stage makes it again."
         phase = os.path.basename(os.path.dirname(path))
         if name == PHASE_DONE:
             return (f"delete it: the {stage}/{phase} phase then restores its last "

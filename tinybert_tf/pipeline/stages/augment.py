@@ -10,6 +10,7 @@ from tinybert_tf.data import corpus as corpus_lib
 from tinybert_tf.data.sources import RowTable
 from tinybert_tf.models.checkpoint import inspect_model
 from tinybert_tf.pipeline.run.context import Context
+from tinybert_tf.pipeline.run.state import StageFolder
 from tinybert_tf.pipeline.settings.configs import PipelineConfig
 from tinybert_tf.pipeline.stages.base import Stage
 from tinybert_tf.pipeline.stages.common import corpus_files, model_path, task_data
@@ -72,4 +73,5 @@ STAGE = Stage(
     outputs=lambda ctx: {ctx.augmented_path(): "content"},
     skipped=skipped, chief_only=True, workers_wait=True, replaced_by="--nouse_augmented",
     artefacts=lambda ctx: [("augmented training data", ctx.augmented_path())],
-    handover_flag="augmented_file", handover=handed_file)
+    handover_flag="augmented_file", handover=handed_file,
+    folder=StageFolder(progress=("*.progress.json", "*.parts")))

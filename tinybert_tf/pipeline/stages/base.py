@@ -18,6 +18,7 @@ from tinybert_tf.config import ConfigError
 from tinybert_tf.data.examples import DataError
 from tinybert_tf.models.checkpoint import CheckpointError
 from tinybert_tf.pipeline.run.context import Context
+from tinybert_tf.pipeline.run.state import STAGE_FOLDERS, StageFolder
 from tinybert_tf.pipeline.settings.configs import PipelineConfig
 
 
@@ -94,7 +95,12 @@ class Stage:
       the stage's finished output to a run that does not make it, and that output's
       path in the run folder `output_dir` (bin/reproduce runs such a stage once and
       hands its output to every table cell that reads it).
+    handover_name(config) -> the name bin/reproduce gives the folder of that shared run
+      (None: the stage's name).
     per_task: whether its output depends on the task (the general model does not).
+    folder: what it keeps in its folder besides its done record (`StageFolder`: files
+      read back on resume, work left before it finishes, whether a redo drops the
+      run's report).
     """
 
     name: str
@@ -115,7 +121,9 @@ class Stage:
     seed_offset: Optional[int] = None
     handover_flag: str = ""
     handover: Optional[Callable[[str, PipelineConfig], str]] = None
+    handover_name: Optional[Callable[[PipelineConfig], str]] = None
     per_task: bool = True
+    folder: StageFolder = StageFolder()
 
     def __post_init__(self) -> None:
         if not self.replaced_by and self.handover_flag:
@@ -138,6 +146,7 @@ def register_stage(stage: Stage, after: Optional[str] = None,
     if replace and previous is not None and stage.seed_offset is None:
         stage = dataclasses.replace(stage, seed_offset=previous.seed_offset)  # its seed too
     plugins.register(STAGE_TABLE, stage.name, stage, what="stage", replace=replace)
+    STAGE_FOLDERS[stage.name] = stage.folder
     if stage.name in _ORDER:
         return stage
     _ORDER.insert(_ORDER.index(after) + 1 if after is not None else len(_ORDER), stage.name)
@@ -155,6 +164,7 @@ def stage_seed(seed: int, name: str) -> int:
 def unregister_stage(name: str) -> None:
     """Remove a stage (tests and notebooks that registered one)."""
     STAGE_TABLE.pop(name, None)
+    STAGE_FOLDERS.pop(name, None)
     if name in _ORDER:
         _ORDER.remove(name)
 

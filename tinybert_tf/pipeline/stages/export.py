@@ -12,6 +12,7 @@ from tinybert_tf.export.parity import PARITY_FILE, POST_TRAINING_INT8, ExportReq
 from tinybert_tf.files import read_json, write_json_atomic
 from tinybert_tf.models.checkpoint import load_model
 from tinybert_tf.pipeline.run.context import Context
+from tinybert_tf.pipeline.run.state import StageFolder
 from tinybert_tf.pipeline.settings.configs import PipelineConfig
 from tinybert_tf.pipeline.stages.base import Stage, makes_output
 from tinybert_tf.pipeline.stages.common import task_data
@@ -110,4 +111,6 @@ def upstream(config: PipelineConfig) -> list[str]:
 
 STAGE = Stage(
     NAME, export, reads=lambda ctx: {"data": task_data(ctx)}, outputs=outputs, keep=keep,
-    upstream=upstream, chief_only=True, artefacts=artefacts)
+    upstream=upstream, chief_only=True, artefacts=artefacts,
+    # It only adds its parity to evaluate's report; anything it wrote is progress.
+    folder=StageFolder(progress=("*",), remakes_report=False))

@@ -70,4 +70,5 @@ STAGE = Stage(
     skipped=skipped, lr_flag="teacher_lr",
     artefacts=lambda ctx: [("fine-tuned teacher", ctx.state.path(NAME, "model"))],
     handover_flag="task_teacher",
-    handover=lambda output_dir, config: posixpath.join(output_dir, NAME, "model"))
+    handover=lambda output_dir, config: posixpath.join(output_dir, NAME, "model"),
+    handover_name=lambda config: "teacher")

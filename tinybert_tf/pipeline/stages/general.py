@@ -32,6 +32,7 @@ from tinybert_tf.files import read_json, write_json_atomic
 from tinybert_tf.models import BertModel
 from tinybert_tf.models.checkpoint import inspect_model, load_model, load_tokenizer, save_model
 from tinybert_tf.pipeline.run.context import Context
+from tinybert_tf.pipeline.run.state import StageFolder
 from tinybert_tf.pipeline.settings.configs import PipelineConfig
 from tinybert_tf.pipeline.stages.base import Stage
 from tinybert_tf.pipeline.stages.common import (
@@ -47,6 +48,8 @@ from tinybert_tf.pipeline.training.recipes import GeneralRecipe, get_recipe
 from tinybert_tf.pipeline.training.strategy import num_workers
 
 NAME = "general"
+# The corpus count the plan and the phase size themselves on, cached in the folder.
+CORPUS_COUNT = "corpus_count.json"
 
 
 def corpus_source(ctx: Context) -> str:
@@ -115,7 +118,7 @@ def corpus_sequences(ctx: Context) -> int:
     pack = general_recipe(ctx).pack
     key = {"source": source, "max_seq_len": c.max_seq_len, "pack": pack,
            "files": corpus_lib.source_facts(source), "holdout": c.holdout}
-    count_path = ctx.state.path("general", "corpus_count.json")
+    count_path = ctx.state.path(NAME, CORPUS_COUNT)
     counted = read_json(count_path, default=None)
     if counted is not None and counted.get("key") == key:
         return int(counted["sequences"])
@@ -261,4 +264,5 @@ STAGE = Stage(
                             ctx.state.path(NAME, "model"))],
     handover_flag="general_model",
     handover=lambda output_dir, config: posixpath.join(output_dir, NAME, "model"),
-    per_task=False)
+    handover_name=lambda config: config.general.recipe,  # table folders name the recipe
+    per_task=False, folder=StageFolder(records=(CORPUS_COUNT,)))
