@@ -129,3 +129,29 @@ def test_nothing_in_the_package_imports_the_tools_and_each_bin_script_is_a_launc
             text = f.read()
         assert len(text.splitlines()) <= 20, name
         assert f"from tinybert_tf.tools.{name} import entry_point" in text, name
+
+
+def test_only_a_stage_module_compares_a_stage_name():
+    """Code that loops over stages asks the registry (`Stage` fields such as needs,
+    folder, handover) instead of testing a built-in stage's name; a stage's module may
+    name the stages it reads."""
+    from tinybert_tf.pipeline.stages import BUILT_IN
+    names = {module.NAME for module in BUILT_IN}
+    stages_dir = os.path.join(PACKAGE, "pipeline", "stages")
+    found = []
+    for folder in ("pipeline", "paper"):
+        for path in glob.glob(os.path.join(PACKAGE, folder, "**", "*.py"), recursive=True):
+            if path.startswith(stages_dir + os.sep):
+                continue
+            with open(path, encoding="utf-8") as f:
+                tree = ast.parse(f.read())
+            for node in ast.walk(tree):
+                if not isinstance(node, ast.Compare):
+                    continue
+                for side in (node.left, *node.comparators):
+                    items = side.elts if isinstance(side, (ast.Set, ast.Tuple, ast.List)) \
+                        else [side]
+                    found += [f"{os.path.relpath(path, REPO)}:{node.lineno} {item.value!r}"
+                              for item in items if isinstance(item, ast.Constant)
+                              and item.value in names]
+    assert not found, found

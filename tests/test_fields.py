@@ -75,3 +75,10 @@ def test_every_stage_records_exactly_the_fields_that_name_it():
                  if stage in f.metadata.get("stages", ())}
         assert set(config.stage_settings(stage)) == named, stage
     assert not any(f.metadata.get("stages") for f in dataclasses.fields(config.run))
+
+
+def test_the_stage_names_settings_may_name_are_the_built_in_stages():
+    """fields.STAGES (below the stage registry, for the typo check where a setting is
+    declared) cannot drift from the registered built-ins."""
+    from tinybert_tf.pipeline.stages import BUILT_IN
+    assert fields.STAGES == tuple(module.NAME for module in BUILT_IN)

@@ -15,9 +15,9 @@ import time
 import pytest
 import tensorflow as tf
 
-from tinybert_tf.pipeline import preflight
 from tinybert_tf.pipeline.main import main
 from tinybert_tf.pipeline.preflight import PreflightError
+from tinybert_tf.pipeline.preflight import folder as preflight_folder
 from tinybert_tf.pipeline.run.lock import FileLock, Holder, LockError, process_start, read_holder
 from tinybert_tf.pipeline.run.state import OutputDirError, RunState
 
@@ -398,7 +398,7 @@ def test_a_read_only_or_file_output_dir_is_refused_before_anything_is_written(ba
     ro = tmp_path / "read_only"
     ro.mkdir()
     real_access = os.access
-    monkeypatch.setattr(preflight.os, "access",  # tests may run as root, who writes anyway
+    monkeypatch.setattr(preflight_folder.os, "access",  # tests may run as root, who writes anyway
                         lambda p, mode: False if str(p) == str(ro) else real_access(p, mode))
     with pytest.raises(PreflightError, match=r"read_only: is not writable by this user"):
         run(_with(base, output_dir=str(ro), stages=["augment"]))

@@ -307,10 +307,10 @@ def test_mnli_selects_on_matched_and_reports_mismatched(mnli_run):
 def test_preflight_rejects_too_little_free_disk(finished, tmp_path, monkeypatch):
     import collections
 
-    from tinybert_tf.pipeline import preflight
+    from tinybert_tf.pipeline.preflight import folder
     tmp, ns, _ = finished
     usage = collections.namedtuple("usage", "total used free")
-    monkeypatch.setattr(preflight.shutil, "disk_usage",
+    monkeypatch.setattr(folder.shutil, "disk_usage",
                         lambda path: usage(2**30, 2**30 - 2**20, 2**20))  # 1 MiB free
     ns2 = type(ns)(**{**vars(ns), "output_dir": str(tmp_path / "full"), "stages": ["general"]})
     with pytest.raises(PreflightError, match="--output_dir=.*GiB free"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import posixpath
 from typing import Any, Optional
 
+from tinybert_tf import files
 from tinybert_tf.augment.augmenter import augment_source
 from tinybert_tf.data import corpus as corpus_lib
 from tinybert_tf.data.sources import RowTable
@@ -12,8 +13,16 @@ from tinybert_tf.models.checkpoint import inspect_model
 from tinybert_tf.pipeline.run.context import Context
 from tinybert_tf.pipeline.run.state import StageFolder
 from tinybert_tf.pipeline.settings.configs import PipelineConfig
-from tinybert_tf.pipeline.stages.base import Stage
+from tinybert_tf.pipeline.stages.base import (
+    TASK_DATA,
+    TASK_TEACHER,
+    TEACHER,
+    Findings,
+    PlanInputs,
+    Stage,
+)
 from tinybert_tf.pipeline.stages.common import corpus_files, model_path, task_data
+from tinybert_tf.pipeline.stages.inspect import inspect_flag
 from tinybert_tf.pipeline.training.phases import reads_augmented
 from tinybert_tf.tasks.catalog import resolve_task
 
@@ -68,8 +77,48 @@ def skipped(config: PipelineConfig) -> bool:
 
 # Not collective: under multi_worker the chief alone runs it, and the workers wait for
 # its file (their task stage reads it).
+def checks(ctx: Context, found: Findings) -> None:
+    """Algorithm 1's models (an MLM model with the teacher's vocab, word vectors) or the
+    fallback, and no --augmented_file standing in for its output."""
+    a, d = ctx.config.augment, ctx.config.distill
+    if d.augmented_file:
+        found.errors.append(
+            f"--augmented_file={d.augmented_file} replaces the augment stage, which "
+            f"--stages={','.join(found.stages)} also runs; drop one of the two.")
+    missing = [f for f, v in (("--mlm_model", a.mlm_model), ("--word_vectors", a.word_vectors))
+               if not v]
+    if missing and not a.augment_fallback:
+        found.errors.append(
+            f"augment: Algorithm 1 needs {' and '.join(missing)}: a BERT with an MLM head "
+            "(e.g. the pre-trained bert-base-uncased directory) for single-piece words and "
+            "GloVe vectors (e.g. glove.840B.300d.txt) for the rest. Give them, or set "
+            "--augment_fallback to use word vectors trained on --corpus for every word (weak; "
+            "the demo does this), or --nouse_augmented.")
+    if a.mlm_model:
+        info = inspect_flag(found, a.mlm_model, "--mlm_model")
+        vocab_model = found.models.vocab_model
+        if info is not None and info.head != "mlm":
+            found.errors.append(f"--mlm_model={a.mlm_model}: the checkpoint has no MLM head "
+                                f"(head: {info.head}); give a BertForMaskedLM / keras-hub "
+                                "BertMaskedLM / our MLM directory.")
+        if info is not None and vocab_model is not None and info.vocab != vocab_model.vocab:
+            found.errors.append(f"--mlm_model={a.mlm_model} has another vocabulary than the "
+                                "teacher; augmentation must tokenise as the task models do.")
+    if a.word_vectors and not files.isfile(a.word_vectors):
+        found.errors.append(f"--word_vectors={a.word_vectors}: file not found.")
+
+
+def phases(ctx: Context, found: Findings, inputs: PlanInputs) -> list:
+    """No phase of its own: it reads the source's augmentation table, which bounds the
+    rows per example the later phases are sized on (`rows_per_example`)."""
+    if inputs.train is not None:
+        inputs.table = found.run(lambda: ctx.task.source.augment_table(), "augment: ")
+    return []
+
+
 STAGE = Stage(
-    NAME, augment, reads=reads,
+    NAME, augment, reads=reads, checks=checks, phases=phases,
+    needs=frozenset({TEACHER, TASK_TEACHER, TASK_DATA}),
     outputs=lambda ctx: {ctx.augmented_path(): "content"},
     skipped=skipped, chief_only=True, workers_wait=True, replaced_by="--nouse_augmented",
     artefacts=lambda ctx: [("augmented training data", ctx.augmented_path())],

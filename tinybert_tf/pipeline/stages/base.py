@@ -14,9 +14,9 @@ import zlib
 from typing import Any, Callable, Optional
 
 from tinybert_tf import plugins
-from tinybert_tf.config import ConfigError
+from tinybert_tf.config import BertConfig, ConfigError
 from tinybert_tf.data.examples import DataError
-from tinybert_tf.models.checkpoint import CheckpointError
+from tinybert_tf.models.checkpoint import CheckpointError, ModelInfo
 from tinybert_tf.pipeline.run.context import Context
 from tinybert_tf.pipeline.run.state import STAGE_FOLDERS, StageFolder
 from tinybert_tf.pipeline.settings.configs import PipelineConfig
@@ -38,13 +38,62 @@ def _no_refusal(_: PipelineConfig) -> Optional[str]:
     return None
 
 
+# What a stage reads that several stages share (`Stage.needs`): preflight inspects each
+# once, for the stages of the run that read it.
+TEACHER = "teacher"                # --teacher itself (its weights or its vocab)
+TASK_TEACHER = "task_teacher"      # the fine-tuned teacher (given or finetune_teacher's)
+TEACHER_VOCAB = "teacher_vocab"    # tokenises task text with the teacher's vocab
+TASK_DATA = "task_data"            # the task's data
+TASK_LENGTH = "task_length"        # runs task models at --max_seq_len
+TASK_ROWS = "task_rows"            # trains a phase sized on the task's training rows
+STUDENT_CONFIG = "student_config"  # builds the student from --student_config
+TASK_STUDENT = "task_student"      # distils the task student (from the general model)
+NEEDS = (TEACHER, TASK_TEACHER, TEACHER_VOCAB, TASK_DATA, TASK_LENGTH, TASK_ROWS,
+         STUDENT_CONFIG, TASK_STUDENT)
+
+
+@dataclasses.dataclass
+class Models:
+    """The models a run reads, inspected without their weights (None: not read, or
+    failed its check). Preflight fills it before the stages' own checks."""
+
+    teacher: Optional[ModelInfo] = None
+    task_teacher: Optional[ModelInfo] = None
+    general_model: Optional[ModelInfo] = None
+    # --student_config (when a stage builds the student from it).
+    student_cfg: Optional[BertConfig] = None
+    # The task stage's student: --general_model=none, a given or finished general
+    # model, or (the general stage runs first) --student_config.
+    task_student: Optional[BertConfig] = None
+
+    @property
+    def vocab_model(self) -> Optional[ModelInfo]:
+        """The model whose vocab tokenises task text: the fine-tuned teacher's, else
+        --teacher's."""
+        return self.task_teacher or self.teacher
+
+
 @dataclasses.dataclass
 class Findings:
     """What the checks before training found: errors (each naming its flag or file and
-    the fix) and warnings. Preflight gathers every stage's into one."""
+    the fix) and warnings, with what they read: the stages of the run, the models
+    (`Models`) and the plan's entries. Preflight gathers every stage's into one."""
 
     errors: list[str] = dataclasses.field(default_factory=list)
     warnings: list[str] = dataclasses.field(default_factory=list)
+    stages: tuple[str, ...] = ()
+    models: Models = dataclasses.field(default_factory=Models)
+    plan: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # Flags whose value is out of range: later checks that read them are skipped.
+    bad_flags: set[str] = dataclasses.field(default_factory=set)
+
+    def runs(self, name: str) -> bool:
+        """Whether stage `name` is among the run's stages."""
+        return name in self.stages
+
+    def needed(self, need: str) -> list[str]:
+        """The run's stages that read `need` (`Stage.needs`)."""
+        return [s for s in self.stages if need in STAGE_TABLE[s].needs]
 
     def run(self, fn: Callable[[], Any], prefix: str = "") -> Any:
         """fn(), recording its error (ours are ValueErrors naming the flag) instead of
@@ -58,6 +107,33 @@ class Findings:
 
 def _no_checks(_: Context, __: Findings) -> None:
     return None
+
+
+@dataclasses.dataclass
+class PlanInputs:
+    """What the phases' plan reads, read once for every stage (`Stage.phases`).
+
+    count_corpus: count the general corpus when no count is cached (the dry run does).
+    train, dev: the task's examples (None: not read, or failed); n_train: the training
+    rows after tokenisation (None: the tokenizer's model failed its check, or no
+    training stage runs); table: the source's augmentation table when augment runs.
+    task_models: the task stage's (student, teacher) configs, when known;
+    saved_projections: the projection shapes its general model has (or will have).
+    teacher_ok: --teacher passed its checks (or is not read).
+    """
+
+    count_corpus: bool = False
+    train: Any = None
+    dev: Any = None
+    n_train: Optional[int] = None
+    table: Any = None
+    task_models: Optional[tuple[BertConfig, BertConfig]] = None
+    saved_projections: Optional[dict] = None
+    teacher_ok: bool = True
+
+
+def _no_phases(_: Context, __: Findings, ___: PlanInputs) -> list:
+    return []
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,6 +194,8 @@ class Stage:
     artefacts: Callable[[Context], list[tuple[str, str]]] = _none
     settings: Optional[Callable[[PipelineConfig], dict[str, Any]]] = None
     checks: Callable[[Context, Findings], None] = _no_checks
+    needs: frozenset[str] = frozenset()
+    phases: Callable[[Context, Findings, PlanInputs], list] = _no_phases
     seed_offset: Optional[int] = None
     handover_flag: str = ""
     handover: Optional[Callable[[str, PipelineConfig], str]] = None
@@ -126,6 +204,10 @@ class Stage:
     folder: StageFolder = StageFolder()
 
     def __post_init__(self) -> None:
+        unknown = set(self.needs) - set(NEEDS)
+        if unknown:
+            raise plugins.PluginError(f"stage {self.name!r}: needs={sorted(unknown)} are not "
+                                      f"among {', '.join(NEEDS)}.")
         if not self.replaced_by and self.handover_flag:
             object.__setattr__(self, "replaced_by", f"--{self.handover_flag}=DIR")
 

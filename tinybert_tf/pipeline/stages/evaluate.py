@@ -12,7 +12,15 @@ from tinybert_tf.pipeline import autosize
 from tinybert_tf.pipeline.run import report
 from tinybert_tf.pipeline.run.context import Context
 from tinybert_tf.pipeline.settings.configs import PipelineConfig
-from tinybert_tf.pipeline.stages.base import Findings, Stage, makes_output
+from tinybert_tf.pipeline.stages.base import (
+    TASK_DATA,
+    TASK_LENGTH,
+    TASK_TEACHER,
+    TEACHER_VOCAB,
+    Findings,
+    Stage,
+    makes_output,
+)
 from tinybert_tf.pipeline.stages.common import evaluator, load_task_teacher, model_path, task_data
 from tinybert_tf.pipeline.training import evaluation
 
@@ -89,5 +97,6 @@ STAGE = Stage(
     outputs=lambda ctx: {ctx.state.path("report.json"): "exists",
                          ctx.state.path(NAME, "metrics.json"): "content"},
     upstream=upstream, chief_only=True, checks=checks,
+    needs=frozenset({TASK_TEACHER, TEACHER_VOCAB, TASK_DATA, TASK_LENGTH}),
     artefacts=lambda ctx: [("report: dev metrics, size, speed", ctx.state.path("report.json")),
                            ("loss curves", ctx.state.path("loss_curves.png"))])

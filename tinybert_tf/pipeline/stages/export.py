@@ -7,14 +7,21 @@ import posixpath
 from typing import Any, Optional
 
 from tinybert_tf import files
-from tinybert_tf.export.formats import FORMATS
+from tinybert_tf.export.formats import FORMATS, check_formats, format_problems
 from tinybert_tf.export.parity import PARITY_FILE, POST_TRAINING_INT8, ExportRequest, export_all
 from tinybert_tf.files import read_json, write_json_atomic
-from tinybert_tf.models.checkpoint import load_model
+from tinybert_tf.models.checkpoint import inspect_model, load_model
 from tinybert_tf.pipeline.run.context import Context
 from tinybert_tf.pipeline.run.state import StageFolder
 from tinybert_tf.pipeline.settings.configs import PipelineConfig
-from tinybert_tf.pipeline.stages.base import Stage, makes_output
+from tinybert_tf.pipeline.stages.base import (
+    TASK_DATA,
+    TASK_LENGTH,
+    TEACHER_VOCAB,
+    Findings,
+    Stage,
+    makes_output,
+)
 from tinybert_tf.pipeline.stages.common import task_data
 
 NAME = "export"
@@ -109,8 +116,30 @@ def upstream(config: PipelineConfig) -> list[str]:
     return ["task"] + (["quantize"] if makes_output("quantize", config) else [])
 
 
+def checks(ctx: Context, found: Findings) -> None:
+    """--export_formats against the model it will write (the task stage's student of
+    this run, or the finished one): a format that cannot hold it fails before
+    training, not after."""
+    c = ctx.config
+    formats = found.run(lambda: check_formats(c.export.formats))
+    exported = found.models.task_student if found.runs("task") else None
+    if exported is None and not found.runs("task") and ctx.state.is_done("task"):
+        info = found.run(lambda: inspect_model(ctx.student_path()), f"{ctx.student_path()}: ")
+        exported = info.config if info is not None else None
+    if formats and exported is not None:
+        found.errors.extend(format_problems(formats, exported, ctx.task.type.head,
+                                            c.export.options()))
+    calibrated = [f for f in formats or () if FORMATS[f].calibrated]
+    if calibrated and c.export.representative_examples <= 0:
+        found.errors.append(
+            f"--representative_examples={c.export.representative_examples}: "
+            f"{', '.join(calibrated)} calibrate on task text; give > 0 examples or drop "
+            "them from --export_formats.")
+
+
 STAGE = Stage(
     NAME, export, reads=lambda ctx: {"data": task_data(ctx)}, outputs=outputs, keep=keep,
-    upstream=upstream, chief_only=True, artefacts=artefacts,
+    upstream=upstream, chief_only=True, artefacts=artefacts, checks=checks,
+    needs=frozenset({TEACHER_VOCAB, TASK_DATA, TASK_LENGTH}),
     # It only adds its parity to evaluate's report; anything it wrote is progress.
     folder=StageFolder(progress=("*",), remakes_report=False))

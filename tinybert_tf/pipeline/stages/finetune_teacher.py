@@ -9,7 +9,15 @@ from tinybert_tf.distill.terms import HardLabelTerm
 from tinybert_tf.models.checkpoint import load_model, save_model
 from tinybert_tf.pipeline.run.context import Context, rows
 from tinybert_tf.pipeline.settings.configs import PipelineConfig
-from tinybert_tf.pipeline.stages.base import Stage
+from tinybert_tf.pipeline.stages.base import (
+    TASK_DATA,
+    TASK_LENGTH,
+    TASK_ROWS,
+    TEACHER,
+    Findings,
+    PlanInputs,
+    Stage,
+)
 from tinybert_tf.pipeline.stages.common import (
     evaluator,
     make_distiller,
@@ -62,8 +70,32 @@ def skipped(config: PipelineConfig) -> bool:
     return config.models.teacher_given
 
 
+def checks(ctx: Context, found: Findings) -> None:
+    """It trains something, and no --task_teacher stands in for its output."""
+    c = ctx.config
+    if c.finetune.epochs == 0:
+        found.errors.append(
+            "--teacher_epochs=0: the finetune_teacher stage would train nothing and save "
+            "--teacher with an untrained task head as the task teacher; give epochs > 0, "
+            "or a fine-tuned teacher with --task_teacher=DIR.")
+    if c.models.teacher_given:
+        found.errors.append(
+            f"--stages={','.join(found.stages)} with --task_teacher={c.models.task_teacher}: "
+            "the finetune_teacher stage fine-tunes --teacher, but the later stages read "
+            "--task_teacher and would ignore it; drop --task_teacher, or finetune_teacher "
+            "from --stages.")
+
+
+def phases(ctx: Context, found: Findings, inputs: PlanInputs) -> list[PhaseSpec]:
+    if inputs.n_train is None:
+        return []
+    spec = found.run(lambda: finetune_phase(ctx, inputs.n_train))
+    return [spec] if spec is not None else []
+
+
 STAGE = Stage(
-    NAME, finetune_teacher,
+    NAME, finetune_teacher, checks=checks, phases=phases,
+    needs=frozenset({TEACHER, TASK_DATA, TASK_LENGTH, TASK_ROWS}),
     reads=lambda ctx: {"teacher": model_path(ctx.config.models.teacher),
                        "data": task_data(ctx)},
     outputs=lambda ctx: {ctx.state.path(NAME, "model"): "content"},

@@ -34,7 +34,13 @@ from tinybert_tf.models.checkpoint import inspect_model, load_model, load_tokeni
 from tinybert_tf.pipeline.run.context import Context
 from tinybert_tf.pipeline.run.state import StageFolder
 from tinybert_tf.pipeline.settings.configs import PipelineConfig
-from tinybert_tf.pipeline.stages.base import Stage
+from tinybert_tf.pipeline.stages.base import (
+    STUDENT_CONFIG,
+    TEACHER,
+    Findings,
+    PlanInputs,
+    Stage,
+)
 from tinybert_tf.pipeline.stages.common import (
     corpus_files,
     make_distiller,
@@ -42,9 +48,10 @@ from tinybert_tf.pipeline.stages.common import (
     run_training,
     student_config,
 )
+from tinybert_tf.pipeline.stages.inspect import check_distilled_pair
 from tinybert_tf.pipeline.training.loop import Phase
 from tinybert_tf.pipeline.training.phases import PROJECTIONS, PhaseSpec, plan_phase
-from tinybert_tf.pipeline.training.recipes import GeneralRecipe, get_recipe
+from tinybert_tf.pipeline.training.recipes import RECIPES, GeneralRecipe, get_recipe
 from tinybert_tf.pipeline.training.strategy import num_workers
 
 NAME = "general"
@@ -256,8 +263,56 @@ def skipped(config: PipelineConfig) -> bool:
     return config.models.general_given
 
 
+def checks(ctx: Context, found: Findings) -> None:
+    """--recipe and whether it trains, --general_max_seq_len against the teacher's and
+    the student's position tables, and the layer map of (student, teacher)."""
+    c, models = ctx.config, found.models
+    recipe = found.run(lambda: get_recipe(c.general.recipe))
+    if recipe is not None:
+        found.plan["general_recipe"] = recipe.describe()
+        if models.teacher is not None:
+            found.errors.extend(found.run(
+                lambda: recipe.check(c, models.student_cfg, models.teacher)) or [])
+    if c.general.epochs == 0 and (recipe is None or recipe.trains):
+        found.errors.append(
+            "--general_epochs=0: the general stage would train nothing and save a random "
+            "student as OUTPUT/general/model; give epochs > 0, or skip the stage with "
+            "--general_model=DIR (or --general_model=none for a random start).")
+    length = c.general.max_seq_len
+    if models.teacher is not None \
+            and length > models.teacher.config.max_position_embeddings:
+        found.errors.append(f"--general_max_seq_len={length} exceeds the teacher's "
+                            "max_position_embeddings="
+                            f"{models.teacher.config.max_position_embeddings}; lower "
+                            "--general_max_seq_len.")
+    student = models.student_cfg
+    if student is not None and length > student.max_position_embeddings:
+        found.errors.append(f"--general_max_seq_len={length} exceeds --student_config's "
+                            f"max_position_embeddings={student.max_position_embeddings}; "
+                            "lower --general_max_seq_len or use a student with a longer "
+                            "table.")
+    check_distilled_pair(ctx, found, student,
+                         models.teacher.config if models.teacher is not None else None)
+
+
+def phases(ctx: Context, found: Findings, inputs: PlanInputs) -> list[PhaseSpec]:
+    """Its phase when its recipe trains and --teacher passed its checks (the corpus
+    counted when `inputs.count_corpus` or cached, else only read)."""
+    recipe = RECIPES.get(ctx.config.general.recipe)  # an unknown one: reported by checks
+    if found.models.teacher is None or recipe is None or not recipe.trains:
+        return []
+    count = None
+    if inputs.count_corpus:
+        count = found.run(lambda: corpus_sequences(ctx))
+    else:
+        found.run(lambda: corpus_lib.source_facts(corpus_source(ctx)), "--corpus: ")
+    spec = found.run(lambda: general_phase(ctx, count)) if count is not None else None
+    return [spec] if spec is not None else []
+
+
 STAGE = Stage(
-    NAME, general, reads=reads,
+    NAME, general, reads=reads, checks=checks, phases=phases,
+    needs=frozenset({TEACHER, STUDENT_CONFIG}),
     outputs=lambda ctx: {ctx.state.path(NAME, "model"): "content"},
     skipped=skipped, lr_flag="general_lr",
     artefacts=lambda ctx: [("general model (student before task distillation)",

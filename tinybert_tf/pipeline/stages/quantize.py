@@ -45,7 +45,17 @@ from tinybert_tf.models.heads import HEADS
 from tinybert_tf.models.quantization import calibrate
 from tinybert_tf.pipeline.run.context import Context, rows
 from tinybert_tf.pipeline.settings.configs import PipelineConfig
-from tinybert_tf.pipeline.stages.base import Findings, Stage, makes_output
+from tinybert_tf.pipeline.stages.augment import rows_per_example
+from tinybert_tf.pipeline.stages.base import (
+    TASK_DATA,
+    TASK_LENGTH,
+    TASK_ROWS,
+    TEACHER_VOCAB,
+    Findings,
+    PlanInputs,
+    Stage,
+    makes_output,
+)
 from tinybert_tf.pipeline.stages.common import evaluator, make_distiller, run_training, task_data
 from tinybert_tf.pipeline.training import task_input
 from tinybert_tf.pipeline.training.loop import Phase, TrainingStateError
@@ -264,8 +274,17 @@ def checks(ctx: Context, found: Findings) -> None:
             "calibrated after training) or use --classifier_head=pooler.")
 
 
+def phases(ctx: Context, found: Findings, inputs: PlanInputs) -> list[PhaseSpec]:
+    if inputs.n_train is None:
+        return []
+    spec = found.run(lambda: planned_phase(ctx, inputs.n_train,
+                                           rows_per_example(ctx, inputs.table)))
+    return [spec] if spec is not None else []
+
+
 STAGE = Stage(
-    NAME, quantize, reads=lambda ctx: {"data": task_data(ctx)},
+    NAME, quantize, reads=lambda ctx: {"data": task_data(ctx)}, phases=phases,
+    needs=frozenset({TEACHER_VOCAB, TASK_DATA, TASK_LENGTH, TASK_ROWS}),
     outputs=lambda ctx: {ctx.quantized_path(): "content"},
     upstream=upstream, skipped=lambda config: not has_quantize_stage(config),
     refusal=refusal, lr_flag="quantize_lr", replaced_by="--noquantize", checks=checks,

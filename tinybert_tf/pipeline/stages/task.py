@@ -14,12 +14,25 @@ import logging
 import posixpath
 from typing import Any, Optional
 
+from tinybert_tf import files
 from tinybert_tf.models import BertModel
 from tinybert_tf.models.checkpoint import load_model, save_model
 from tinybert_tf.pipeline.run.context import Context, rows
 from tinybert_tf.pipeline.settings.configs import PipelineConfig
 from tinybert_tf.pipeline.settings.precision import with_precision
-from tinybert_tf.pipeline.stages.base import Findings, Stage, makes_output
+from tinybert_tf.pipeline.stages.augment import rows_per_example
+from tinybert_tf.pipeline.stages.base import (
+    TASK_DATA,
+    TASK_LENGTH,
+    TASK_ROWS,
+    TASK_STUDENT,
+    TASK_TEACHER,
+    TEACHER_VOCAB,
+    Findings,
+    PlanInputs,
+    Stage,
+    makes_output,
+)
 from tinybert_tf.pipeline.stages.common import (
     evaluator,
     load_task_teacher,
@@ -29,6 +42,7 @@ from tinybert_tf.pipeline.stages.common import (
     student_config,
     task_data,
 )
+from tinybert_tf.pipeline.stages.inspect import check_distilled_pair
 from tinybert_tf.pipeline.training import (
     baseline_phases,  # noqa: F401  (registers --task_phases=pkd)
     task_input,
@@ -39,6 +53,7 @@ from tinybert_tf.pipeline.training.phases import (
     general_projections,
     parse_grid,
     phase_kinds,
+    projection_start,
     reads_augmented,
     task_phase_specs,
 )
@@ -195,17 +210,87 @@ def upstream(config: PipelineConfig) -> list[str]:
 def checks(ctx: Context, found: Findings) -> None:
     """--classifier_head for this task, --pred_grid, --task_phases; a --general_model
     that --student_init=random leaves unread."""
-    m, d = ctx.config.models, ctx.config.distill
+    c = ctx.config
+    m, d, models = c.models, c.distill, found.models
     found.run(lambda: ctx.student_task_type)
     found.run(lambda: parse_grid(d.pred_grid))
-    found.run(lambda: phase_kinds(d.task_phases))
+    kinds = found.run(lambda: phase_kinds(d.task_phases)) or []
+    for kind in kinds:
+        if kind.epochs(c) == 0:
+            found.errors.append(
+                f"{kind.epochs_flag or kind.name}=0: the {kind.name} phase of --task_phases="
+                f"{','.join(d.task_phases)} would train nothing"
+                + (" and leave the task head untrained" if kind is kinds[-1] else "")
+                + f"; give epochs > 0, or drop {kind.name} from --task_phases.")
     if m.student_init == "random" and m.general_model:
         found.warnings.append(f"--student_init=random: --general_model={m.general_model} "
                               "is not read (the student starts from random weights).")
+    if d.augmented_file and d.use_augmented and not found.runs("augment") \
+            and not files.isfile(d.augmented_file):
+        found.errors.append(f"--augmented_file={d.augmented_file}: no such file; give the "
+                            "augmented file (bin/augment --output, or a run's "
+                            "OUTPUT/augment/<file>).")
+    if models.task_student is not None and models.task_student is models.student_cfg \
+            and ctx.max_seq_len > models.task_student.max_position_embeddings:
+        found.errors.append(f"--max_seq_len={ctx.max_seq_len} exceeds --student_config's "
+                            "max_position_embeddings="
+                            f"{models.task_student.max_position_embeddings} (the task "
+                            "stage's student); lower --max_seq_len.")
+    teacher = models.vocab_model
+    check_distilled_pair(ctx, found, models.task_student,
+                         teacher.config if teacher is not None else None)
+
+
+def phases(ctx: Context, found: Findings, inputs: PlanInputs) -> list[PhaseSpec]:
+    """Its phases, sized on the augmented rows when written, else on their bound
+    (noted), with the teacher-layer cache's decision where a phase can use one."""
+    if inputs.n_train is None:
+        return []
+    n_train, size, aug = inputs.n_train, inputs.n_train, None
+    augmented = reads_augmented(ctx.config)
+    if augmented:
+        written = (ctx.state.is_done("augment") or bool(ctx.config.distill.augmented_file)) \
+            and files.exists(ctx.augmented_path())
+        aug = found.run(lambda: ctx.examples("train_aug")) if written else None
+        size = found.run(lambda: rows(ctx, aug)) if aug is not None else None
+    # Not augmented yet: at most `per_example` rows per example. Sizes (and the batch
+    # checks) use that bound, not the count before augmentation.
+    per_example = rows_per_example(ctx, inputs.table)
+    bound = n_train * per_example
+    note = ("" if size is not None else "the augmented set is not written yet: sizes "
+            f"and steps assume at most {bound} rows (the {n_train} original rows "
+            f"with up to {per_example - 1} variants each: --num_aug="
+            f"{ctx.config.augment.num_aug} per text field augmented, one field at a "
+            "time); the stage sizes itself on the rows written")
+    size = bound if size is None and augmented else size
+    models, start, warning = inputs.task_models, "new", None
+    if models is not None:
+        start, warning = projection_start(ctx, *models, inputs.saved_projections)
+    specs = found.run(lambda: task_phase_specs(
+        ctx, {True: size or n_train, False: n_train},
+        len(inputs.dev) if inputs.dev is not None else 0, models, start)) or []
+    for spec in specs:
+        if note and spec.augmented:
+            spec.note = note
+        if models is not None:
+            # The teacher-layer cache's decision; rows not augmented yet count
+            # `per_example` rows per example.
+            known = aug if spec.augmented else inputs.train
+            scale = float(per_example) if spec.augmented and aug is None else 1.0
+            cache = found.run(lambda: task_input.layer_cache_plan(
+                ctx, spec, known if known is not None else inputs.train, *models,
+                scale=scale))
+            if cache is not None and cache.layout is not None:
+                spec.extra["teacher_cache"] = cache.describe()
+    if warning and any(spec.projections == "new" for spec in specs):
+        found.warnings.append(warning)
+    return specs
 
 
 STAGE = Stage(
     NAME, task, reads=reads,
     outputs=lambda ctx: {ctx.student_path(): "content"},
-    upstream=upstream, replaced_by="a finished task stage", checks=checks,
+    upstream=upstream, replaced_by="a finished task stage", checks=checks, phases=phases,
+    needs=frozenset({TASK_TEACHER, TEACHER_VOCAB, TASK_DATA, TASK_LENGTH, TASK_ROWS,
+                     TASK_STUDENT}),
     artefacts=lambda ctx: [("student (task model directory)", ctx.student_path())])

@@ -1,0 +1,107 @@
+"""Every check before the first training step, and the resolved plan of the run.
+
+A misconfigured multi-day job fails in seconds: flag ranges, the task's data,
+the models' configs and vocabularies (read without their weights), layer
+mappings, sequence lengths against position tables, batch splits, export
+formats, the stages a stage reads, and free disk. `check(ctx, stages)`
+gathers EVERY problem and returns the plan (`bin/distill --dry_run` prints
+it) or raises one `PreflightError` listing them all.
+
+What several stages share is checked here, once: the output folder (folder.py),
+the models the stages read by `Stage.needs` (models.py) and the phases' inputs
+(plan.py). Each stage checks its own settings and plans its own phases
+(`Stage.checks`, `Stage.phases`) in its module.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any, Sequence
+
+from tinybert_tf.distill.terms import resolve_names
+from tinybert_tf.pipeline import flag_ranges, stage_io
+from tinybert_tf.pipeline.preflight import folder, models
+from tinybert_tf.pipeline.preflight.collect import Checks, PreflightError
+from tinybert_tf.pipeline.preflight.models import task_head_errors
+from tinybert_tf.pipeline.preflight.plan import plan_phases
+from tinybert_tf.pipeline.run.context import Context
+from tinybert_tf.pipeline.settings.configs import PipelineConfig
+from tinybert_tf.pipeline.stages import get_stage, in_order, stage_names
+
+__all__ = ["PreflightError", "check", "resolve_stages", "task_head_errors"]
+
+log = logging.getLogger("tinybert_tf")
+
+
+def resolve_stages(requested: Sequence[str], config: PipelineConfig) -> list[str]:
+    """`--stages` -> the ordered list to run. `all` drops the stages an ablation skips
+    (each stage's `skipped`: general with --general_model or --student_init=random,
+    finetune_teacher with --task_teacher, augment with --nouse_augmented,
+    --augmented_file or task phases that read none, quantize with --noquantize or
+    without int8 in --export_formats)."""
+    names = [s.strip() for s in requested if s.strip()]
+    known = stage_names()
+    if names == ["all"]:
+        return [s for s in known if not get_stage(s).skipped(config)]
+    unknown = [s for s in names if s not in known]
+    if unknown or not names:
+        raise PreflightError([f"--stages: unknown stage(s) {unknown}; use a comma list of "
+                              f"{', '.join(known)} or 'all'."])
+    for name in in_order(names):
+        refusal = get_stage(name).refusal(config)
+        if refusal:
+            raise PreflightError([f"--stages={','.join(names)}: {refusal}"])
+    return in_order(names)
+
+
+def check(ctx: Context, stages: Sequence[str], count_corpus: bool = False
+          ) -> dict[str, Any]:
+    """Every check for running `stages`; returns the plan (see module doc).
+
+    count_corpus: count the general corpus for the plan's steps even when no
+    count is cached (the dry run does; a real run counts at the stage's start).
+    """
+    found = Checks(stages=tuple(stages))
+    _check_flags(found, ctx)
+    unreadable = folder.check_folder(found, ctx)
+    plan: dict[str, Any] = {"output_dir": ctx.state.output_dir, "stages": list(stages),
+                            "replicas": ctx.replicas, "task": ctx.task.describe()}
+    if not found.errors:
+        plan["reuse"] = {stage: "reused" if why is None else f"runs again: {why}"
+                         for stage, why in (found.run(
+                             lambda: stage_io.plan_reuse(ctx, stages)) or {}).items()}
+    models.check_teachers(found, ctx, unreadable)
+    models.check_students(found, ctx)
+    models.check_lengths(found, ctx)
+    for name in stages:  # each stage's own checks (`Stage.checks`), in run order
+        get_stage(name).checks(ctx, found)
+    found.run(lambda: resolve_names(ctx.config.loss.loss_terms))
+    plan.update(found.plan)
+    if "--layer_weights" not in found.bad_flags:
+        plan["phases"] = plan_phases(found, ctx, count_corpus)
+    folder.check_disk(found, ctx, plan)
+    plan["models"] = models.describe(found)
+    plan["warnings"] = found.warnings
+    errors = found.final()
+    if errors:
+        raise PreflightError(errors)
+    for w in found.warnings:
+        log.warning(w)
+        print(f"warning: {w}", flush=True)
+    return plan
+
+
+def _check_flags(found: Checks, ctx: Context) -> None:
+    """Flag ranges, --max_seq_len's floor and --layer_weights (layer maps and phases
+    are not checked against bad weights)."""
+    c = ctx.config
+    for flag, value, ok, allowed in flag_ranges.ranges(c):
+        if not ok(value):
+            found.range_error(flag, f"{flag}={value}: must be {allowed}.")
+    shortest = 5 if ctx.task.is_pair else 3  # [CLS] a [SEP] (b [SEP]): a token per text
+    if 0 < c.task.max_seq_len < shortest:
+        kind = "pair" if ctx.task.is_pair else "single-text"
+        found.range_error("--max_seq_len", f"--max_seq_len={c.task.max_seq_len}: must be 0 "
+                          f"(the task's default) or >= {shortest} (the special tokens and "
+                          f"one word piece per text of a {kind} task).")
+    for e in flag_ranges.layer_weight_errors(c.loss.layer_weights):
+        found.range_error("--layer_weights", e)

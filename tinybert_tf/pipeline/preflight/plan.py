@@ -1,0 +1,79 @@
+"""The training phases' plan: the task's data and the models' shapes read once
+(`PlanInputs`), then each stage's own phases (`Stage.phases`), each checked."""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from tinybert_tf.distill.projections import expected_shapes
+from tinybert_tf.models.checkpoint import CheckpointError
+from tinybert_tf.pipeline.preflight.collect import Checks
+from tinybert_tf.pipeline.run.context import Context, rows
+from tinybert_tf.pipeline.stages import (
+    STUDENT_CONFIG,
+    TASK_DATA,
+    TASK_ROWS,
+    PlanInputs,
+    get_stage,
+)
+from tinybert_tf.pipeline.stages import general as G
+from tinybert_tf.pipeline.training import phases as P
+from tinybert_tf.pipeline.training.recipes import RECIPES
+
+
+def plan_phases(found: Checks, ctx: Context, count_corpus: bool) -> list[dict[str, Any]]:
+    """Each training phase's plan, in run order. Sizes need the tokenizers: none is
+    built from a model that failed its checks (the task tokenizer is --task_teacher's
+    or --teacher's)."""
+    m, models = ctx.config.models, found.models
+    inputs = PlanInputs(count_corpus=count_corpus)
+    if found.needed(TASK_DATA):
+        inputs.train = found.run(lambda: ctx.examples("train"), "")
+        # A folder or flag at fault shows in the train split already: say it once.
+        if inputs.train is not None:
+            inputs.dev = found.run(lambda: ctx.examples(ctx.task.dev_splits[0]), "")
+        tokenizer_ok = (models.task_teacher if m.teacher_given else models.teacher) \
+            is not None
+        # Sizing needs the task tokenizer; only the stages that train on it need sizes.
+        if inputs.train is not None and tokenizer_ok and found.needed(TASK_ROWS):
+            inputs.n_train = found.run(lambda: rows(ctx, inputs.train))
+    if models.task_student is not None and models.vocab_model is not None:
+        inputs.task_models = (models.task_student, models.vocab_model.config)
+    inputs.saved_projections = _saved_projections(found, ctx)
+    specs = []
+    for name in found.stages:
+        specs.extend(get_stage(name).phases(ctx, found, inputs) or [])
+    return [d for d in (_checked(found, spec) for spec in specs) if d]
+
+
+def _saved_projections(found: Checks, ctx: Context) -> Optional[dict]:
+    """The projection shapes the task stage's general model has (or will have, when the
+    general stage runs first in this run)."""
+    m, models = ctx.config.models, found.models
+    if m.random_student:
+        return None
+    if not m.general_given and found.needed(STUDENT_CONFIG):
+        student, teacher = models.student_cfg, models.teacher
+        recipe = RECIPES.get(ctx.config.general.recipe)
+        if student is None or teacher is None or recipe is None or \
+                not G.recipe_saves_projections(recipe, ctx.config, student, teacher.config):
+            return None
+        return expected_shapes(student.hidden_size, teacher.config.hidden_size,
+                               student.num_layers, ctx.config.loss.share_hidden_projection)
+    try:
+        return P.saved_projection_shapes(ctx.general_path())
+    except (CheckpointError, OSError):
+        return None  # the model's own check reports it
+
+
+def _checked(found: Checks, spec: P.PhaseSpec) -> Optional[dict[str, Any]]:
+    """The plan of `spec` after its checks; None when its batch flags are out of range
+    (reported once, by the range check)."""
+    if {spec.batch_flag, "--grad_accum_steps"} & found.bad_flags:
+        return None
+    found.run(spec.check)
+    if 0 < spec.micro_batch < 1:
+        found.errors.append(
+            f"{spec.batch_flag}={spec.global_batch} over {spec.replicas} replica(s) x "
+            f"--grad_accum_steps={spec.accumulation} leaves micro-batches below 1 row; "
+            "raise the batch or lower --grad_accum_steps.")
+    return spec.describe()
