@@ -353,7 +353,7 @@ def test_shared_and_cell_stages_come_from_the_stage_registry():
     from tinybert_tf.pipeline.stages import Stage, register_stage, unregister_stage
     assert reproduce.shared_stages() == ("general", "finetune_teacher", "augment")
     assert reproduce.cell_stages() == ("task", "quantize", "evaluate")
-    register_stage(Stage("probe", lambda ctx: {}), after="task")
+    register_stage(Stage("probe", lambda ctx: {}, settings=lambda config: {}), after="task")
     try:  # a plugin stage before the report runs in every cell
         assert reproduce.cell_stages() == ("task", "probe", "quantize", "evaluate")
     finally:

@@ -25,7 +25,8 @@ def test_the_built_in_stages_register_in_the_pipelines_order():
 
 
 def test_a_stage_registered_after_another_runs_right_after_it(tmp_path):
-    register_stage(Stage("probe", lambda ctx: {}, upstream=lambda config: ["task"]),
+    register_stage(Stage("probe", lambda ctx: {}, upstream=lambda config: ["task"],
+                         settings=lambda config: {}),
                    after="task")
     try:
         assert stage_names()[3:6] == ("task", "probe", "quantize")
@@ -41,7 +42,7 @@ def test_a_stage_registered_after_another_runs_right_after_it(tmp_path):
 def test_a_stage_registered_mid_pipeline_leaves_every_other_seed_as_it_was():
     before = {name: stage_seed(42, name) for name in STAGES}
     assert before == {name: 42 + i for i, name in enumerate(STAGES)}
-    register_stage(Stage("probe", lambda ctx: {}), after="general")
+    register_stage(Stage("probe", lambda ctx: {}, settings=lambda config: {}), after="general")
     try:
         assert {name: stage_seed(42, name) for name in STAGES} == before
         assert stage_seed(42, "probe") not in before.values()
@@ -82,3 +83,47 @@ def test_a_handover_flag_names_what_replaces_the_stage():
     assert get_stage("augment").replaced_by == "--nouse_augmented"  # its own, kept
     assert Stage("probe", lambda ctx: {}, handover_flag="probe_dir").replaced_by == \
         "--probe_dir=DIR"
+
+
+def test_a_plugin_stage_is_checked_with_the_models_it_needs_and_planned(tmp_path, tiny_vocab):
+    """A stage that declares `needs` gets those models inspected for its `checks`, and
+    its `phases` come into the dry run's plan, sized on the task rows preflight read."""
+    from tinybert_tf.distill.terms import HardLabelTerm
+    from tinybert_tf.pipeline.main import run_argv
+    from tinybert_tf.pipeline.stages import TASK_DATA, TASK_ROWS, TEACHER
+    from tinybert_tf.pipeline.training.phases import plan_phase
+
+    from pipeline_helpers import argv, tiny_flags
+    seen = {}
+
+    def checks(ctx, found):
+        seen["teacher_layers"] = found.models.teacher.config.num_layers
+        found.warnings.append("probe: checked")
+
+    def phases(ctx, found, inputs):
+        seen["rows"] = inputs.n_train
+        return [plan_phase(ctx, "probe", "train", "task train split", inputs.n_train, 4,
+                           "--task_batch_size", 2, 0, 1e-4, "linear", 0.1,
+                           [HardLabelTerm(task=ctx.task.type)])]
+
+    register_stage(Stage("probe", lambda ctx: {}, checks=checks, phases=phases,
+                         settings=lambda config: {},
+                         needs=frozenset({TEACHER, TASK_DATA, TASK_ROWS})), after="task")
+    try:
+        ns = tiny_flags(tmp_path, tiny_vocab, stages=["probe"], dry_run=True)
+        plan = run_argv(["bin/distill", *argv(ns)])
+    finally:
+        unregister_stage("probe")
+    assert seen["teacher_layers"] > 0 and seen["rows"] > 0
+    assert "probe: checked" in plan["warnings"]
+    (phase,) = plan["phases"]
+    assert phase["stage"] == "probe" and phase["examples"] == seen["rows"]
+    assert phase["steps"] == 2 * -(-seen["rows"] // 4)
+
+
+def test_a_stage_needing_an_unknown_input_or_without_its_settings_is_refused():
+    with pytest.raises(PluginError, match=r"stage 'probe': needs=\['vocab'\] are not among"):
+        Stage("probe", lambda ctx: {}, needs=frozenset({"vocab"}))
+    with pytest.raises(PluginError, match=r"stage 'probe': give settings=lambda config"):
+        register_stage(Stage("probe", lambda ctx: {}))
+    assert stage_names() == STAGES

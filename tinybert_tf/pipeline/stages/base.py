@@ -13,7 +13,7 @@ import dataclasses
 import zlib
 from typing import Any, Callable, Optional
 
-from tinybert_tf import plugins
+from tinybert_tf import fields, plugins
 from tinybert_tf.config import BertConfig, ConfigError
 from tinybert_tf.data.examples import DataError
 from tinybert_tf.models.checkpoint import CheckpointError, ModelInfo
@@ -224,6 +224,11 @@ def register_stage(stage: Stage, after: Optional[str] = None,
     if after is not None and after not in STAGE_TABLE:
         raise plugins.PluginError(f"stage {stage.name!r}: after={after!r} is no registered "
                                   f"stage; use one of {', '.join(_ORDER)}.")
+    if stage.settings is None and stage.name not in fields.STAGES:
+        raise plugins.PluginError(
+            f"stage {stage.name!r}: give settings=lambda config: {{flag: value, ...}}, the "
+            "settings its output depends on (a change redoes it), or {} when no flag "
+            "shapes it; only the built-in stages are named by a setting's stages=.")
     previous = STAGE_TABLE.get(stage.name)
     if replace and previous is not None and stage.seed_offset is None:
         stage = dataclasses.replace(stage, seed_offset=previous.seed_offset)  # its seed too
