@@ -1,7 +1,8 @@
 """The package's structure: data flows one way (no import cycles, none hidden in
-functions), no hand-written module is over 700 lines, every pipeline flag is read by a
-typed config, removed flags say what replaced them, and only result-affecting settings
-guard an output folder."""
+functions), no hand-written module is over 700 lines nor function over 80, only a
+stage's module compares stage names, every pipeline flag is read by a typed config,
+removed flags say what replaced them, and only result-affecting settings guard an
+output folder."""
 from __future__ import annotations
 
 import ast
@@ -15,6 +16,7 @@ from pipeline_helpers import REPO, flag_values
 
 PACKAGE = os.path.join(REPO, "tinybert_tf")
 MAX_MODULE_LINES = 700
+MAX_FUNCTION_LINES = 80
 # Generated from tflite-support's metadata_schema.fbs by flatc, not written by hand.
 GENERATED = {os.path.join("tinybert_tf", "export", "tflite_metadata_schema.py")}
 
@@ -84,6 +86,21 @@ def test_no_hand_written_module_is_over_700_lines():
     over = {rel: n for rel, n in sorted(sizes.items()) if n > MAX_MODULE_LINES}
     assert not over, (f"modules over {MAX_MODULE_LINES} lines {over}: split each where a "
                       "reader would look for its second concern")
+
+
+def test_no_hand_written_function_is_over_80_lines():
+    long = []
+    for path in glob.glob(os.path.join(PACKAGE, "**", "*.py"), recursive=True):
+        rel = os.path.relpath(path, REPO)
+        if rel in GENERATED:
+            continue
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+        long += [f"{rel}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1})"
+                 for node in ast.walk(tree)
+                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+                 and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES]
+    assert not long, f"functions over {MAX_FUNCTION_LINES} lines: {long}"
 
 
 def test_every_pipeline_flag_is_read_by_a_typed_config():
