@@ -21,6 +21,8 @@ from absl import flags
 
 # Every stage whose output a setting may shape, in pipeline order.
 STAGES = ("general", "finetune_teacher", "augment", "task", "quantize", "evaluate", "export")
+# Those that read the task (all but general distillation): the task's data shapes each.
+TASK_STAGES = STAGES[1:]
 
 Help = Union[str, Callable[[], str], None]
 

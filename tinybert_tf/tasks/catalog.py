@@ -15,12 +15,10 @@ from tinybert_tf import fields, files, plugins
 from tinybert_tf.data import glue
 from tinybert_tf.data.examples import DataError, Examples
 from tinybert_tf.data.sources import AUGMENTED_SPLIT, DataSource, glue_source
+from tinybert_tf.fields import TASK_STAGES as _STAGES
 from tinybert_tf.fields import at_least, non_negative, setting
 from tinybert_tf.tasks.base import TaskType
 from tinybert_tf.tasks.sentence import Classification, Regression
-
-# Every stage that reads the task: its data shapes each of their outputs.
-_STAGES = ("finetune_teacher", "augment", "task", "quantize", "evaluate", "export")
 
 
 @dataclasses.dataclass(frozen=True)
