@@ -119,7 +119,6 @@ class PlanInputs:
     training stage runs); table: the source's augmentation table when augment runs.
     task_models: the task stage's (student, teacher) configs, when known;
     saved_projections: the projection shapes its general model has (or will have).
-    teacher_ok: --teacher passed its checks (or is not read).
     """
 
     count_corpus: bool = False
@@ -129,7 +128,6 @@ class PlanInputs:
     table: Any = None
     task_models: Optional[tuple[BertConfig, BertConfig]] = None
     saved_projections: Optional[dict] = None
-    teacher_ok: bool = True
 
 
 def _no_phases(_: Context, __: Findings, ___: PlanInputs) -> list:
