@@ -31,7 +31,12 @@ FLAGS = flags.FLAGS
 # A:B pairs compared by default, with their row labels in results.md.
 PAIR_ROWS = {"tinybert:finetuned_no_kd": "student - same student without distillation",
              "tinybert:teacher": "student - teacher",
-             "tinybert_int8_tflite:tinybert": "int8 TFLite - float student"}
+             "tinybert_int8_tflite:tinybert": "int8 TFLite - float student",
+             # Where the quantize stage was also run training the weights (SST-2).
+             "tinybert_int8_qat_tflite:tinybert":
+                 "int8 TFLite, weights trained in the quantize stage - float student",
+             "tinybert_int8_qat_tflite:tinybert_int8_tflite":
+                 "int8 TFLite: weights trained - ranges only"}
 PAIRS = tuple(PAIR_ROWS)
 
 
