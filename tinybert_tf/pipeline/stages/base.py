@@ -134,6 +134,16 @@ def _no_phases(_: Context, __: Findings, ___: PlanInputs) -> list:
     return []
 
 
+def sized_on_task_rows(found: Findings, inputs: PlanInputs,
+                       make: Callable[[int], Any]) -> list:
+    """[make(training rows)], its error recorded in `found`, for a stage whose one phase
+    is sized on the task's training rows; [] while they are unknown."""
+    if inputs.n_train is None:
+        return []
+    spec = found.run(lambda: make(inputs.n_train))
+    return [spec] if spec is not None else []
+
+
 @dataclasses.dataclass(frozen=True)
 class Stage:
     """One stage of `bin/distill`.

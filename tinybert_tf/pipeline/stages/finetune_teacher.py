@@ -17,6 +17,7 @@ from tinybert_tf.pipeline.stages.base import (
     Findings,
     PlanInputs,
     Stage,
+    sized_on_task_rows,
 )
 from tinybert_tf.pipeline.stages.common import (
     evaluator,
@@ -87,10 +88,7 @@ def checks(ctx: Context, found: Findings) -> None:
 
 
 def phases(ctx: Context, found: Findings, inputs: PlanInputs) -> list[PhaseSpec]:
-    if inputs.n_train is None:
-        return []
-    spec = found.run(lambda: finetune_phase(ctx, inputs.n_train))
-    return [spec] if spec is not None else []
+    return sized_on_task_rows(found, inputs, lambda n_train: finetune_phase(ctx, n_train))
 
 
 STAGE = Stage(

@@ -55,6 +55,7 @@ from tinybert_tf.pipeline.stages.base import (
     PlanInputs,
     Stage,
     makes_output,
+    sized_on_task_rows,
 )
 from tinybert_tf.pipeline.stages.common import evaluator, make_distiller, run_training, task_data
 from tinybert_tf.pipeline.training import task_input
@@ -275,11 +276,8 @@ def checks(ctx: Context, found: Findings) -> None:
 
 
 def phases(ctx: Context, found: Findings, inputs: PlanInputs) -> list[PhaseSpec]:
-    if inputs.n_train is None:
-        return []
-    spec = found.run(lambda: planned_phase(ctx, inputs.n_train,
-                                           rows_per_example(ctx, inputs.table)))
-    return [spec] if spec is not None else []
+    return sized_on_task_rows(found, inputs, lambda n_train: planned_phase(
+        ctx, n_train, rows_per_example(ctx, inputs.table)))
 
 
 STAGE = Stage(
