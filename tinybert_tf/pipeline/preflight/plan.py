@@ -13,6 +13,7 @@ from tinybert_tf.pipeline.stages import (
     TASK_DATA,
     TASK_ROWS,
     PlanInputs,
+    augment,
     get_stage,
 )
 from tinybert_tf.pipeline.stages import general as G
@@ -36,6 +37,12 @@ def plan_phases(found: Checks, ctx: Context, count_corpus: bool) -> list[dict[st
         # Sizing needs the task tokenizer; only the stages that train on it need sizes.
         if inputs.train is not None and tokenizer_ok and found.needed(TASK_ROWS):
             inputs.n_train = found.run(lambda: rows(ctx, inputs.train))
+        # The augmented rows, read once for every phase sized on them.
+        if inputs.n_train is not None and P.reads_augmented(ctx.config) \
+                and augment.written(ctx):
+            inputs.augmented = found.run(lambda: ctx.examples("train_aug"))
+            if inputs.augmented is not None:
+                inputs.n_augmented = found.run(lambda: rows(ctx, inputs.augmented))
     if models.task_student is not None and models.vocab_model is not None:
         inputs.task_models = (models.task_student, models.vocab_model.config)
     inputs.saved_projections = _saved_projections(found, ctx)

@@ -48,6 +48,13 @@ def augment(ctx: Context) -> dict[str, Any]:
 
 
 
+def written(ctx: Context) -> bool:
+    """Whether the augmented file is there to read: this run's augment stage finished,
+    or --augmented_file gives it."""
+    return (ctx.state.is_done(NAME) or bool(ctx.config.distill.augmented_file)) \
+        and files.exists(ctx.augmented_path())
+
+
 def rows_per_example(ctx: Context, table: Optional[RowTable] = None) -> int:
     """At most how many rows augmentation writes per training example: the example, then
     N_a variants of each text field it varies, one field at a time (1 + 2 N_a for a

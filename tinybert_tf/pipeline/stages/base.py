@@ -116,7 +116,9 @@ class PlanInputs:
     count_corpus: count the general corpus when no count is cached (the dry run does).
     train, dev: the task's examples (None: not read, or failed); n_train: the training
     rows after tokenisation (None: the tokenizer's model failed its check, or no
-    training stage runs); table: the source's augmentation table when augment runs.
+    training stage runs); table: the source's augmentation table when augment runs;
+    augmented, n_augmented: the augmented examples and their training rows, when a task
+    phase reads them and the file is written (None: not yet, or it failed its check).
     task_models: the task stage's (student, teacher) configs, when known;
     saved_projections: the projection shapes its general model has (or will have).
     """
@@ -126,6 +128,8 @@ class PlanInputs:
     dev: Any = None
     n_train: Optional[int] = None
     table: Any = None
+    augmented: Any = None
+    n_augmented: Optional[int] = None
     task_models: Optional[tuple[BertConfig, BertConfig]] = None
     saved_projections: Optional[dict] = None
 

@@ -102,15 +102,15 @@ def quantize_phase(ctx: Context, train_size: int) -> PhaseSpec:
 
 
 
-def planned_phase(ctx: Context, n_train: int, per_example: int) -> PhaseSpec:
-    """The phase the plan shows: on the augmented rows when they are written (else
-    sized, as the task phases, on their bound: `per_example` rows per original row,
-    noted)."""
+def planned_phase(ctx: Context, n_train: int, per_example: int,
+                  n_augmented: Optional[int] = None) -> PhaseSpec:
+    """The phase the plan shows: on the `n_augmented` augmented rows when they are
+    written (else sized, as the task phases, on their bound: `per_example` rows per
+    original row, noted)."""
     if not reads_augmented(ctx.config):
         return quantize_phase(ctx, n_train)
-    if (ctx.state.is_done("augment") or ctx.config.distill.augmented_file) \
-            and files.exists(ctx.augmented_path()):
-        return quantize_phase(ctx, rows(ctx, ctx.examples("train_aug")))
+    if n_augmented is not None:
+        return quantize_phase(ctx, n_augmented)
     bound = n_train * per_example
     spec = quantize_phase(ctx, bound)
     spec.note += (f"; the augmented set is not written yet: epochs assume at most {bound} "
@@ -277,7 +277,7 @@ def checks(ctx: Context, found: Findings) -> None:
 
 def phases(ctx: Context, found: Findings, inputs: PlanInputs) -> list[PhaseSpec]:
     return sized_on_task_rows(found, inputs, lambda n_train: planned_phase(
-        ctx, n_train, rows_per_example(ctx, inputs.table)))
+        ctx, n_train, rows_per_example(ctx, inputs.table), inputs.n_augmented))
 
 
 STAGE = Stage(

@@ -249,10 +249,7 @@ def phases(ctx: Context, found: Findings, inputs: PlanInputs) -> list[PhaseSpec]
     n_train, size, aug = inputs.n_train, inputs.n_train, None
     augmented = reads_augmented(ctx.config)
     if augmented:
-        written = (ctx.state.is_done("augment") or bool(ctx.config.distill.augmented_file)) \
-            and files.exists(ctx.augmented_path())
-        aug = found.run(lambda: ctx.examples("train_aug")) if written else None
-        size = found.run(lambda: rows(ctx, aug)) if aug is not None else None
+        aug, size = inputs.augmented, inputs.n_augmented
     # Not augmented yet: at most `per_example` rows per example. Sizes (and the batch
     # checks) use that bound, not the count before augmentation.
     per_example = rows_per_example(ctx, inputs.table)

@@ -167,7 +167,10 @@ def teacher_logits(teacher, examples: Sequence[Any], task_type: TaskType, tokeni
             if len(need):
                 fresh = _compute([chunk[i] for i in need], run, task_type, tokenizer,
                                  max_seq_len, batch_size, length_buckets)
-                array = fresh if len(need) == len(chunk) else _fill(array, need, fresh)
+                if len(need) == len(chunk):
+                    array = fresh
+                else:  # `array` is this chunk's copy of the captured logits
+                    array[need] = fresh
             files.write_bytes_atomic(path, _to_npy(array))
             computed += len(need)
         parts.append(array)
@@ -190,12 +193,6 @@ def _compute(examples: Sequence[Any], run, task_type: TaskType, tokenizer, max_s
         outs.append(buckets.pad_positions(run(x).numpy(), max_seq_len))
     array = np.concatenate(outs, 0).astype(np.float32)
     return buckets.unsort(array, order) if order is not None else array
-
-
-def _fill(array: np.ndarray, rows: np.ndarray, values: np.ndarray) -> np.ndarray:
-    array = array.copy()
-    array[rows] = values
-    return array
 
 
 def with_row_ids(dataset: tf.data.Dataset, order: np.ndarray, batch_size: int
