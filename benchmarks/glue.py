@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import random
 import shutil
 import subprocess
@@ -36,8 +35,10 @@ from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # glue_meta, glue_results
 
 from absl import app, flags  # noqa: E402
+from glue_meta import PAPER, PRIMARY, commit, host  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("glue_dir", os.path.join(ROOT, "..", "shared", "data", "glue"),
@@ -54,13 +55,6 @@ flags.DEFINE_string("config", os.path.join(ROOT, "configs", "glue_minilm.cfg"),
 flags.DEFINE_list("extra", [], "More bin/distill flags for every run (e.g. --seed=1).")
 flags.DEFINE_string("general_model", "", "A general model to share with every task; empty: "
                     "the first task runs the general stage and shares its model.")
-
-# The paper's Table 1 (GLUE test server): BERT-base teacher and TinyBERT4.
-PAPER = {"SST-2": {"metric": "accuracy", "bert_base": 93.4, "tinybert4": 92.6},
-         "MRPC": {"metric": "f1", "bert_base": 87.5, "tinybert4": 86.4},
-         "RTE": {"metric": "accuracy", "bert_base": 67.0, "tinybert4": 66.6}}
-PRIMARY = {"SST-2": "accuracy", "MRPC": "f1", "RTE": "accuracy"}
-
 
 def log(msg: str) -> None:
     print(f"[glue {time.strftime('%H:%M:%S')}] {msg}", flush=True)
@@ -141,29 +135,6 @@ def run_task(task: str, general_model: str) -> dict[str, Any]:
     return {"data_dir": data, "teacher_grid": grid, "teacher_cell": best,
             "teacher": teacher, "main_dir": main_dir, "finetuned_dir": ft_dir,
             "general_model": general_model, "commands": commands}
-
-
-def host() -> dict[str, Any]:
-    info: dict[str, Any] = {"machine": platform.machine(), "cores": os.cpu_count()}
-    try:
-        with open("/proc/cpuinfo") as f:
-            text = f.read()
-        info["cpu"] = next(line.split(":", 1)[1].strip() for line in text.splitlines()
-                           if line.startswith("model name"))
-        flag_line = next(line for line in text.splitlines() if line.startswith("flags"))
-        info["isa"] = sorted({f for f in flag_line.split() if f.startswith(
-            ("avx512f", "avx512_bf16", "avx512_vnni", "amx", "avx2"))})
-    except (OSError, StopIteration):
-        pass
-    return info
-
-
-def commit() -> str:
-    try:
-        return subprocess.check_output(["git", "-C", ROOT, "rev-parse", "HEAD"], text=True,
-                                       stderr=subprocess.DEVNULL).strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def main(argv: list[str]) -> None:

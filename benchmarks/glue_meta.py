@@ -1,0 +1,51 @@
+"""What benchmarks/glue.py and its helpers share, without flags or TensorFlow: the
+paper's Table 1 figures, each task's primary metric, the host and the commit.
+
+Run alone, it prints the host and commit that a results.json made here would record.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+from typing import Any
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# The paper's Table 1 (GLUE test server): BERT-base teacher and TinyBERT4.
+PAPER = {"SST-2": {"metric": "accuracy", "bert_base": 93.4, "tinybert4": 92.6},
+         "MRPC": {"metric": "f1", "bert_base": 87.5, "tinybert4": 86.4},
+         "RTE": {"metric": "accuracy", "bert_base": 67.0, "tinybert4": 66.6}}
+PRIMARY = {"SST-2": "accuracy", "MRPC": "f1", "RTE": "accuracy"}
+
+
+def host() -> dict[str, Any]:
+    info: dict[str, Any] = {"machine": platform.machine(), "cores": os.cpu_count()}
+    try:
+        with open("/proc/cpuinfo") as f:
+            text = f.read()
+        info["cpu"] = next(line.split(":", 1)[1].strip() for line in text.splitlines()
+                           if line.startswith("model name"))
+        flag_line = next(line for line in text.splitlines() if line.startswith("flags"))
+        info["isa"] = sorted({f for f in flag_line.split() if f.startswith(
+            ("avx512f", "avx512_bf16", "avx512_vnni", "amx", "avx2"))})
+    except (OSError, StopIteration):
+        pass
+    return info
+
+
+def commit() -> str:
+    try:
+        return subprocess.check_output(["git", "-C", ROOT, "rev-parse", "HEAD"], text=True,
+                                       stderr=subprocess.DEVNULL).strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def main() -> None:
+    print(json.dumps({"host": host(), "commit": commit()}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""Score one more student beside a task's GLUE table: another shape, or another
+initialisation, distilled with `bin/distill` from the same teacher.
+
+  .venv/bin/python benchmarks/glue_student.py --task=SST-2 --data_dir=DATA \
+      --teacher=TEACHER/finetune_teacher/model --student_dir=RUN \
+      [--finetuned_dir=RUN_NO_KD] --name=tinybert_4l_312d \
+      --results_dir=benchmarks/results/glue/seed1
+
+RUN is a `bin/distill` output folder that went through the task stage (its
+`task/model` is scored); RUN_NO_KD, if given, holds the same student fine-tuned
+without a teacher (`--task_phases=finetune --nouse_augmented`). Writes, under
+--results_dir, the student's (and its no-KD twin's) dev and GLUE-test predictions
+(`<name>/<Task>.tsv`, `<name>/dev/<Task>.tsv`; the teacher's again under `teacher/`)
+and `<name>.json`: dev metrics, sizes, FLOPs, and batch-1 TFLite float32 latency
+against the teacher's, timed interleaved with the same thread count as
+benchmarks/glue.py's table. Test labels are never read.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # glue_meta, glue_results
+
+from absl import app, flags  # noqa: E402
+from glue_meta import PRIMARY, commit, host  # noqa: E402
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("task", None, "GLUE task name (SST-2, MRPC, RTE).")
+flags.DEFINE_string("data_dir", None, "The task's folder in the GLUE TSV layout.")
+flags.DEFINE_string("teacher", None, "The fine-tuned teacher's model directory.")
+flags.DEFINE_string("student_dir", None, "The student's bin/distill output folder.")
+flags.DEFINE_string("finetuned_dir", "", "The same student fine-tuned without a teacher "
+                    "(a bin/distill output folder); empty: not scored.")
+flags.DEFINE_string("name", None, "The student's name in the results (a folder name).")
+flags.DEFINE_string("results_dir", os.path.join(ROOT, "benchmarks", "results", "glue"),
+                    "Where the predictions and <name>.json go.")
+flags.DEFINE_list("commands", [], "The bin/distill commands that made the models, "
+                  "recorded in the JSON as given.")
+for _name in ("task", "data_dir", "teacher", "student_dir", "name"):
+    flags.mark_flag_as_required(_name)
+
+
+def main(argv: list[str]) -> None:
+    del argv
+    import glue_results as gr  # TensorFlow starts here, after the flags are parsed
+
+    task = gr.resolve_task(gr.TaskConfig(task=FLAGS.task, data_dir=FLAGS.data_dir))
+    max_seq_len = task.max_seq_len(0)
+    teacher = gr.load_model(FLAGS.teacher)
+    student = gr.load_model(os.path.join(FLAGS.student_dir, "task", "model"))
+    tokenizer = gr.load_tokenizer(FLAGS.teacher, max_seq_len)
+    predictor = gr.Predictor(FLAGS.task, task, tokenizer, max_seq_len, FLAGS.results_dir)
+    primary = PRIMARY[FLAGS.task]
+    models = {
+        "teacher": {**gr._facts(teacher, max_seq_len),
+                    "dev": predictor.keras("teacher", teacher)},
+        FLAGS.name: {**gr._facts(student, max_seq_len),
+                     "dev": predictor.keras(FLAGS.name, student)},
+    }
+    if FLAGS.finetuned_dir:
+        finetuned = gr.load_model(os.path.join(FLAGS.finetuned_dir, "task", "model"))
+        models[f"{FLAGS.name}_no_kd"] = {**gr._facts(finetuned, max_seq_len),
+                                         "dev": predictor.keras(f"{FLAGS.name}_no_kd",
+                                                                finetuned)}
+    lat = gr._latencies({"teacher": gr.tflite.convert(teacher, "float32", max_seq_len,
+                                                      metadata=False),
+                         FLAGS.name: gr.tflite.convert(student, "float32", max_seq_len,
+                                                       metadata=False)}, max_seq_len)
+    for who in ("teacher", FLAGS.name):
+        models[who]["latency_ms_tflite_float32"] = lat[who]
+    t_score, s_score = models["teacher"]["dev"][primary], models[FLAGS.name]["dev"][primary]
+    out = {"task": FLAGS.task, "primary_metric": primary, "max_seq_len": max_seq_len,
+           "models": models, "retained": round(s_score / t_score, 4) if t_score else None,
+           "teacher_over_student_tflite": round(lat["teacher"] / lat[FLAGS.name], 2),
+           "threads": gr.THREADS, "pipeline_seconds": {
+               who: gr._seconds(d) for who, d in (
+                   (FLAGS.name, FLAGS.student_dir), (f"{FLAGS.name}_no_kd", FLAGS.finetuned_dir))
+               if d},
+           "host": host(), "commit": commit(), "commands": FLAGS.commands}
+    path = os.path.join(FLAGS.results_dir, f"{FLAGS.name}.json")
+    os.makedirs(FLAGS.results_dir, exist_ok=True)
+    with open(path + ".tmp", "w") as f:
+        json.dump(out, f, indent=1, sort_keys=True)
+    os.replace(path + ".tmp", path)
+    print(json.dumps({k: v["dev"] for k, v in models.items()}, indent=1))
+    print(f"{path}: student keeps {100 * out['retained']:.1f}% of the teacher, "
+          f"{out['teacher_over_student_tflite']}x faster (TFLite float32, batch 1)")
+
+
+if __name__ == "__main__":
+    app.run(main)
