@@ -14,7 +14,8 @@ without a teacher (`--task_phases=finetune --nouse_augmented`). Writes, under
 (`<name>/<Task>.tsv`, `<name>/dev/<Task>.tsv`; the teacher's again under `teacher/`)
 and `<name>.json`: dev metrics, sizes, FLOPs, and batch-1 TFLite float32 latency
 against the teacher's, timed interleaved with the same thread count as
-benchmarks/glue.py's table. Test labels are never read.
+benchmarks/glue.py's table, and paired dev comparisons (glue_paired.py) against its
+no-KD twin, the teacher and the table's student. Test labels are never read.
 """
 from __future__ import annotations
 
@@ -39,14 +40,17 @@ flags.DEFINE_string("finetuned_dir", "", "The same student fine-tuned without a 
 flags.DEFINE_string("name", None, "The student's name in the results (a folder name).")
 flags.DEFINE_string("results_dir", os.path.join(ROOT, "benchmarks", "results", "glue"),
                     "Where the predictions and <name>.json go.")
-flags.DEFINE_list("commands", [], "The bin/distill commands that made the models, "
-                  "recorded in the JSON as given.")
+flags.DEFINE_string("glue_dir", os.path.join(ROOT, "..", "shared", "data", "glue"),
+                    "The GLUE folder whose <task>/dev.tsv the paired comparisons read.")
+flags.DEFINE_multi_string("command", [], "A bin/distill command that made the models, "
+                         "recorded in the JSON as given; once per command.")
 for _name in ("task", "data_dir", "teacher", "student_dir", "name"):
     flags.mark_flag_as_required(_name)
 
 
 def main(argv: list[str]) -> None:
     del argv
+    import glue_paired
     import glue_results as gr  # TensorFlow starts here, after the flags are parsed
 
     task = gr.resolve_task(gr.TaskConfig(task=FLAGS.task, data_dir=FLAGS.data_dir))
@@ -81,7 +85,12 @@ def main(argv: list[str]) -> None:
                who: gr._seconds(d) for who, d in (
                    (FLAGS.name, FLAGS.student_dir), (f"{FLAGS.name}_no_kd", FLAGS.finetuned_dir))
                if d},
-           "host": host(), "commit": commit(), "commands": FLAGS.commands}
+           "host": host(), "commit": commit(), "commands": FLAGS.command}
+    # Paired over dev: against its no-KD twin, the teacher, and the table's student.
+    pairs = [f"{FLAGS.name}:{FLAGS.name}_no_kd", f"{FLAGS.name}:teacher",
+             f"tinybert:{FLAGS.name}"]
+    out["paired"] = glue_paired.task_pairs(FLAGS.task, out, FLAGS.glue_dir, FLAGS.results_dir,
+                                           pairs)
     path = os.path.join(FLAGS.results_dir, f"{FLAGS.name}.json")
     os.makedirs(FLAGS.results_dir, exist_ok=True)
     with open(path + ".tmp", "w") as f:
