@@ -46,6 +46,11 @@ flags.DEFINE_multi_string("command", [], "A bin/distill command that made the mo
                          "recorded in the JSON as given; once per command.")
 for _name in ("task", "data_dir", "teacher", "student_dir", "name"):
     flags.mark_flag_as_required(_name)
+# The table's own models: a student named like one would overwrite its predictions.
+flags.register_validator("name", lambda n: n not in (
+    "teacher", "tinybert", "tinybert_int8_tflite", "finetuned_no_kd", "tfidf_logreg"),
+    "--name: the table's models use that name already (their predictions would be "
+    "overwritten); name the student by its shape, e.g. --name=tinybert_4l_312d.")
 
 
 def main(argv: list[str]) -> None:
