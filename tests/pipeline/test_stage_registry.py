@@ -2,6 +2,8 @@
 it says, a taken name refused, and `--stages=all` dropping what each stage skips."""
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from tinybert_tf.pipeline.main import parse_argv
@@ -127,3 +129,31 @@ def test_a_stage_needing_an_unknown_input_or_without_its_settings_is_refused():
     with pytest.raises(PluginError, match=r"stage 'probe': give settings=lambda config"):
         register_stage(Stage("probe", lambda ctx: {}))
     assert stage_names() == STAGES
+
+
+@pytest.mark.parametrize("stages, reads", [(["general", "finetune_teacher"], 0),
+                                           (["general", "finetune_teacher", "task"], 1)])
+def test_the_plan_reads_the_augmented_rows_once_and_only_for_a_stage_that_needs_them(
+        tmp_path, tiny_vocab, monkeypatch, stages, reads):
+    """`AUGMENTED_ROWS`: the written augmented file (here --augmented_file, three copies
+    of the training rows) is read for the task stage, whose phases it sizes, and not
+    at all for a run whose stages never train on it."""
+    from tinybert_tf.pipeline.main import run_argv
+    from tinybert_tf.pipeline.run import context
+
+    from pipeline_helpers import argv, tiny_flags
+    ns = tiny_flags(tmp_path, tiny_vocab, stages=stages, dry_run=True)
+    with open(os.path.join(ns.data_dir, "train.tsv"), encoding="utf-8") as f:
+        header, *rows = f.readlines()
+    os.makedirs(tmp_path / "aug")
+    ns.augmented_file = str(tmp_path / "aug" / "train_aug.tsv")
+    with open(ns.augmented_file, "w", encoding="utf-8") as f:
+        f.writelines([header, *rows, *rows, *rows])
+    splits, examples = [], context.Context.examples
+    monkeypatch.setattr(context.Context, "examples",
+                        lambda self, split: splits.append(split) or examples(self, split))
+    plan = run_argv(["bin/distill", *argv(ns)])
+    assert splits.count("train_aug") == reads
+    task_phases = [p for p in plan["phases"] if p["stage"] == "task"]
+    assert [p["examples"] for p in task_phases] == [3 * len(rows)] * len(task_phases)
+    assert bool(task_phases) == bool(reads)

@@ -9,6 +9,7 @@ from tinybert_tf.models.checkpoint import CheckpointError
 from tinybert_tf.pipeline.preflight.collect import Checks
 from tinybert_tf.pipeline.run.context import Context, rows
 from tinybert_tf.pipeline.stages import (
+    AUGMENTED_ROWS,
     STUDENT_CONFIG,
     TASK_DATA,
     TASK_ROWS,
@@ -37,9 +38,9 @@ def plan_phases(found: Checks, ctx: Context, count_corpus: bool) -> list[dict[st
         # Sizing needs the task tokenizer; only the stages that train on it need sizes.
         if inputs.train is not None and tokenizer_ok and found.needed(TASK_ROWS):
             inputs.n_train = found.run(lambda: rows(ctx, inputs.train))
-        # The augmented rows, read once for every phase sized on them.
-        if inputs.n_train is not None and P.reads_augmented(ctx.config) \
-                and augment.written(ctx):
+        # The augmented rows, read once for the run's stages that train on them.
+        if inputs.n_train is not None and found.needed(AUGMENTED_ROWS) \
+                and P.reads_augmented(ctx.config) and augment.written(ctx):
             inputs.augmented = found.run(lambda: ctx.examples("train_aug"))
             if inputs.augmented is not None:
                 inputs.n_augmented = found.run(lambda: rows(ctx, inputs.augmented))

@@ -24,6 +24,7 @@ from tinybert_tf.pipeline.stages import (
     task,
 )
 from tinybert_tf.pipeline.stages.base import (  # noqa: F401  (the registry's API)
+    AUGMENTED_ROWS,
     NEEDS,
     STAGE_TABLE,
     STUDENT_CONFIG,

@@ -46,10 +46,11 @@ TEACHER_VOCAB = "teacher_vocab"    # tokenises task text with the teacher's voca
 TASK_DATA = "task_data"            # the task's data
 TASK_LENGTH = "task_length"        # runs task models at --max_seq_len
 TASK_ROWS = "task_rows"            # trains a phase sized on the task's training rows
+AUGMENTED_ROWS = "augmented_rows"  # trains on the augmented rows (with --use_augmented)
 STUDENT_CONFIG = "student_config"  # builds the student from --student_config
 TASK_STUDENT = "task_student"      # distils the task student (from the general model)
 NEEDS = (TEACHER, TASK_TEACHER, TEACHER_VOCAB, TASK_DATA, TASK_LENGTH, TASK_ROWS,
-         STUDENT_CONFIG, TASK_STUDENT)
+         AUGMENTED_ROWS, STUDENT_CONFIG, TASK_STUDENT)
 
 
 @dataclasses.dataclass

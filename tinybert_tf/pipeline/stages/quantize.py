@@ -47,6 +47,7 @@ from tinybert_tf.pipeline.run.context import Context, rows
 from tinybert_tf.pipeline.settings.configs import PipelineConfig
 from tinybert_tf.pipeline.stages.augment import rows_per_example
 from tinybert_tf.pipeline.stages.base import (
+    AUGMENTED_ROWS,
     TASK_DATA,
     TASK_LENGTH,
     TASK_ROWS,
@@ -282,7 +283,7 @@ def phases(ctx: Context, found: Findings, inputs: PlanInputs) -> list[PhaseSpec]
 
 STAGE = Stage(
     NAME, quantize, reads=lambda ctx: {"data": task_data(ctx)}, phases=phases,
-    needs=frozenset({TEACHER_VOCAB, TASK_DATA, TASK_LENGTH, TASK_ROWS}),
+    needs=frozenset({TEACHER_VOCAB, TASK_DATA, TASK_LENGTH, TASK_ROWS, AUGMENTED_ROWS}),
     outputs=lambda ctx: {ctx.quantized_path(): "content"},
     upstream=upstream, skipped=lambda config: not has_quantize_stage(config),
     refusal=refusal, lr_flag="quantize_lr", replaced_by="--noquantize", checks=checks,

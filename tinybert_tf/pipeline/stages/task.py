@@ -22,6 +22,7 @@ from tinybert_tf.pipeline.settings.configs import PipelineConfig
 from tinybert_tf.pipeline.settings.precision import with_precision
 from tinybert_tf.pipeline.stages.augment import rows_per_example
 from tinybert_tf.pipeline.stages.base import (
+    AUGMENTED_ROWS,
     TASK_DATA,
     TASK_LENGTH,
     TASK_ROWS,
@@ -289,5 +290,5 @@ STAGE = Stage(
     outputs=lambda ctx: {ctx.student_path(): "content"},
     upstream=upstream, replaced_by="a finished task stage", checks=checks, phases=phases,
     needs=frozenset({TASK_TEACHER, TEACHER_VOCAB, TASK_DATA, TASK_LENGTH, TASK_ROWS,
-                     TASK_STUDENT}),
+                     AUGMENTED_ROWS, TASK_STUDENT}),
     artefacts=lambda ctx: [("student (task model directory)", ctx.student_path())])
