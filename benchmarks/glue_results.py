@@ -77,13 +77,18 @@ class Predictor:
                self.test_indices, strings(self.name, test_ids))
         return self.task.type.score_labels(dev_ids, self.gold)
 
+    def _keras_ids(self, model: BertModel, examples) -> np.ndarray:
+        logits = predict_rows(model, self.task.type, examples, self.tokenizer, self.len, 64,
+                              buckets.bucket_boundaries(self.len, 8))
+        return _in_task_order(logits, model.label_names, self.task.type.label_names).argmax(-1)
+
     def keras(self, model_name: str, model: BertModel) -> dict[str, float]:
-        def ids(examples):
-            logits = predict_rows(model, self.task.type, examples, self.tokenizer, self.len, 64,
-                                  buckets.bucket_boundaries(self.len, 8))
-            return _in_task_order(logits, model.label_names,
-                                  self.task.type.label_names).argmax(-1)
-        return self.write(model_name, ids(self.dev), ids(self.test))
+        return self.write(model_name, self._keras_ids(model, self.dev),
+                          self._keras_ids(model, self.test))
+
+    def keras_dev(self, model: BertModel) -> dict[str, float]:
+        """Dev metrics alone: no test pass, no files written."""
+        return self.task.type.score_labels(self._keras_ids(model, self.dev), self.gold)
 
     def tflite(self, model_name: str, path: str, label_names: Sequence[str]
                ) -> dict[str, float]:
@@ -127,7 +132,7 @@ class Predictor:
         return {**metrics, "C": c}
 
 
-def _latencies(models: dict[str, Any], max_seq_len: int) -> dict[str, float]:
+def latencies(models: dict[str, Any], max_seq_len: int) -> dict[str, float]:
     """Batch-1 TFLite latency (median ms) of each {name: .tflite bytes or path},
     one call of each in turn per round, THREADS threads each."""
     runners = {n: tflite.TFLiteRunner(m, batch_size=1, num_threads=THREADS)
@@ -138,7 +143,7 @@ def _latencies(models: dict[str, Any], max_seq_len: int) -> dict[str, float]:
     return {n: round(ms, 3) for n, ms in times.items()}
 
 
-def _facts(model: BertModel, max_seq_len: int) -> dict[str, Any]:
+def facts(model: BertModel, max_seq_len: int) -> dict[str, Any]:
     return {"params": count_params(model),
             "params_without_embeddings": count_params(model, exclude_embeddings=True),
             "gflops_per_example": round(flops_per_example(
@@ -158,11 +163,11 @@ def collect(task_name: str, run: dict[str, Any], results_dir: str, primary: str,
     p = Predictor(task_name, task, tokenizer, max_seq_len, results_dir)
     int8_path = os.path.join(main, "export", tflite.tflite_file("int8"))
     models: dict[str, Any] = {
-        "teacher": {**_facts(teacher, max_seq_len), "dev": p.keras("teacher", teacher)},
-        "tinybert": {**_facts(student, max_seq_len), "dev": p.keras("tinybert", student)},
+        "teacher": {**facts(teacher, max_seq_len), "dev": p.keras("teacher", teacher)},
+        "tinybert": {**facts(student, max_seq_len), "dev": p.keras("tinybert", student)},
         "tinybert_int8_tflite": {"dev": p.tflite("tinybert_int8_tflite", int8_path,
                                                  student.label_names)},
-        "finetuned_no_kd": {**_facts(finetuned, max_seq_len),
+        "finetuned_no_kd": {**facts(finetuned, max_seq_len),
                             "dev": p.keras("finetuned_no_kd", finetuned)},
         "tfidf_logreg": {"dev": p.tfidf("tfidf_logreg")},
     }
@@ -174,7 +179,7 @@ def collect(task_name: str, run: dict[str, Any], results_dir: str, primary: str,
     bert_base = BertModel(base_config, head="classifier", num_labels=2, label_names=["0", "1"],
                           vocab=synthetic_vocab(base_config.vocab_size))
     bert_base(random_inputs(base_config, 1, max_seq_len))
-    lat = _latencies({"teacher": tflite.convert(teacher, "float32", max_seq_len, metadata=False),
+    lat = latencies({"teacher": tflite.convert(teacher, "float32", max_seq_len, metadata=False),
                       "tinybert": tflite.convert(student, "float32", max_seq_len, metadata=False),
                       "tinybert_int8": int8_path,
                       "bert_base_random": tflite.convert(bert_base, "float32", max_seq_len,
@@ -199,13 +204,13 @@ def collect(task_name: str, run: dict[str, Any], results_dir: str, primary: str,
         "train_rows": len(task.examples("train")),
         "commands": run["commands"],
         "data_dir": os.path.relpath(run["data_dir"]),
-        "pipeline_seconds": {who: _seconds(d) for who, d in (
+        "pipeline_seconds": {who: seconds(d) for who, d in (
             ("tinybert", main), ("finetuned_no_kd", run["finetuned_dir"]))},
         "report": {"ratios": report.get("ratios"), "pred_grid": report.get("pred_grid")},
     }
 
 
-def _seconds(folder: str) -> dict[str, float]:
+def seconds(folder: str) -> dict[str, float]:
     out = {}
     for stage in sorted(os.listdir(folder)):
         path = os.path.join(folder, stage, "stage_done.json")

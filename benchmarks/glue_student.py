@@ -11,11 +11,12 @@ RUN is a `bin/distill` output folder that went through the task stage (its
 `task/model` is scored); RUN_NO_KD, if given, holds the same student fine-tuned
 without a teacher (`--task_phases=finetune --nouse_augmented`). Writes, under
 --results_dir, the student's (and its no-KD twin's) dev and GLUE-test predictions
-(`<name>/<Task>.tsv`, `<name>/dev/<Task>.tsv`; the teacher's again under `teacher/`)
-and `<name>.json`: dev metrics, sizes, FLOPs, and batch-1 TFLite float32 latency
-against the teacher's, timed interleaved with the same thread count as
-benchmarks/glue.py's table, and paired dev comparisons (glue_paired.py) against its
-no-KD twin, the teacher and the table's student. Test labels are never read.
+(`<name>/<Task>.tsv`, `<name>/dev/<Task>.tsv`) and `<name>.json`: dev metrics, sizes,
+FLOPs, batch-1 TFLite float32 latency against the teacher's, timed interleaved with
+the same thread count as benchmarks/glue.py's table, and paired dev comparisons
+(glue_paired.py) against its no-KD twin, the table's teacher (its `teacher/`
+predictions, which this script does not write) and the table's student. Test labels
+are never read.
 """
 from __future__ import annotations
 
@@ -66,17 +67,17 @@ def main(argv: list[str]) -> None:
     predictor = gr.Predictor(FLAGS.task, task, tokenizer, max_seq_len, FLAGS.results_dir)
     primary = PRIMARY[FLAGS.task]
     models = {
-        "teacher": {**gr._facts(teacher, max_seq_len),
-                    "dev": predictor.keras("teacher", teacher)},
-        FLAGS.name: {**gr._facts(student, max_seq_len),
+        # Scored, not written: teacher/ holds the table's teacher's predictions.
+        "teacher": {**gr.facts(teacher, max_seq_len), "dev": predictor.keras_dev(teacher)},
+        FLAGS.name: {**gr.facts(student, max_seq_len),
                      "dev": predictor.keras(FLAGS.name, student)},
     }
     if FLAGS.finetuned_dir:
         finetuned = gr.load_model(os.path.join(FLAGS.finetuned_dir, "task", "model"))
-        models[f"{FLAGS.name}_no_kd"] = {**gr._facts(finetuned, max_seq_len),
+        models[f"{FLAGS.name}_no_kd"] = {**gr.facts(finetuned, max_seq_len),
                                          "dev": predictor.keras(f"{FLAGS.name}_no_kd",
                                                                 finetuned)}
-    lat = gr._latencies({"teacher": gr.tflite.convert(teacher, "float32", max_seq_len,
+    lat = gr.latencies({"teacher": gr.tflite.convert(teacher, "float32", max_seq_len,
                                                       metadata=False),
                          FLAGS.name: gr.tflite.convert(student, "float32", max_seq_len,
                                                        metadata=False)}, max_seq_len)
@@ -87,7 +88,7 @@ def main(argv: list[str]) -> None:
            "models": models, "retained": round(s_score / t_score, 4) if t_score else None,
            "teacher_over_student_tflite": round(lat["teacher"] / lat[FLAGS.name], 2),
            "threads": gr.THREADS, "pipeline_seconds": {
-               who: gr._seconds(d) for who, d in (
+               who: gr.seconds(d) for who, d in (
                    (FLAGS.name, FLAGS.student_dir), (f"{FLAGS.name}_no_kd", FLAGS.finetuned_dir))
                if d},
            "host": host(), "commit": commit(), "commands": FLAGS.command}
