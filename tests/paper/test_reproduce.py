@@ -349,6 +349,34 @@ def test_first_layers_recipe_is_the_teachers_embeddings_and_first_layers(tmp_pat
         run_argv(["bin/distill", *argv(wide)])
 
 
+def test_mapped_layers_recipe_is_the_init_from_teacher_start_untrained(tmp_path, tiny_vocab):
+    """--recipe=mapped_layers saves what tinybert --init_from_teacher starts from: the
+    teacher's embeddings and layers g(m) of --layer_mapping (uniform, M=2 of N=4: layers
+    2 and 4, 0-based 1 and 3), with no training step."""
+    teacher = write_teacher(str(tmp_path / "teacher4"), tiny_vocab, hidden=32, layers=4)
+    student = tmp_path / "student2.json"
+    cfg = read_json(os.path.join(teacher, "config.json"))["bert_config"]
+    student.write_text(json.dumps({**cfg, "num_layers": 2}))
+    ns = tiny_flags(tmp_path, tiny_vocab, teacher=teacher, student_config=str(student),
+                    recipe="mapped_layers", layer_mapping="uniform", stages=["general"],
+                    general_epochs=0)
+    result = run_argv(["bin/distill", *argv(ns)])
+    assert result["general"]["steps"] == 0
+    ours = load_weights(os.path.join(ns.output_dir, "general", "model"))
+    theirs = load_weights(teacher)
+    moved = {"transformer_layer_0/": "transformer_layer_1/",
+             "transformer_layer_1/": "transformer_layer_3/"}
+    checked = 0
+    for key, value in ours.items():
+        source = key
+        for mine, its in moved.items():
+            if key.startswith(mine):
+                source = its + key[len(mine):]
+        checked += source != key
+        np.testing.assert_array_equal(value, theirs[source])
+    assert checked > 0 and not any(k.startswith("transformer_layer_2/") for k in ours)
+
+
 def test_shared_and_cell_stages_come_from_the_stage_registry():
     from tinybert_tf.pipeline.stages import Stage, register_stage, unregister_stage
     assert reproduce.shared_stages() == ("general", "finetune_teacher", "augment")

@@ -24,6 +24,10 @@ is as valid as ours.
   first_layers  no training: the student is the teacher's embeddings and first M
                 layers (Patient KD's initialisation, Sun et al. 2019), saved as the
                 general model for task-stage phases to start from.
+  mapped_layers no training: the teacher's embeddings and the layers g(m) of
+                `--layer_mapping`, the start `tinybert --init_from_teacher` gives,
+                saved as it is: the "w/o GD" ablation of a teacher-initialised
+                student, one change from the recipe.
 """
 from __future__ import annotations
 
@@ -37,6 +41,12 @@ from tinybert_tf.distill.terms import LossTerm, make_terms
 
 # 0-based teacher layers to copy into the student, or "every_other", or None (random).
 Layers = Optional[Union[str, Sequence[int]]]
+
+
+def mapped_layers(config, student: BertConfig, teacher: BertConfig) -> list[int]:
+    """The 0-based teacher layers g(m) - 1 of --layer_mapping, one per student layer."""
+    return [g - 1 for g in layer_map(config.loss.layer_mapping, student.num_layers,
+                                     teacher.num_layers)[1:]]
 
 
 class GeneralRecipe:
@@ -150,10 +160,8 @@ class TinyBertRecipe(GeneralRecipe):
         return "--init_from_teacher"
 
     def init_layers(self, config, student, teacher) -> Layers:
-        if not config.models.init_from_teacher:
-            return None
-        mapped = layer_map(config.loss.layer_mapping, student.num_layers, teacher.num_layers)
-        return [g - 1 for g in mapped[1:]]
+        return mapped_layers(config, student, teacher) if config.models.init_from_teacher \
+            else None
 
 
 @register_recipe
@@ -215,6 +223,16 @@ class FirstLayersRecipe(GeneralRecipe):
             raise ValueError(f"--recipe=first_layers: the student has {student.num_layers} "
                              f"layers, the teacher only {teacher.num_layers}.")
         return list(range(student.num_layers))
+
+
+@register_recipe
+class MappedLayersRecipe(FirstLayersRecipe):
+    name = "mapped_layers"
+    summary = ("no training: the teacher's embeddings and layers g(m) of --layer_mapping "
+               "(tinybert --init_from_teacher's start, without general distillation)")
+
+    def init_layers(self, config, student, teacher) -> Layers:
+        return mapped_layers(config, student, teacher)
 
 
 class _PlannedTermsRecipe(GeneralRecipe):

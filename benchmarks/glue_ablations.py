@@ -1,0 +1,248 @@
+#!/usr/bin/env python3
+"""Table 2's ablations on a real GLUE task, each one change from configs/glue_minilm.cfg,
+over several training seeds, with paired differences against the recipe.
+
+  .venv/bin/python benchmarks/glue_ablations.py --task=MRPC \
+      --task_teacher=TEACHER/finetune_teacher/model --general_model=GENERAL/general/model \
+      --seeds=42,1,2 --work_dir=runs/glue_ablations \
+      --results_dir=benchmarks/results/glue/ablations
+
+The teacher and the general model are fixed (give those benchmarks/glue.py made, or any
+bin/distill run of the same config); per seed, every cell distils from them:
+
+  tinybert  the recipe: task distillation (intermediate, then prediction layer) on the
+            augmented data, from the general model
+  no_gd     w/o GD: the same, from the student the general stage starts from
+            (--recipe=mapped_layers: the teacher's embeddings and layers g(m), no
+            general distillation), made once and shared by the seeds
+  no_td     w/o TD: the general model fine-tuned on the same augmented data, no teacher
+            signal (--task_phases=finetune)
+  no_da     w/o DA: task distillation on the original training set (--nouse_augmented)
+
+The cells of a seed read the augmented file the recipe's cell wrote (--augmented_file),
+so they differ in their one flag and nothing else. Writes, under --results_dir,
+`<cell>/seed<S>/dev/<Task>.tsv` and `<cell>/seed<S>/<Task>.tsv` (GLUE format; test
+labels are never read), and `<Task>.json` / `<Task>.md`: the dev metric per cell and
+seed, each cell's paired difference from the recipe per seed (paired bootstrap,
+McNemar; glue_paired.py) and over the seeds (mean and standard deviation). Re-running
+resumes: a finished run is skipped, a scored cell is not scored again.
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # glue_meta, glue_results
+
+from absl import app, flags  # noqa: E402
+from glue_meta import PRIMARY, commit, host  # noqa: E402
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("task", None, "GLUE task name (SST-2, MRPC, RTE).")
+flags.DEFINE_string("glue_dir", os.path.join(ROOT, "..", "shared", "data", "glue"),
+                    "Folder with <task>/ in the GLUE TSV layout.")
+flags.DEFINE_string("task_teacher", None, "The task's fine-tuned teacher (a model folder).")
+flags.DEFINE_string("general_model", None, "The recipe's general model (a model folder).")
+flags.DEFINE_list("seeds", ["42", "1", "2"], "Training seeds (--seed of every cell).")
+flags.DEFINE_list("cells", ["tinybert", "no_da", "no_td", "no_gd"],
+                  "Cells to run, in order; tinybert (the recipe) must be among them.")
+flags.DEFINE_string("work_dir", os.path.join(ROOT, "runs", "glue_ablations"),
+                    "Where the runs go.")
+flags.DEFINE_string("results_dir", os.path.join(ROOT, "benchmarks", "results", "glue",
+                                                "ablations"),
+                    "Where the small result files go.")
+flags.DEFINE_string("config", os.path.join(ROOT, "configs", "glue_minilm.cfg"),
+                    "The flagfile every run starts from.")
+flags.DEFINE_list("extra", [], "More bin/distill flags for every run.")
+for _name in ("task", "task_teacher", "general_model"):
+    flags.mark_flag_as_required(_name)
+
+RECIPE = "tinybert"
+# cell -> (what it is, its one change from the recipe); "{no_gd}" is the untrained start.
+CELLS: dict[str, tuple[str, list[str]]] = {
+    RECIPE: ("TinyBERT: GD + TD on augmented data", []),
+    "no_gd": ("w/o GD (teacher-initialised, not general-distilled)",
+              ["--general_model={no_gd}"]),
+    "no_td": ("w/o TD (fine-tuned on the augmented data)", ["--task_phases=finetune"]),
+    "no_da": ("w/o DA (distilled on the original data)", ["--nouse_augmented"]),
+}
+
+
+def log(msg: str) -> None:
+    print(f"[ablations {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def distill(args: list[str], out: str) -> list[str]:
+    """One bin/distill run into `out` (it resumes, or skips finished stages)."""
+    cmd = [sys.executable, os.path.join(ROOT, "bin", "distill"), f"--flagfile={FLAGS.config}",
+           f"--task={FLAGS.task}", f"--data_dir={os.path.join(FLAGS.glue_dir, FLAGS.task)}",
+           f"--task_teacher={FLAGS.task_teacher}", *args, f"--output_dir={out}",
+           *[a for a in FLAGS.extra if a]]
+    log(" ".join(cmd[1:]))
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "log.txt"), "a") as f:
+        rc = subprocess.call(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT)
+    if rc:
+        raise SystemExit(f"benchmarks/glue_ablations.py: bin/distill exited {rc}; see "
+                         f"{os.path.join(out, 'log.txt')}")
+    return cmd[1:]
+
+
+def augmented_file(recipe_dir: str) -> str:
+    """The augmented training file the recipe's cell wrote (OUTPUT/augment/<file>)."""
+    found = [p for p in glob.glob(os.path.join(recipe_dir, "augment", "*"))
+             if os.path.isfile(p) and not p.endswith(".json")]
+    if len(found) != 1:
+        raise SystemExit(f"benchmarks/glue_ablations.py: expected one augmented file in "
+                         f"{recipe_dir}/augment, found {found}")
+    return found[0]
+
+
+def cell_args(cell: str, seed: str, no_gd: str, augmented: str) -> list[str]:
+    """The stages and flags of one cell: the recipe's, with the cell's one change."""
+    change = [a.format(no_gd=no_gd) for a in CELLS[cell][1]]
+    args = [f"--stages={'augment,task' if cell == RECIPE else 'task'}"]
+    if not any(a.startswith("--general_model=") for a in change):
+        args.append(f"--general_model={FLAGS.general_model}")
+    if cell != RECIPE and "--nouse_augmented" not in change:
+        args.append(f"--augmented_file={augmented}")
+    return [*args, *change, f"--seed={seed}"]
+
+
+def summarise(results: dict[str, Any]) -> None:
+    """Per cell: the metric over seeds, and its paired difference from the recipe."""
+    primary = results["primary_metric"]
+    summary = {}
+    for cell in results["cells"]:
+        per_seed = results["runs"].get(cell, {})
+        scores = [r["dev"][primary] for r in per_seed.values()]
+        entry: dict[str, Any] = {"seeds": sorted(per_seed, key=int), "n": len(scores)}
+        if scores:
+            entry["mean"] = round(100 * statistics.fmean(scores), 2)
+            entry["sd"] = round(100 * statistics.stdev(scores), 2) if len(scores) > 1 else None
+        diffs = [r["paired_with_recipe"]["difference_points"] for r in per_seed.values()
+                 if "paired_with_recipe" in r]
+        if diffs:
+            lows = [r["paired_with_recipe"]["ci95_points"] for r in per_seed.values()
+                    if "paired_with_recipe" in r]
+            entry.update({
+                "difference_mean": round(statistics.fmean(diffs), 2),
+                "difference_sd": round(statistics.stdev(diffs), 2) if len(diffs) > 1 else None,
+                "seeds_below_recipe": sum(d < 0 for d in diffs),
+                # Beyond noise: every seed's 95% interval excludes 0, on the same side.
+                "beyond_noise": len(diffs) > 1 and (all(hi < 0 for _, hi in lows)
+                                                    or all(lo > 0 for lo, _ in lows)),
+            })
+        summary[cell] = entry
+    results["summary"] = summary
+
+
+def markdown(results: dict[str, Any]) -> str:
+    task, primary = results["task"], results["primary_metric"]
+    lines = [f"{task}: Table 2's cells on dev ({primary}), teacher {results['teacher_dev']}; "
+             f"each cell one change from the recipe, the same teacher and general model.",
+             "", "| cell | seeds | dev mean ± sd | cell − recipe, mean ± sd (points) | "
+             "seeds below the recipe | every seed's 95% interval excludes 0 |",
+             "|---|---|---|---|---|---|"]
+    for cell, s in results["summary"].items():
+        if not s["n"]:
+            continue
+        sd = f" ± {s['sd']:.1f}" if s.get("sd") is not None else ""
+        if cell == RECIPE:
+            diff, below, beyond = "–", "–", "–"
+        else:
+            dsd = f" ± {s['difference_sd']:.1f}" if s.get("difference_sd") is not None else ""
+            diff = f"{s['difference_mean']:+.1f}{dsd}" if "difference_mean" in s else "–"
+            below = f"{s.get('seeds_below_recipe', 0)} of {s['n']}"
+            beyond = "yes" if s.get("beyond_noise") else "no"
+        lines.append(f"| {CELLS[cell][0]} | {', '.join(s['seeds'])} | {s['mean']:.1f}{sd} | "
+                     f"{diff} | {below} | {beyond} |")
+    lines += ["", "| cell | seed | dev | cell − recipe | paired-bootstrap 95% interval | "
+              "McNemar p |", "|---|---|---|---|---|---|"]
+    for cell, per_seed in results["runs"].items():
+        for seed, r in sorted(per_seed.items(), key=lambda kv: int(kv[0])):
+            c = r.get("paired_with_recipe")
+            pair = (f"{c['difference_points']:+.1f} | [{c['ci95_points'][0]:+.1f}, "
+                    f"{c['ci95_points'][1]:+.1f}] | {c['mcnemar_p']:.3g}") if c else "– | – | –"
+            lines.append(f"| {cell} | {seed} | {100 * r['dev'][primary]:.1f} | {pair} |")
+    return "\n".join(lines) + "\n"
+
+
+def save(results: dict[str, Any]) -> None:
+    summarise(results)
+    base = os.path.join(FLAGS.results_dir, FLAGS.task)
+    os.makedirs(FLAGS.results_dir, exist_ok=True)
+    with open(base + ".json.tmp", "w") as f:
+        json.dump(results, f, indent=1, sort_keys=True)
+    os.replace(base + ".json.tmp", base + ".json")
+    with open(base + ".md", "w") as f:
+        f.write(markdown(results))
+
+
+def main(argv: list[str]) -> None:
+    del argv
+    unknown = [c for c in FLAGS.cells if c not in CELLS]
+    if unknown or RECIPE not in FLAGS.cells:
+        raise SystemExit(f"--cells: use {', '.join(CELLS)} (with {RECIPE}); got {FLAGS.cells}")
+    import glue_paired
+    import glue_results as gr  # TensorFlow starts here, after the flags are parsed
+
+    task = gr.resolve_task(gr.TaskConfig(task=FLAGS.task,
+                                         data_dir=os.path.join(FLAGS.glue_dir, FLAGS.task)))
+    max_seq_len = task.max_seq_len(0)
+    tokenizer = gr.load_tokenizer(FLAGS.task_teacher, max_seq_len)
+    predictor = gr.Predictor(FLAGS.task, task, tokenizer, max_seq_len, FLAGS.results_dir)
+    primary = PRIMARY[FLAGS.task]
+    path = os.path.join(FLAGS.results_dir, f"{FLAGS.task}.json")
+    results: dict[str, Any] = {}
+    if os.path.exists(path):
+        with open(path) as f:
+            results = json.load(f)
+    if "teacher_dev" not in results:
+        score = predictor.keras_dev(gr.load_model(FLAGS.task_teacher))
+        results["teacher_dev"] = round(100 * score[primary], 2)
+    results.update({"task": FLAGS.task, "primary_metric": primary, "cells": FLAGS.cells,
+                    "config": os.path.relpath(FLAGS.config, ROOT), "host": host(),
+                    "commit": commit(), "command": " ".join(sys.argv),
+                    "changes": {c: CELLS[c][1] for c in FLAGS.cells}})
+    results.setdefault("runs", {})
+    no_gd = os.path.join(FLAGS.work_dir, FLAGS.task, "no_gd_start")
+    if "no_gd" in FLAGS.cells:
+        results["no_gd_start_command"] = distill(
+            ["--stages=general", "--recipe=mapped_layers"], no_gd)
+    for seed in FLAGS.seeds:
+        recipe_dir = os.path.join(FLAGS.work_dir, FLAGS.task, f"seed{seed}", RECIPE)
+        ordered = [RECIPE] + [c for c in FLAGS.cells if c != RECIPE]
+        for cell in ordered:
+            if seed in results["runs"].get(cell, {}):
+                continue
+            out = os.path.join(FLAGS.work_dir, FLAGS.task, f"seed{seed}", cell)
+            augmented = augmented_file(recipe_dir) if cell != RECIPE else ""
+            command = distill(cell_args(cell, seed, os.path.join(no_gd, "general", "model"),
+                                        augmented), out)
+            model = gr.load_model(os.path.join(out, "task", "model"))
+            name = f"{cell}/seed{seed}"
+            run = {"dev": predictor.keras(name, model), "command": command,
+                   "seconds": gr.seconds(out)}
+            if cell != RECIPE:
+                pair = f"{name}:{RECIPE}/seed{seed}"
+                run["paired_with_recipe"] = glue_paired.task_pairs(
+                    FLAGS.task, {"primary_metric": primary}, FLAGS.glue_dir,
+                    FLAGS.results_dir, [pair])[pair]
+            results["runs"].setdefault(cell, {})[seed] = run
+            save(results)
+            log(f"{name}: dev {run['dev']}")
+    save(results)
+    log(f"results in {path}")
+
+
+if __name__ == "__main__":
+    app.run(main)
