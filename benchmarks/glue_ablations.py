@@ -106,12 +106,14 @@ def augmented_file(recipe_dir: str) -> str:
     return found[0]
 
 
-def cell_args(cell: str, seed: str, no_gd: str, augmented: str) -> list[str]:
-    """The stages and flags of one cell: the recipe's, with the cell's one change."""
+def cell_args(cell: str, seed: str, general_model: str, no_gd: str, augmented: str
+              ) -> list[str]:
+    """The stages and flags of one cell: the recipe's, with the cell's one change.
+    `augmented` is the recipe's augmented file, which the other cells read."""
     change = [a.format(no_gd=no_gd) for a in CELLS[cell][1]]
     args = [f"--stages={'augment,task' if cell == RECIPE else 'task'}"]
     if not any(a.startswith("--general_model=") for a in change):
-        args.append(f"--general_model={FLAGS.general_model}")
+        args.append(f"--general_model={general_model}")
     if cell != RECIPE and "--nouse_augmented" not in change:
         args.append(f"--augmented_file={augmented}")
     return [*args, *change, f"--seed={seed}"]
@@ -226,8 +228,9 @@ def main(argv: list[str]) -> None:
                 continue
             out = os.path.join(FLAGS.work_dir, FLAGS.task, f"seed{seed}", cell)
             augmented = augmented_file(recipe_dir) if cell != RECIPE else ""
-            command = distill(cell_args(cell, seed, os.path.join(no_gd, "general", "model"),
-                                        augmented), out)
+            command = distill(cell_args(cell, seed, FLAGS.general_model,
+                                        os.path.join(no_gd, "general", "model"), augmented),
+                              out)
             model = gr.load_model(os.path.join(out, "task", "model"))
             name = f"{cell}/seed{seed}"
             run = {"dev": predictor.keras(name, model), "command": command,

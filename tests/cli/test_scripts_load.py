@@ -77,3 +77,65 @@ def test_wiki_kinds_splits_people_and_places_by_article(tmp_path):
     assert sum(r["label"] == "person" for r in rows["train"]) == 2937
     assert not {r["text"] for r in rows["dev"]} & {r["text"] for r in rows["train"]}
     assert set(kinds.DEV) < set(kinds.PEOPLE) | set(kinds.PLACES)
+
+
+def _flag_values(args):
+    """--name=value / --noname / --name -> {name: value}."""
+    out = {}
+    for a in args:
+        name, _, value = a[2:].partition("=")
+        out[name] = value
+    return out
+
+
+def test_glue_ablation_cells_each_change_one_thing_from_the_recipe():
+    ablations = load_script(os.path.join(REPO, "benchmarks", "glue_ablations.py"))
+    # Where a cell's data comes from (its stages, the recipe's augmented file) is
+    # plumbing; what is trained and on what differs in the cell's one flag.
+    plumbing = {"stages", "augmented_file"}
+
+    def args(cell):
+        return _flag_values(ablations.cell_args(cell, "7", "GENERAL", "START", "AUG.tsv"))
+
+    recipe = args("tinybert")
+    assert recipe == {"stages": "augment,task", "general_model": "GENERAL", "seed": "7"}
+    expected = {"no_gd": {"general_model": "START"}, "no_td": {"task_phases": "finetune"},
+                "no_da": {"nouse_augmented": ""}}
+    assert set(expected) | {"tinybert"} == set(ablations.CELLS)
+    for cell, change in expected.items():
+        mine = args(cell)
+        changed = {k: v for k, v in mine.items()
+                   if k not in plumbing and recipe.get(k) != v}
+        dropped = set(recipe) - set(mine) - plumbing
+        assert changed == change and not dropped, cell
+        assert mine["stages"] == "task"  # the recipe's cell ran the augment stage
+        assert mine.get("augmented_file") == (None if cell == "no_da" else "AUG.tsv")
+
+
+def test_glue_ablation_summary_pairs_each_cell_with_the_recipe_per_seed():
+    ablations = load_script(os.path.join(REPO, "benchmarks", "glue_ablations.py"))
+
+    def run(score, diff=None, ci=None):
+        r = {"dev": {"f1": score}}
+        if diff is not None:
+            r["paired_with_recipe"] = {"difference_points": diff, "ci95_points": ci,
+                                       "mcnemar_p": 0.01}
+        return r
+
+    results = {"primary_metric": "f1", "cells": ["tinybert", "no_da", "no_td"], "runs": {
+        "tinybert": {"42": run(0.80), "1": run(0.84)},
+        "no_da": {"42": run(0.70, -10.0, [-14.0, -6.0]), "1": run(0.76, -8.0, [-12.0, -4.0])},
+        "no_td": {"42": run(0.82, 2.0, [-1.0, 5.0]), "1": run(0.80, -4.0, [-7.0, -1.0])}}}
+    ablations.summarise(results)
+    s = results["summary"]
+    assert s["tinybert"]["mean"] == 82.0 and s["tinybert"]["sd"] == round(
+        100 * float(np.std([0.80, 0.84], ddof=1)), 2)
+    assert "difference_mean" not in s["tinybert"]
+    assert (s["no_da"]["difference_mean"], s["no_da"]["seeds_below_recipe"]) == (-9.0, 2)
+    assert s["no_da"]["difference_sd"] == round(float(np.std([-10.0, -8.0], ddof=1)), 2)
+    assert s["no_da"]["beyond_noise"] is True  # both intervals below 0
+    assert s["no_td"]["beyond_noise"] is False  # one interval holds 0
+    assert s["no_td"]["seeds"] == ["1", "42"]
+    md = ablations.markdown({**results, "task": "MRPC", "teacher_dev": 85.0})
+    assert "| w/o DA (distilled on the original data) | 1, 42 | 73.0 ± 4.2 | -9.0 ± 1.4 | " \
+           "2 of 2 | yes |" in md, md
