@@ -128,8 +128,8 @@ def summarise(results: dict[str, Any]) -> None:
         scores = [r["dev"][primary] for r in per_seed.values()]
         entry: dict[str, Any] = {"seeds": sorted(per_seed, key=int), "n": len(scores)}
         if scores:
-            entry["mean"] = round(100 * statistics.fmean(scores), 2)
-            entry["sd"] = round(100 * statistics.stdev(scores), 2) if len(scores) > 1 else None
+            entry["mean"] = round(100 * statistics.fmean(scores), 3)
+            entry["sd"] = round(100 * statistics.stdev(scores), 3) if len(scores) > 1 else None
         diffs = [r["paired_with_recipe"]["difference_points"] for r in per_seed.values()
                  if "paired_with_recipe" in r]
         if diffs:
