@@ -234,7 +234,7 @@ def main(argv: list[str]) -> None:
             model = gr.load_model(os.path.join(out, "task", "model"))
             name = f"{cell}/seed{seed}"
             run = {"dev": predictor.keras(name, model), "command": command,
-                   "seconds": gr.seconds(out)}
+                   "seconds": gr.seconds(out), "commit": commit()}
             if cell != RECIPE:
                 pair = f"{name}:{RECIPE}/seed{seed}"
                 run["paired_with_recipe"] = glue_paired.task_pairs(
