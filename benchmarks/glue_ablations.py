@@ -23,9 +23,12 @@ The cells of a seed read the augmented file the recipe's cell wrote (--augmented
 so they differ in their one flag and nothing else. Writes, under --results_dir,
 `<cell>/seed<S>/dev/<Task>.tsv` and `<cell>/seed<S>/<Task>.tsv` (GLUE format; test
 labels are never read), and `<Task>.json` / `<Task>.md`: the dev metric per cell and
-seed, each cell's paired difference from the recipe per seed (paired bootstrap,
-McNemar; glue_paired.py) and over the seeds (mean and standard deviation). Re-running
-resumes: a finished run is skipped, a scored cell is not scored again.
+seed; each cell's paired difference from the recipe per seed (paired bootstrap,
+McNemar; glue_paired.py); and over the seeds, the mean difference with its standard
+deviation and a 95% interval from resampling the dev examples once for all seeds (the
+dev set's noise in the mean; "beyond noise" when it excludes 0). Re-running resumes: a
+finished run is skipped, a scored cell is not scored again; --summarise_only rewrites
+the tables from the predictions without running anything.
 """
 from __future__ import annotations
 
@@ -38,6 +41,8 @@ import sys
 import time
 from typing import Any
 
+import numpy as np
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # glue_meta, glue_results
@@ -49,8 +54,8 @@ FLAGS = flags.FLAGS
 flags.DEFINE_string("task", None, "GLUE task name (SST-2, MRPC, RTE).")
 flags.DEFINE_string("glue_dir", os.path.join(ROOT, "..", "shared", "data", "glue"),
                     "Folder with <task>/ in the GLUE TSV layout.")
-flags.DEFINE_string("task_teacher", None, "The task's fine-tuned teacher (a model folder).")
-flags.DEFINE_string("general_model", None, "The recipe's general model (a model folder).")
+flags.DEFINE_string("task_teacher", "", "The task's fine-tuned teacher (a model folder).")
+flags.DEFINE_string("general_model", "", "The recipe's general model (a model folder).")
 flags.DEFINE_list("seeds", ["42", "1", "2"], "Training seeds (--seed of every cell).")
 flags.DEFINE_list("cells", ["tinybert", "no_da", "no_td", "no_gd"],
                   "Cells to run, in order; tinybert (the recipe) must be among them.")
@@ -62,8 +67,9 @@ flags.DEFINE_string("results_dir", os.path.join(ROOT, "benchmarks", "results", "
 flags.DEFINE_string("config", os.path.join(ROOT, "configs", "glue_minilm.cfg"),
                     "The flagfile every run starts from.")
 flags.DEFINE_list("extra", [], "More bin/distill flags for every run.")
-for _name in ("task", "task_teacher", "general_model"):
-    flags.mark_flag_as_required(_name)
+flags.DEFINE_bool("summarise_only", False, "Run nothing: rewrite <Task>.json's summary and "
+                  "<Task>.md from the finished runs' dev predictions.")
+flags.mark_flag_as_required("task")
 
 RECIPE = "tinybert"
 # cell -> (what it is, its one change from the recipe); "{no_gd}" is the untrained start.
@@ -119,8 +125,33 @@ def cell_args(cell: str, seed: str, general_model: str, no_gd: str, augmented: s
     return [*args, *change, f"--seed={seed}"]
 
 
+def pooled_difference(dev, results_dir: str, cell: str, seeds: list[str],
+                      resamples: int = 2000, rng_seed: int = 0) -> dict[str, Any]:
+    """The cell's metric minus the recipe's, averaged over `seeds`, in points, with a
+    95% interval from a bootstrap that draws one resample of the dev examples for all
+    seeds: how much the seed mean moves with the dev sample (the spread over seeds is
+    reported beside it). `dev`: a glue_paired.DevSet."""
+    a = [dev.predictions(results_dir, f"{cell}/seed{s}") for s in seeds]
+    b = [dev.predictions(results_dir, f"{RECIPE}/seed{s}") for s in seeds]
+    gold = dev.gold
+
+    def mean_difference(idx: np.ndarray) -> float:
+        return float(np.mean([dev.score(x[idx], gold[idx]) - dev.score(y[idx], gold[idx])
+                              for x, y in zip(a, b)]))
+
+    rng = np.random.default_rng(rng_seed)
+    n = len(gold)
+    draws = [mean_difference(rng.integers(0, n, n)) for _ in range(resamples)]
+    low, high = np.percentile(draws, [2.5, 97.5])
+    return {"difference_points": round(100 * mean_difference(np.arange(n)), 2),
+            "ci95_points": [round(float(100 * low), 2), round(float(100 * high), 2)],
+            "seeds": list(seeds),
+            "resamples": resamples}
+
+
 def summarise(results: dict[str, Any]) -> None:
-    """Per cell: the metric over seeds, and its paired difference from the recipe."""
+    """Per cell: the metric over seeds, and its paired difference from the recipe (per
+    seed, and pooled over seeds in results["pooled"] when computed)."""
     primary = results["primary_metric"]
     summary = {}
     for cell in results["cells"]:
@@ -133,16 +164,16 @@ def summarise(results: dict[str, Any]) -> None:
         diffs = [r["paired_with_recipe"]["difference_points"] for r in per_seed.values()
                  if "paired_with_recipe" in r]
         if diffs:
-            lows = [r["paired_with_recipe"]["ci95_points"] for r in per_seed.values()
-                    if "paired_with_recipe" in r]
             entry.update({
                 "difference_mean": round(statistics.fmean(diffs), 2),
                 "difference_sd": round(statistics.stdev(diffs), 2) if len(diffs) > 1 else None,
                 "seeds_below_recipe": sum(d < 0 for d in diffs),
-                # Beyond noise: every seed's 95% interval excludes 0, on the same side.
-                "beyond_noise": len(diffs) > 1 and (all(hi < 0 for _, hi in lows)
-                                                    or all(lo > 0 for lo, _ in lows)),
             })
+        pooled = results.get("pooled", {}).get(cell)
+        if pooled:
+            low, high = pooled["ci95_points"]
+            # Beyond the dev set's noise: the pooled interval excludes 0.
+            entry["beyond_noise"] = high < 0 or low > 0
         summary[cell] = entry
     results["summary"] = summary
 
@@ -151,22 +182,23 @@ def markdown(results: dict[str, Any]) -> str:
     task, primary = results["task"], results["primary_metric"]
     lines = [f"{task}: Table 2's cells on dev ({primary}), teacher {results['teacher_dev']}; "
              f"each cell one change from the recipe, the same teacher and general model.",
-             "", "| cell | seeds | dev mean ± sd | cell − recipe, mean ± sd (points) | "
-             "seeds below the recipe | every seed's 95% interval excludes 0 |",
+             "", "| cell | seeds | dev mean ± sd | cell − recipe: mean over seeds ± sd "
+             "(points) | dev-resampled 95% interval of the mean | seeds below the recipe |",
              "|---|---|---|---|---|---|"]
     for cell, s in results["summary"].items():
         if not s["n"]:
             continue
         sd = f" ± {s['sd']:.1f}" if s.get("sd") is not None else ""
-        if cell == RECIPE:
-            diff, below, beyond = "–", "–", "–"
-        else:
+        diff, interval, below = "–", "–", "–"
+        if cell != RECIPE and "difference_mean" in s:
             dsd = f" ± {s['difference_sd']:.1f}" if s.get("difference_sd") is not None else ""
-            diff = f"{s['difference_mean']:+.1f}{dsd}" if "difference_mean" in s else "–"
-            below = f"{s.get('seeds_below_recipe', 0)} of {s['n']}"
-            beyond = "yes" if s.get("beyond_noise") else "no"
+            diff = f"{s['difference_mean']:+.1f}{dsd}"
+            below = f"{s['seeds_below_recipe']} of {s['n']}"
+            pooled = results.get("pooled", {}).get(cell)
+            if pooled:
+                interval = f"[{pooled['ci95_points'][0]:+.1f}, {pooled['ci95_points'][1]:+.1f}]"
         lines.append(f"| {CELLS[cell][0]} | {', '.join(s['seeds'])} | {s['mean']:.1f}{sd} | "
-                     f"{diff} | {below} | {beyond} |")
+                     f"{diff} | {interval} | {below} |")
     lines += ["", "| cell | seed | dev | cell − recipe | paired-bootstrap 95% interval | "
               "McNemar p |", "|---|---|---|---|---|---|"]
     for cell, per_seed in results["runs"].items():
@@ -176,6 +208,17 @@ def markdown(results: dict[str, Any]) -> str:
                     f"{c['ci95_points'][1]:+.1f}] | {c['mcnemar_p']:.3g}") if c else "– | – | –"
             lines.append(f"| {cell} | {seed} | {100 * r['dev'][primary]:.1f} | {pair} |")
     return "\n".join(lines) + "\n"
+
+
+def pool(results: dict[str, Any], dev) -> None:
+    """results["pooled"]: each cell's pooled difference over the seeds it shares with the
+    recipe."""
+    recipe = results["runs"].get(RECIPE, {})
+    results["pooled"] = {}
+    for cell, per_seed in results["runs"].items():
+        seeds = sorted((s for s in per_seed if s in recipe), key=int)
+        if cell != RECIPE and seeds:
+            results["pooled"][cell] = pooled_difference(dev, FLAGS.results_dir, cell, seeds)
 
 
 def save(results: dict[str, Any]) -> None:
@@ -189,41 +232,26 @@ def save(results: dict[str, Any]) -> None:
         f.write(markdown(results))
 
 
-def main(argv: list[str]) -> None:
-    del argv
-    unknown = [c for c in FLAGS.cells if c not in CELLS]
-    if unknown or RECIPE not in FLAGS.cells:
-        raise SystemExit(f"--cells: use {', '.join(CELLS)} (with {RECIPE}); got {FLAGS.cells}")
-    import glue_paired
-    import glue_results as gr  # TensorFlow starts here, after the flags are parsed
-
-    task = gr.resolve_task(gr.TaskConfig(task=FLAGS.task,
-                                         data_dir=os.path.join(FLAGS.glue_dir, FLAGS.task)))
+def run_cells(results: dict[str, Any], dev, gr, glue_paired) -> None:
+    """Every (seed, cell) not yet in `results`: its bin/distill run, its dev and test
+    predictions, its paired comparison with the recipe; the files rewritten after each."""
+    task = dev.task
     max_seq_len = task.max_seq_len(0)
     tokenizer = gr.load_tokenizer(FLAGS.task_teacher, max_seq_len)
     predictor = gr.Predictor(FLAGS.task, task, tokenizer, max_seq_len, FLAGS.results_dir)
-    primary = PRIMARY[FLAGS.task]
-    path = os.path.join(FLAGS.results_dir, f"{FLAGS.task}.json")
-    results: dict[str, Any] = {}
-    if os.path.exists(path):
-        with open(path) as f:
-            results = json.load(f)
+    primary = dev.primary
     if "teacher_dev" not in results:
         score = predictor.keras_dev(gr.load_model(FLAGS.task_teacher))
         results["teacher_dev"] = round(100 * score[primary], 2)
-    results.update({"task": FLAGS.task, "primary_metric": primary, "cells": FLAGS.cells,
-                    "config": os.path.relpath(FLAGS.config, ROOT), "host": host(),
-                    "commit": commit(), "command": " ".join(sys.argv),
-                    "changes": {c: CELLS[c][1] for c in FLAGS.cells}})
-    results.setdefault("runs", {})
+    results.update({"host": host(), "commit": commit(), "command": " ".join(sys.argv),
+                    "config": os.path.relpath(FLAGS.config, ROOT)})
     no_gd = os.path.join(FLAGS.work_dir, FLAGS.task, "no_gd_start")
     if "no_gd" in FLAGS.cells:
         results["no_gd_start_command"] = distill(
             ["--stages=general", "--recipe=mapped_layers"], no_gd)
     for seed in FLAGS.seeds:
         recipe_dir = os.path.join(FLAGS.work_dir, FLAGS.task, f"seed{seed}", RECIPE)
-        ordered = [RECIPE] + [c for c in FLAGS.cells if c != RECIPE]
-        for cell in ordered:
+        for cell in [RECIPE] + [c for c in FLAGS.cells if c != RECIPE]:
             if seed in results["runs"].get(cell, {}):
                 continue
             out = os.path.join(FLAGS.work_dir, FLAGS.task, f"seed{seed}", cell)
@@ -241,8 +269,37 @@ def main(argv: list[str]) -> None:
                     FLAGS.task, {"primary_metric": primary}, FLAGS.glue_dir,
                     FLAGS.results_dir, [pair])[pair]
             results["runs"].setdefault(cell, {})[seed] = run
+            pool(results, dev)
             save(results)
             log(f"{name}: dev {run['dev']}")
+
+
+def main(argv: list[str]) -> None:
+    del argv
+    unknown = [c for c in FLAGS.cells if c not in CELLS]
+    if unknown or RECIPE not in FLAGS.cells:
+        raise SystemExit(f"--cells: use {', '.join(CELLS)} (with {RECIPE}); got {FLAGS.cells}")
+    missing = [f"--{n}" for n in ("task_teacher", "general_model") if not FLAGS[n].value]
+    if missing and not FLAGS.summarise_only:
+        raise SystemExit(f"benchmarks/glue_ablations.py: give {' and '.join(missing)} "
+                         "(or --summarise_only to rewrite the tables of finished runs).")
+    import glue_paired
+    import glue_results as gr  # TensorFlow starts here, after the flags are parsed
+
+    path = os.path.join(FLAGS.results_dir, f"{FLAGS.task}.json")
+    results: dict[str, Any] = {}
+    if os.path.exists(path):
+        with open(path) as f:
+            results = json.load(f)
+    elif FLAGS.summarise_only:
+        raise SystemExit(f"--summarise_only: {path} does not exist; run the cells first.")
+    results.update({"task": FLAGS.task, "primary_metric": PRIMARY[FLAGS.task],
+                    "cells": FLAGS.cells, "changes": {c: CELLS[c][1] for c in FLAGS.cells}})
+    results.setdefault("runs", {})
+    dev = glue_paired.DevSet(FLAGS.task, FLAGS.glue_dir, PRIMARY[FLAGS.task])
+    if not FLAGS.summarise_only:
+        run_cells(results, dev, gr, glue_paired)
+    pool(results, dev)
     save(results)
     log(f"results in {path}")
 

@@ -81,35 +81,48 @@ def compare(score, a: np.ndarray, b: np.ndarray, gold: np.ndarray, resamples: in
             "dev_examples": n}
 
 
-def _read_predictions(path: str, label_names: Sequence[str]) -> np.ndarray:
+def read_predictions(path: str, label_names: Sequence[str]) -> np.ndarray:
+    """A GLUE prediction file (`index`, `prediction`) -> label ids [N]."""
     ids = {name: i for i, name in enumerate(label_names)}
     with open(path) as f:
         rows = [line.rstrip("\n").split("\t") for line in f][1:]
     return np.array([ids[prediction] for _, prediction in rows])
 
 
+class DevSet:
+    """A task's dev labels and scorer, and where its models' dev predictions are."""
+
+    def __init__(self, task_name: str, glue_dir: str, primary: str):
+        from tinybert_tf.data import glue, glue_submission
+        from tinybert_tf.tasks import TaskConfig, resolve_task
+
+        self.task = resolve_task(TaskConfig(task=task_name,
+                                            data_dir=os.path.join(glue_dir, task_name)))
+        self.gold = np.asarray(self.task.type.gold(self.task.examples("dev")))
+        self.label_names = glue.get_task(task_name).label_names
+        self.file = glue_submission.SUBMISSIONS[task_name.lower()][0].file
+        self.primary = primary
+
+    def score(self, pred: np.ndarray, gold: np.ndarray) -> float:
+        return self.task.type.score_labels(pred, gold)[self.primary]
+
+    def path(self, results_dir: str, model: str) -> str:
+        return os.path.join(results_dir, model, "dev", self.file)
+
+    def predictions(self, results_dir: str, model: str) -> np.ndarray:
+        return read_predictions(self.path(results_dir, model), self.label_names)
+
+
 def task_pairs(task_name: str, entry: dict[str, Any], glue_dir: str, results_dir: str,
                pairs: Sequence[str] = PAIRS, resamples: int = 2000) -> dict[str, Any]:
     """The comparisons of `pairs` on one task whose dev predictions are all written."""
-    from tinybert_tf.data import glue, glue_submission
-    from tinybert_tf.tasks import TaskConfig, resolve_task
-
-    task = resolve_task(TaskConfig(task=task_name, data_dir=os.path.join(glue_dir, task_name)))
-    gold = np.asarray(task.type.gold(task.examples("dev")))
-    names = glue.get_task(task_name).label_names
-    file = glue_submission.SUBMISSIONS[task_name.lower()][0].file
-    primary = entry["primary_metric"]
-
-    def score(pred, y):
-        return task.type.score_labels(pred, y)[primary]
-
+    dev = DevSet(task_name, glue_dir, entry["primary_metric"])
     out = {}
     for pair in pairs:
         a, b = pair.split(":")
-        paths = [os.path.join(results_dir, m, "dev", file) for m in (a, b)]
-        if all(os.path.exists(p) for p in paths):
-            out[pair] = compare(score, *(_read_predictions(p, names) for p in paths), gold,
-                                resamples)
+        if all(os.path.exists(dev.path(results_dir, m)) for m in (a, b)):
+            out[pair] = compare(dev.score, dev.predictions(results_dir, a),
+                                dev.predictions(results_dir, b), dev.gold, resamples)
     return out
 
 

@@ -125,7 +125,9 @@ def test_glue_ablation_summary_pairs_each_cell_with_the_recipe_per_seed():
     results = {"primary_metric": "f1", "cells": ["tinybert", "no_da", "no_td"], "runs": {
         "tinybert": {"42": run(0.80), "1": run(0.84)},
         "no_da": {"42": run(0.70, -10.0, [-14.0, -6.0]), "1": run(0.76, -8.0, [-12.0, -4.0])},
-        "no_td": {"42": run(0.82, 2.0, [-1.0, 5.0]), "1": run(0.80, -4.0, [-7.0, -1.0])}}}
+        "no_td": {"42": run(0.82, 2.0, [-1.0, 5.0]), "1": run(0.80, -4.0, [-7.0, -1.0])}},
+        "pooled": {"no_da": {"difference_points": -9.0, "ci95_points": [-12.5, -5.5]},
+                   "no_td": {"difference_points": -1.0, "ci95_points": [-3.0, 1.2]}}}
     ablations.summarise(results)
     s = results["summary"]
     assert s["tinybert"]["mean"] == 82.0 and s["tinybert"]["sd"] == round(
@@ -133,9 +135,39 @@ def test_glue_ablation_summary_pairs_each_cell_with_the_recipe_per_seed():
     assert "difference_mean" not in s["tinybert"]
     assert (s["no_da"]["difference_mean"], s["no_da"]["seeds_below_recipe"]) == (-9.0, 2)
     assert s["no_da"]["difference_sd"] == round(float(np.std([-10.0, -8.0], ddof=1)), 2)
-    assert s["no_da"]["beyond_noise"] is True  # both intervals below 0
-    assert s["no_td"]["beyond_noise"] is False  # one interval holds 0
+    assert s["no_da"]["beyond_noise"] is True  # the pooled interval is below 0
+    assert s["no_td"]["beyond_noise"] is False  # it holds 0
     assert s["no_td"]["seeds"] == ["1", "42"]
     md = ablations.markdown({**results, "task": "MRPC", "teacher_dev": 85.0})
     assert "| w/o DA (distilled on the original data) | 1, 42 | 73.0 ± 4.2 | -9.0 ± 1.4 | " \
-           "2 of 2 | yes |" in md, md
+           "[-12.5, -5.5] | 2 of 2 |" in md, md
+
+
+def test_glue_ablation_pooled_difference_resamples_dev_once_for_all_seeds(tmp_path):
+    ablations = load_script(os.path.join(REPO, "benchmarks", "glue_ablations.py"))
+    gold = np.array([0, 1] * 50)
+    # Seed 1: the cell gets 10 more rows right than the recipe; seed 2: 4 fewer.
+    preds = {"tinybert/seed1": gold.copy(), "no_da/seed1": gold.copy(),
+             "tinybert/seed2": gold.copy(), "no_da/seed2": gold.copy()}
+    preds["tinybert/seed1"][:10] ^= 1
+    preds["no_da/seed2"][20:24] ^= 1
+
+    class Dev:  # glue_paired.DevSet's interface, accuracy as the metric
+        def __init__(self):
+            self.gold = gold
+
+        def score(self, pred, y):
+            return float(np.mean(pred == y))
+
+        def predictions(self, results_dir, model):
+            assert results_dir == str(tmp_path)
+            return preds[model]
+
+    out = ablations.pooled_difference(Dev(), str(tmp_path), "no_da", ["1", "2"],
+                                      resamples=500)
+    assert out["difference_points"] == 3.0  # (+10 - 4) / 2 points over 100 rows
+    low, high = out["ci95_points"]
+    assert low < 3.0 < high and high - low < 12
+    same = ablations.pooled_difference(Dev(), str(tmp_path), "tinybert", ["1", "2"],
+                                       resamples=50)
+    assert same["difference_points"] == 0.0 and same["ci95_points"] == [0.0, 0.0]
