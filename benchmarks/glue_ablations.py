@@ -210,15 +210,37 @@ def markdown(results: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def pool(results: dict[str, Any], dev) -> None:
+def pool(results: dict[str, Any], dev, accuracy=None) -> None:
     """results["pooled"]: each cell's pooled difference over the seeds it shares with the
-    recipe."""
+    recipe; results["pooled_accuracy"] the same in accuracy, given `accuracy` (a DevSet
+    scoring it) for a task whose primary metric is another (MRPC's F1)."""
     recipe = results["runs"].get(RECIPE, {})
-    results["pooled"] = {}
-    for cell, per_seed in results["runs"].items():
-        seeds = sorted((s for s in per_seed if s in recipe), key=int)
-        if cell != RECIPE and seeds:
-            results["pooled"][cell] = pooled_difference(dev, FLAGS.results_dir, cell, seeds)
+    for key, scorer in (("pooled", dev), ("pooled_accuracy", accuracy)):
+        if scorer is None:
+            continue
+        results[key] = {}
+        for cell, per_seed in results["runs"].items():
+            seeds = sorted((s for s in per_seed if s in recipe), key=int)
+            if cell != RECIPE and seeds:
+                results[key][cell] = pooled_difference(scorer, FLAGS.results_dir, cell, seeds)
+
+
+def accuracy_markdown(results: dict[str, Any]) -> str:
+    """The cells in accuracy, with the pooled intervals of results["pooled_accuracy"]."""
+    lines = ["", "In accuracy:", "", "| cell | dev accuracy mean ± sd | cell − recipe, mean "
+             "over seeds | dev-resampled 95% interval of the mean |", "|---|---|---|---|"]
+    for cell in results["cells"]:
+        per_seed = results["runs"].get(cell, {})
+        scores = [100 * r["dev"]["accuracy"] for r in per_seed.values()]
+        if not scores:
+            continue
+        sd = f" ± {statistics.stdev(scores):.1f}" if len(scores) > 1 else ""
+        c = results["pooled_accuracy"].get(cell)
+        diff = f"{c['difference_points']:+.1f}" if c else "–"
+        interval = f"[{c['ci95_points'][0]:+.1f}, {c['ci95_points'][1]:+.1f}]" if c else "–"
+        lines.append(f"| {CELLS[cell][0]} | {statistics.fmean(scores):.1f}{sd} | {diff} | "
+                     f"{interval} |")
+    return "\n".join(lines) + "\n"
 
 
 def save(results: dict[str, Any]) -> None:
@@ -229,10 +251,11 @@ def save(results: dict[str, Any]) -> None:
         json.dump(results, f, indent=1, sort_keys=True)
     os.replace(base + ".json.tmp", base + ".json")
     with open(base + ".md", "w") as f:
-        f.write(markdown(results))
+        f.write(markdown(results) + (accuracy_markdown(results)
+                                     if "pooled_accuracy" in results else ""))
 
 
-def run_cells(results: dict[str, Any], dev, gr, glue_paired) -> None:
+def run_cells(results: dict[str, Any], dev, gr, glue_paired, accuracy=None) -> None:
     """Every (seed, cell) not yet in `results`: its bin/distill run, its dev and test
     predictions, its paired comparison with the recipe; the files rewritten after each."""
     task = dev.task
@@ -269,7 +292,7 @@ def run_cells(results: dict[str, Any], dev, gr, glue_paired) -> None:
                     FLAGS.task, {"primary_metric": primary}, FLAGS.glue_dir,
                     FLAGS.results_dir, [pair])[pair]
             results["runs"].setdefault(cell, {})[seed] = run
-            pool(results, dev)
+            pool(results, dev, accuracy)
             save(results)
             log(f"{name}: dev {run['dev']}")
 
@@ -297,9 +320,11 @@ def main(argv: list[str]) -> None:
                     "cells": FLAGS.cells, "changes": {c: CELLS[c][1] for c in FLAGS.cells}})
     results.setdefault("runs", {})
     dev = glue_paired.DevSet(FLAGS.task, FLAGS.glue_dir, PRIMARY[FLAGS.task])
+    accuracy = glue_paired.DevSet(FLAGS.task, FLAGS.glue_dir, "accuracy") \
+        if PRIMARY[FLAGS.task] != "accuracy" else None
     if not FLAGS.summarise_only:
-        run_cells(results, dev, gr, glue_paired)
-    pool(results, dev)
+        run_cells(results, dev, gr, glue_paired, accuracy)
+    pool(results, dev, accuracy)
     save(results)
     log(f"results in {path}")
 

@@ -141,6 +141,15 @@ def test_glue_ablation_summary_pairs_each_cell_with_the_recipe_per_seed():
     md = ablations.markdown({**results, "task": "MRPC", "teacher_dev": 85.0})
     assert "| w/o DA (distilled on the original data) | 1, 42 | 73.0 ± 4.2 | -9.0 ± 1.4 | " \
            "[-12.5, -5.5] | 2 of 2 |" in md, md
+    for per_seed in results["runs"].values():
+        for r in per_seed.values():
+            r["dev"]["accuracy"] = r["dev"]["f1"] - 0.05
+    results["pooled_accuracy"] = {"no_da": {"difference_points": -9.0,
+                                            "ci95_points": [-13.0, -5.0]}}
+    accuracy = ablations.accuracy_markdown(results)
+    assert "| w/o DA (distilled on the original data) | 68.0 ± 4.2 | -9.0 | [-13.0, -5.0] |" \
+        in accuracy, accuracy
+    assert "| w/o TD (fine-tuned on the augmented data) | 76.0 ± 1.4 | – | – |" in accuracy
 
 
 def test_glue_ablation_pooled_difference_resamples_dev_once_for_all_seeds(tmp_path):
