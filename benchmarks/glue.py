@@ -28,7 +28,6 @@ import json
 import os
 import random
 import shutil
-import subprocess
 import sys
 import time
 from typing import Any
@@ -38,7 +37,7 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # glue_meta, glue_results
 
 from absl import app, flags  # noqa: E402
-from glue_meta import PAPER, PRIMARY, commit, host  # noqa: E402
+from glue_meta import PAPER, PRIMARY, commit, host, run_distill  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("glue_dir", os.path.join(ROOT, "..", "shared", "data", "glue"),
@@ -61,16 +60,10 @@ def log(msg: str) -> None:
 
 
 def distill(args: list[str], log_path: str) -> list[str]:
-    """One bin/distill run (resumes when its folder exists); returns its command."""
-    cmd = [sys.executable, os.path.join(ROOT, "bin", "distill"),
-           f"--flagfile={FLAGS.config}", *args, *[a for a in FLAGS.extra if a]]
-    log(" ".join(cmd[1:]))
-    os.makedirs(os.path.dirname(log_path), exist_ok=True)
-    with open(log_path, "a") as out:
-        rc = subprocess.call(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
-    if rc:
-        raise SystemExit(f"benchmarks/glue.py: {cmd[1]} exited {rc}; see {log_path}")
-    return cmd[1:]
+    """One bin/distill run of --config (it resumes when its folder exists); returns its
+    command."""
+    return run_distill(FLAGS.config, [*args, *[a for a in FLAGS.extra if a]], log_path,
+                       "benchmarks/glue.py", log)
 
 
 def task_data(task: str) -> str:

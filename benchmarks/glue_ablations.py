@@ -36,7 +36,6 @@ import glob
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from typing import Any
@@ -48,7 +47,7 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # glue_meta, glue_results
 
 from absl import app, flags  # noqa: E402
-from glue_meta import PRIMARY, commit, host  # noqa: E402
+from glue_meta import PRIMARY, commit, host, run_distill  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("task", None, "GLUE task name (SST-2, MRPC, RTE).")
@@ -87,19 +86,13 @@ def log(msg: str) -> None:
 
 
 def distill(args: list[str], out: str) -> list[str]:
-    """One bin/distill run into `out` (it resumes, or skips finished stages)."""
-    cmd = [sys.executable, os.path.join(ROOT, "bin", "distill"), f"--flagfile={FLAGS.config}",
-           f"--task={FLAGS.task}", f"--data_dir={os.path.join(FLAGS.glue_dir, FLAGS.task)}",
-           f"--task_teacher={FLAGS.task_teacher}", *args, f"--output_dir={out}",
-           *[a for a in FLAGS.extra if a]]
-    log(" ".join(cmd[1:]))
-    os.makedirs(out, exist_ok=True)
-    with open(os.path.join(out, "log.txt"), "a") as f:
-        rc = subprocess.call(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT)
-    if rc:
-        raise SystemExit(f"benchmarks/glue_ablations.py: bin/distill exited {rc}; see "
-                         f"{os.path.join(out, 'log.txt')}")
-    return cmd[1:]
+    """One bin/distill run of the task into `out` (it resumes, or skips finished
+    stages); returns its command."""
+    return run_distill(FLAGS.config, [
+        f"--task={FLAGS.task}", f"--data_dir={os.path.join(FLAGS.glue_dir, FLAGS.task)}",
+        f"--task_teacher={FLAGS.task_teacher}", *args, f"--output_dir={out}",
+        *[a for a in FLAGS.extra if a]], os.path.join(out, "log.txt"),
+        "benchmarks/glue_ablations.py", log)
 
 
 def augmented_file(recipe_dir: str) -> str:
@@ -306,6 +299,11 @@ def main(argv: list[str]) -> None:
     if missing and not FLAGS.summarise_only:
         raise SystemExit(f"benchmarks/glue_ablations.py: give {' and '.join(missing)} "
                          "(or --summarise_only to rewrite the tables of finished runs).")
+    absent = [f"--{n}={FLAGS[n].value}" for n in ("task_teacher", "general_model")
+              if FLAGS[n].value and not os.path.isdir(FLAGS[n].value)]
+    if absent and not FLAGS.summarise_only:
+        raise SystemExit(f"benchmarks/glue_ablations.py: {', '.join(absent)}: no such model "
+                         "folder; give the folders bin/distill wrote (OUTPUT/<stage>/model).")
     import glue_paired
     import glue_results as gr  # TensorFlow starts here, after the flags are parsed
 

@@ -1,5 +1,6 @@
 """What benchmarks/glue.py and its helpers share, without flags or TensorFlow: the
-paper's Table 1 figures, each task's primary metric, the host and the commit.
+paper's Table 1 figures, each task's primary metric, the host, the commit, and how a
+`bin/distill` run is started and logged.
 
 Run alone, it prints the host and commit that a results.json made here would record.
 """
@@ -9,7 +10,8 @@ import json
 import os
 import platform
 import subprocess
-from typing import Any
+import sys
+from typing import Any, Callable
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -41,6 +43,21 @@ def commit() -> str:
                                        stderr=subprocess.DEVNULL).strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
+
+
+def run_distill(config: str, args: list[str], log_path: str, script: str,
+                log: Callable[[str], None]) -> list[str]:
+    """One `bin/distill --flagfile=config *args` run (it resumes when its output folder
+    exists), its output appended to `log_path`; returns the command without the
+    interpreter. A failed run exits naming `script` and the log."""
+    cmd = [sys.executable, os.path.join(ROOT, "bin", "distill"), f"--flagfile={config}", *args]
+    log(" ".join(cmd[1:]))
+    os.makedirs(os.path.dirname(log_path), exist_ok=True)
+    with open(log_path, "a") as out:
+        rc = subprocess.call(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+    if rc:
+        raise SystemExit(f"{script}: {cmd[1]} exited {rc}; see {log_path}")
+    return cmd[1:]
 
 
 def main() -> None:
