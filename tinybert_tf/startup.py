@@ -31,6 +31,7 @@ no TensorFlow until a tool asks.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import logging
 import os
 import re
@@ -52,6 +53,39 @@ _DRIVER_PATHS = ("/proc/driver/nvidia", "/dev/nvidia0", "/dev/nvidiactl")
 QUIET_LOGGERS = ("gensim", "smart_open", "tensorflow", "absl")
 # What keras imports when installed and the tools never use (see the module docstring).
 KERAS_OPTIONAL_IMPORTS = ("sklearn", "matplotlib")
+# What a tool cannot start without; `make install` puts them in ROOT/.venv.
+REQUIRED_MODULES = ("tensorflow", "keras")
+# Set in the environment of a tool started again under the project's venv, so that a
+# venv without the packages gets the install hint instead of a loop.
+REEXEC_MARK = "TINYBERT_TF_VENV_REEXEC"
+
+
+def use_project_environment(argv: list[str] | None = None) -> None:
+    """Make a tool run with the project's packages whichever `python3` started it.
+
+    When this Python lacks `REQUIRED_MODULES` and the project's venv (`.venv` beside
+    the package, what `make install` makes) exists, the tool starts again under the
+    venv's Python with the same arguments; with no such venv it stops with one line that
+    says how to make it (exit 2). Nothing happens when the packages are importable, so
+    an activated venv, a conda environment or a system install are used as they are.
+    """
+    argv = list(sys.argv if argv is None else argv)
+    missing = [m for m in REQUIRED_MODULES if importlib.util.find_spec(m) is None]
+    if not missing:
+        return
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    venv = os.path.join(root, ".venv")
+    python = os.path.join(venv, "bin", "python")
+    tool = os.path.relpath(os.path.abspath(argv[0]), root) if argv else "this tool"
+    in_venv = os.path.realpath(sys.prefix) == os.path.realpath(venv)
+    if os.path.exists(python) and not in_venv and not os.environ.get(REEXEC_MARK):
+        os.environ[REEXEC_MARK] = "1"
+        os.execv(python, [python, os.path.abspath(argv[0]), *argv[1:]])
+    where = (f"the project's venv ({venv})" if in_venv or os.path.exists(python)
+             else f"this Python ({sys.executable}), and {venv} does not exist")
+    sys.stderr.write(f"{tool}: {', '.join(missing)} not installed in {where}. Run `make "
+                     f"install` in {root}; the tools then use {venv} by themselves.\n")
+    raise SystemExit(2)
 
 
 @contextlib.contextmanager

@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import io
 import os
+import shutil
 import subprocess
 import sys
 
@@ -39,6 +40,40 @@ def test_a_bin_tool_on_a_cpu_machine_prints_no_cuda_error(tmp_path, tiny_vocab_f
                           capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr
     assert "cuInit" not in proc.stderr and "CUDA error" not in proc.stderr, proc.stderr
+
+
+def _python_without_keras() -> str:
+    """The interpreter the venv was made from, when it lacks keras (else the test skips)."""
+    base = os.path.join(sys.base_prefix, "bin", "python3")
+    probe = subprocess.run([base, "-c", "import keras"], capture_output=True)
+    if probe.returncode == 0:
+        pytest.skip(f"{base} has keras: no Python without the packages to start a tool with")
+    return base
+
+
+def test_a_bin_tool_started_without_the_packages_runs_under_the_projects_venv():
+    if os.path.realpath(sys.prefix) != os.path.realpath(os.path.join(REPO, ".venv")):
+        pytest.skip("the suite does not run in the project's .venv")
+    proc = subprocess.run([_python_without_keras(), os.path.join(REPO, "bin", "distill"),
+                           "--helpshort"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "--flagfile" in proc.stdout and "Traceback" not in proc.stderr
+
+
+def test_a_bin_tool_without_the_packages_or_a_venv_says_how_to_install(tmp_path):
+    # A copy of the project without .venv: bin/distill beside the package.
+    (tmp_path / "bin").mkdir()
+    shutil.copy(os.path.join(REPO, "bin", "distill"), tmp_path / "bin" / "distill")
+    os.symlink(os.path.join(REPO, "tinybert_tf"), tmp_path / "tinybert_tf")
+    env = {k: v for k, v in os.environ.items() if k != startup.REEXEC_MARK}
+    proc = subprocess.run([_python_without_keras(), str(tmp_path / "bin" / "distill"),
+                           "--helpshort"], capture_output=True, text=True, timeout=120,
+                          env=env)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("bin/distill: ") and "make install" in lines[0]
+    assert str(tmp_path / ".venv") in lines[0] and "keras" in lines[0]
 
 
 def test_the_startup_keeps_library_info_logs_out():
