@@ -326,3 +326,35 @@ def test_a_failed_check_leaves_the_folder_free_for_the_fix(tmp_path, tiny_vocab)
     run(good)
     assert os.path.isfile(os.path.join(good.output_dir, "finetune_teacher", "stage_done.json"))
     shutil.rmtree(good.output_dir)
+
+
+@pytest.mark.parametrize("stored, kept", [(["neg", "pos"], True), (["pos", "neg"], True),
+                                          (["0", "1"], False), (["a", "b", "c"], False)])
+def test_fine_tuning_a_teacher_keeps_its_head_only_when_it_is_for_the_tasks_labels(
+        tmp_path, tiny_vocab, capsys, stored, kept):
+    import types
+
+    from tinybert_tf.tasks.sentence import Classification
+    source = BertModel(_config(tiny_vocab), vocab=tiny_vocab, head="classifier",
+                       num_labels=len(stored), label_names=stored)
+    save_model(source, str(tmp_path / "teacher"))
+    ctx = types.SimpleNamespace(
+        config=types.SimpleNamespace(models=types.SimpleNamespace(
+            teacher=str(tmp_path / "teacher"))),
+        task=types.SimpleNamespace(type=Classification(["neg", "pos"])))
+    teacher = finetune_teacher.teacher_with_task_head(ctx)
+    assert list(teacher.label_names) == ["neg", "pos"] and teacher.num_labels == 2
+    x = {"input_word_ids": np.array([[7, 30, 31, 8]], np.int32),
+         "input_mask": np.ones((1, 4), np.int32), "input_type_ids": np.zeros((1, 4), np.int32)}
+    got = teacher(x, training=False)["logits"].numpy()[0]
+    want = source(x, training=False)["logits"].numpy()[0]
+    line = capsys.readouterr().out
+    if kept:  # the stored head, its outputs in the task's order by name
+        np.testing.assert_allclose(got, [want[stored.index(n)] for n in ["neg", "pos"]],
+                                   rtol=1e-5, atol=1e-6)
+        assert "fresh head" not in line
+    else:  # a fresh head: the stored one's weights are not used
+        path = "classifier_head/classifier/kernel"
+        fresh, old = teacher.weight_dict()[path].numpy(), source.weight_dict()[path].numpy()
+        assert fresh.shape != old.shape or not np.allclose(fresh, old)
+        assert "fresh head" in line and str(stored) in line

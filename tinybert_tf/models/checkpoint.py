@@ -65,7 +65,8 @@ _READERS = {FORMAT: lambda path: _read_own(path), "hf": hf_io.read_hf,
 # --------------------------------------------------------------------------
 def load_model(path_or_name: str, head: Optional[str] = None,
                num_labels: Optional[int] = None,
-               label_names: Optional[Sequence[str]] = None) -> BertModel:
+               label_names: Optional[Sequence[str]] = None,
+               fresh_head: bool = False) -> BertModel:
     """Load a `BertModel` from a directory or a short name.
 
     Args:
@@ -76,6 +77,9 @@ def load_model(path_or_name: str, head: Optional[str] = None,
         when the checkpoint has them and initialising it fresh otherwise.
       num_labels, label_names: for a fresh classifier head (checked against a
         stored one).
+      fresh_head: initialise `head` fresh even when the checkpoint stores one of
+        that kind (its weights are skipped): a model fine-tuned on another task,
+        fine-tuned again on this one.
 
     Returns a `BertModel` with `.vocab` (list of tokens or None for a
     keras-hub backbone without tokenizer), `.label_names` and `.metadata`.
@@ -86,7 +90,7 @@ def load_model(path_or_name: str, head: Optional[str] = None,
                               f"{path_or_name!r}.")
     path = resolve(path_or_name)
     spec = _READERS[detect_format(path)](path)
-    return build_model(spec, head, num_labels, label_names)
+    return build_model(spec, head, num_labels, label_names, fresh_head)
 
 
 def save_model(model: BertModel, directory: str,
@@ -302,7 +306,8 @@ def detect_format(path: str) -> str:
 # --------------------------------------------------------------------------
 def build_model(spec: CheckpointSpec, head: Optional[str] = None,
                 num_labels: Optional[int] = None,
-                label_names: Optional[Sequence[str]] = None) -> BertModel:
+                label_names: Optional[Sequence[str]] = None,
+                fresh_head: bool = False) -> BertModel:
     """Construct a `BertModel` for `spec` and assign its weights; all names and
     shapes are checked first, so on error no model escapes."""
     check_vocab_size(spec.vocab, spec.config, spec.weights_file)
@@ -320,9 +325,10 @@ def build_model(spec: CheckpointSpec, head: Optional[str] = None,
         want_head = spec.head
     else:
         want_head = head
+    keep_head = want_head is not None and want_head == spec.head and not fresh_head
     if want_head is None:
         num_labels, names = None, None
-    elif want_head == spec.head:
+    elif keep_head:
         names = list(label_names) if label_names else spec.label_names
         if num_labels is None:
             num_labels = spec.num_labels
@@ -345,7 +351,6 @@ def build_model(spec: CheckpointSpec, head: Optional[str] = None,
         raise CheckpointError(f"{spec.weights_file}: cannot build the model: {e}") from e
 
     targets = model.weight_dict()
-    keep_head = want_head is not None and want_head == spec.head
     plan: list[tuple[Any, np.ndarray]] = []
     for path, array in spec.weights.items():
         if path.startswith(head_prefixes()) and not keep_head:

@@ -6,7 +6,8 @@ import posixpath
 from typing import Any
 
 from tinybert_tf.distill.terms import HardLabelTerm
-from tinybert_tf.models.checkpoint import load_model, save_model
+from tinybert_tf.models.checkpoint import inspect_model, load_model, save_model
+from tinybert_tf.models.labels import put_in_order
 from tinybert_tf.pipeline.run.context import Context, rows
 from tinybert_tf.pipeline.settings.configs import PipelineConfig
 from tinybert_tf.pipeline.stages.base import (
@@ -42,12 +43,37 @@ def finetune_phase(ctx: Context, train_size: int) -> PhaseSpec:
     return with_padding(ctx, spec)
 
 
+def teacher_with_task_head(ctx: Context):
+    """--teacher with the task's head. A stored head of the same kind is kept when it is
+    for the task's labels (its outputs put in the task's order by name) and replaced by a
+    fresh one, with a line saying so, when it is for other labels: a teacher fine-tuned
+    on another task first (RTE teachers usually start from an MNLI model)."""
+    path, kwargs = ctx.config.models.teacher, ctx.task.type.head_kwargs()
+    info = inspect_model(path)
+    names = [str(n) for n in kwargs.get("label_names") or []]
+    if info.head is None or info.head != kwargs["head"]:
+        return load_model(path, **kwargs)
+    stored = [str(n) for n in info.label_names or []]
+    same_outputs = info.num_labels in (None, kwargs["num_labels"])
+    if same_outputs and (not stored or not names):
+        return load_model(path, **kwargs)
+    if same_outputs and sorted(stored) == sorted(names):
+        teacher = load_model(path, kwargs["head"], kwargs["num_labels"])
+        put_in_order(teacher, names, what=f"--teacher={path}")
+        return teacher
+    print(f"[{NAME}] --teacher={path} has a {info.head} head for "
+          f"{stored or info.num_labels} ({info.num_labels} outputs), not the task's labels "
+          f"{names or kwargs['num_labels']}: its encoder is fine-tuned with a fresh head.",
+          flush=True)
+    return load_model(path, **kwargs, fresh_head=True)
+
+
 def finetune_teacher(ctx: Context) -> dict[str, Any]:
     train, dev = ctx.examples("train"), ctx.examples(ctx.task.dev_splits[0])
     spec = finetune_phase(ctx, rows(ctx, train))
     spec.check()
     with ctx.strategy.scope():
-        teacher = load_model(ctx.config.models.teacher, **ctx.task.type.head_kwargs())
+        teacher = teacher_with_task_head(ctx)
         distiller = make_distiller(ctx, teacher, None, spec, ctx.task.type.label_metrics())
 
     # The teacher after its last epoch, as BERT fine-tuning does: on a small dev
