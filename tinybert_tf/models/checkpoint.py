@@ -355,7 +355,8 @@ def build_model(spec: CheckpointSpec, head: Optional[str] = None,
     for path, array in spec.weights.items():
         if path.startswith(head_prefixes()) and not keep_head:
             log.info("%s: skipping stored %s head weight %s (model head: %s)",
-                     spec.weights_file, spec.head, path, want_head)
+                     spec.weights_file, spec.head, path,
+                     f"a fresh {want_head}" if fresh_head and want_head else want_head)
             continue
         if path not in targets:
             key = spec.source_keys.get(path, path)
