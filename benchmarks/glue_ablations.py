@@ -47,7 +47,7 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # glue_meta, glue_results
 
 from absl import app, flags  # noqa: E402
-from glue_meta import PRIMARY, commit, host, run_distill  # noqa: E402
+from glue_meta import PRIMARY, check_teacher_labels, commit, host, run_distill  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("task", None, "GLUE task name (SST-2, MRPC, RTE).")
@@ -307,6 +307,9 @@ def main(argv: list[str]) -> None:
     import glue_paired
     import glue_results as gr  # TensorFlow starts here, after the flags are parsed
 
+    if FLAGS.task_teacher:
+        check_teacher_labels(FLAGS.task_teacher, FLAGS.task, "--task_teacher",
+                             "benchmarks/glue_ablations.py")
     path = os.path.join(FLAGS.results_dir, f"{FLAGS.task}.json")
     results: dict[str, Any] = {}
     if os.path.exists(path):

@@ -45,6 +45,20 @@ def commit() -> str:
         return "unknown"
 
 
+def check_teacher_labels(path: str, task: str, flag: str, script: str) -> None:
+    """Stop with one line when the model at `path` is fine-tuned for labels other than
+    the GLUE task's (a teacher of another task), before anything is run or scored."""
+    from tinybert_tf.data import glue
+    from tinybert_tf.models.checkpoint import inspect_model
+
+    want = sorted(str(n) for n in glue.get_task(task).label_names)
+    have = inspect_model(path).label_names
+    if have and sorted(str(n) for n in have) != want:
+        raise SystemExit(f"{script}: {flag}={path} is fine-tuned for the labels {list(have)}, "
+                         f"not {task}'s {want}; give the teacher fine-tuned on {task} (the "
+                         f"finetune_teacher/model folder of a --task={task} run).")
+
+
 def run_distill(config: str, args: list[str], log_path: str, script: str,
                 log: Callable[[str], None]) -> list[str]:
     """One `bin/distill --flagfile=config *args` run (it resumes when its output folder

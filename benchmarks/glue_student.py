@@ -29,7 +29,7 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # glue_meta, glue_results
 
 from absl import app, flags  # noqa: E402
-from glue_meta import PRIMARY, commit, host  # noqa: E402
+from glue_meta import PRIMARY, check_teacher_labels, commit, host  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("task", None, "GLUE task name (SST-2, MRPC, RTE).")
@@ -59,6 +59,7 @@ def main(argv: list[str]) -> None:
     import glue_paired
     import glue_results as gr  # TensorFlow starts here, after the flags are parsed
 
+    check_teacher_labels(FLAGS.teacher, FLAGS.task, "--teacher", "benchmarks/glue_student.py")
     task = gr.resolve_task(gr.TaskConfig(task=FLAGS.task, data_dir=FLAGS.data_dir))
     max_seq_len = task.max_seq_len(0)
     teacher = gr.load_model(FLAGS.teacher)

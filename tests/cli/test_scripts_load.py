@@ -180,3 +180,23 @@ def test_glue_ablation_pooled_difference_resamples_dev_once_for_all_seeds(tmp_pa
     same = ablations.pooled_difference(Dev(), str(tmp_path), "tinybert", ["1", "2"],
                                        resamples=50)
     assert same["difference_points"] == 0.0 and same["ci95_points"] == [0.0, 0.0]
+
+
+def test_glue_scripts_refuse_a_teacher_fine_tuned_for_another_tasks_labels(tmp_path,
+                                                                          tiny_vocab):
+    from tinybert_tf.config import BertConfig
+    from tinybert_tf.models import BertModel
+    from tinybert_tf.models.checkpoint import save_model
+
+    meta = load_script(os.path.join(REPO, "benchmarks", "glue_meta.py"))
+    config = BertConfig(vocab_size=len(tiny_vocab), hidden_size=32, num_layers=1,
+                        num_heads=4, intermediate_size=64, max_position_embeddings=64)
+    for name, labels in (("mrpc", ["0", "1"]), ("rte", ["not_entailment", "entailment"])):
+        save_model(BertModel(config, vocab=tiny_vocab, head="classifier", num_labels=2,
+                             label_names=labels), str(tmp_path / name))
+    meta.check_teacher_labels(str(tmp_path / "rte"), "RTE", "--task_teacher", "s.py")
+    with pytest.raises(SystemExit) as e:
+        meta.check_teacher_labels(str(tmp_path / "mrpc"), "RTE", "--task_teacher", "s.py")
+    message = str(e.value)
+    assert message.startswith(f"s.py: --task_teacher={tmp_path / 'mrpc'} ")
+    assert "['0', '1']" in message and "entailment" in message and "--task=RTE" in message
