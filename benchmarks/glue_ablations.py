@@ -38,7 +38,7 @@ import os
 import statistics
 import sys
 import time
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
@@ -142,6 +142,11 @@ def pooled_difference(dev, results_dir: str, cell: str, seeds: list[str],
             "resamples": resamples}
 
 
+def mean_sd(values: list[float]) -> tuple[float, Optional[float]]:
+    """The mean and sample standard deviation (None for one value) of `values`."""
+    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else None
+
+
 def summarise(results: dict[str, Any]) -> None:
     """Per cell: the metric over seeds, and its paired difference from the recipe (per
     seed, and pooled over seeds in results["pooled"] when computed)."""
@@ -152,14 +157,15 @@ def summarise(results: dict[str, Any]) -> None:
         scores = [r["dev"][primary] for r in per_seed.values()]
         entry: dict[str, Any] = {"seeds": sorted(per_seed, key=int), "n": len(scores)}
         if scores:
-            entry["mean"] = round(100 * statistics.fmean(scores), 3)
-            entry["sd"] = round(100 * statistics.stdev(scores), 3) if len(scores) > 1 else None
+            mean, sd = mean_sd([100 * x for x in scores])
+            entry["mean"], entry["sd"] = round(mean, 3), None if sd is None else round(sd, 3)
         diffs = [r["paired_with_recipe"]["difference_points"] for r in per_seed.values()
                  if "paired_with_recipe" in r]
         if diffs:
+            mean, sd = mean_sd(diffs)
             entry.update({
-                "difference_mean": round(statistics.fmean(diffs), 2),
-                "difference_sd": round(statistics.stdev(diffs), 2) if len(diffs) > 1 else None,
+                "difference_mean": round(mean, 2),
+                "difference_sd": None if sd is None else round(sd, 2),
                 "seeds_below_recipe": sum(d < 0 for d in diffs),
             })
         pooled = results.get("pooled", {}).get(cell)
@@ -227,12 +233,12 @@ def accuracy_markdown(results: dict[str, Any]) -> str:
         scores = [100 * r["dev"]["accuracy"] for r in per_seed.values()]
         if not scores:
             continue
-        sd = f" ± {statistics.stdev(scores):.1f}" if len(scores) > 1 else ""
+        mean, sd = mean_sd(scores)
+        spread = f" ± {sd:.1f}" if sd is not None else ""
         c = results["pooled_accuracy"].get(cell)
         diff = f"{c['difference_points']:+.1f}" if c else "–"
         interval = f"[{c['ci95_points'][0]:+.1f}, {c['ci95_points'][1]:+.1f}]" if c else "–"
-        lines.append(f"| {CELLS[cell][0]} | {statistics.fmean(scores):.1f}{sd} | {diff} | "
-                     f"{interval} |")
+        lines.append(f"| {CELLS[cell][0]} | {mean:.1f}{spread} | {diff} | {interval} |")
     return "\n".join(lines) + "\n"
 
 
