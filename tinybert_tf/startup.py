@@ -1,4 +1,6 @@
-"""What a `bin/` tool does first: start TensorFlow without its CUDA noise on a CPU machine.
+"""What a `bin/` tool does first: run under the project's venv when the Python that
+started it lacks the packages (`use_project_environment`), then start TensorFlow without
+its CUDA noise on a CPU machine.
 
 The TensorFlow wheel for Linux is built with CUDA. On a machine without an
 NVIDIA driver, the first device query logs, at ERROR level (which

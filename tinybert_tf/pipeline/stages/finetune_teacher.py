@@ -6,6 +6,7 @@ import posixpath
 from typing import Any
 
 from tinybert_tf.distill.terms import HardLabelTerm
+from tinybert_tf.models import BertModel
 from tinybert_tf.models.checkpoint import inspect_model, load_model, save_model
 from tinybert_tf.models.labels import put_in_order
 from tinybert_tf.pipeline.run.context import Context, rows
@@ -43,7 +44,7 @@ def finetune_phase(ctx: Context, train_size: int) -> PhaseSpec:
     return with_padding(ctx, spec)
 
 
-def teacher_with_task_head(ctx: Context):
+def teacher_with_task_head(ctx: Context) -> BertModel:
     """--teacher with the task's head. A stored head of the same kind is kept when it is
     for the task's labels (its outputs put in the task's order by name) and replaced by a
     fresh one, with a line saying so, when it is for other labels: a teacher fine-tuned
