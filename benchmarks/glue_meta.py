@@ -50,10 +50,11 @@ def check_teacher_labels(path: str, task: str, flag: str, script: str) -> None:
     the GLUE task's (a teacher of another task), before anything is run or scored."""
     from tinybert_tf.data import glue
     from tinybert_tf.models.checkpoint import inspect_model
+    from tinybert_tf.models.labels import same_labels
 
     want = sorted(str(n) for n in glue.get_task(task).label_names)
     have = inspect_model(path).label_names
-    if have and sorted(str(n) for n in have) != want:
+    if have and not same_labels(have, want):
         raise SystemExit(f"{script}: {flag}={path} is fine-tuned for the labels {list(have)}, "
                          f"not {task}'s {want}; give the teacher fine-tuned on {task} (the "
                          f"finetune_teacher/model folder of a --task={task} run).")

@@ -62,7 +62,7 @@ REQUIRED_MODULES = ("tensorflow", "keras")
 REEXEC_MARK = "TINYBERT_TF_VENV_REEXEC"
 
 
-def use_project_environment(argv: list[str] | None = None) -> None:
+def use_project_environment() -> None:
     """Make a tool run with the project's packages whichever `python3` started it.
 
     When this Python lacks `REQUIRED_MODULES` and the project's venv (`.venv` beside
@@ -71,22 +71,22 @@ def use_project_environment(argv: list[str] | None = None) -> None:
     says how to make it (exit 2). Nothing happens when the packages are importable, so
     an activated venv, a conda environment or a system install are used as they are.
     """
-    argv = list(sys.argv if argv is None else argv)
     missing = [m for m in REQUIRED_MODULES if importlib.util.find_spec(m) is None]
     if not missing:
         return
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     venv = os.path.join(root, ".venv")
     python = os.path.join(venv, "bin", "python")
-    tool = os.path.relpath(os.path.abspath(argv[0]), root) if argv else "this tool"
+    script = os.path.abspath(sys.argv[0])
     in_venv = os.path.realpath(sys.prefix) == os.path.realpath(venv)
     if os.path.exists(python) and not in_venv and not os.environ.get(REEXEC_MARK):
         os.environ[REEXEC_MARK] = "1"
-        os.execv(python, [python, os.path.abspath(argv[0]), *argv[1:]])
+        os.execv(python, [python, script, *sys.argv[1:]])
     where = (f"the project's venv ({venv})" if in_venv or os.path.exists(python)
              else f"this Python ({sys.executable}), and {venv} does not exist")
-    sys.stderr.write(f"{tool}: {', '.join(missing)} not installed in {where}. Run `make "
-                     f"install` in {root}; the tools then use {venv} by themselves.\n")
+    sys.stderr.write(f"{os.path.relpath(script, root)}: {', '.join(missing)} not installed "
+                     f"in {where}. Run `make install` in {root}; the tools then use {venv} "
+                     "by themselves.\n")
     raise SystemExit(2)
 
 

@@ -15,6 +15,11 @@ class LabelOrderError(ValueError):
     """The model's labels cannot be matched to the task's; the message lists both."""
 
 
+def same_labels(a: Sequence[str], b: Sequence[str]) -> bool:
+    """Whether two lists name the same labels, in any order (names compared as strings)."""
+    return sorted(str(n) for n in a) == sorted(str(n) for n in b)
+
+
 def label_order(model_names: Optional[Sequence[str]], task_names: Sequence[str],
                 what: str = "--task_teacher", flag: str = "--teacher_label_order"
                 ) -> list[int]:
@@ -32,7 +37,7 @@ def label_order(model_names: Optional[Sequence[str]], task_names: Sequence[str],
     names = [str(n) for n in model_names]
     if len(set(names)) != len(names):
         raise LabelOrderError(f"{what} repeats label names {names}.")
-    if sorted(names) != sorted(task_names):
+    if not same_labels(names, task_names):
         raise LabelOrderError(
             f"{what} has the labels {names} (in its output order) but the task has "
             f"{task_names}; they must be the same names: fine-tune the teacher on this task, "

@@ -8,7 +8,7 @@ from typing import Any
 from tinybert_tf.distill.terms import HardLabelTerm
 from tinybert_tf.models import BertModel
 from tinybert_tf.models.checkpoint import inspect_model, load_model, save_model
-from tinybert_tf.models.labels import put_in_order
+from tinybert_tf.models.labels import put_in_order, same_labels
 from tinybert_tf.pipeline.run.context import Context, rows
 from tinybert_tf.pipeline.settings.configs import PipelineConfig
 from tinybert_tf.pipeline.stages.base import (
@@ -52,13 +52,11 @@ def teacher_with_task_head(ctx: Context) -> BertModel:
     path, kwargs = ctx.config.models.teacher, ctx.task.type.head_kwargs()
     info = inspect_model(path)
     names = [str(n) for n in kwargs.get("label_names") or []]
-    if info.head is None or info.head != kwargs["head"]:
-        return load_model(path, **kwargs)
     stored = [str(n) for n in info.label_names or []]
     same_outputs = info.num_labels in (None, kwargs["num_labels"])
-    if same_outputs and (not stored or not names):
-        return load_model(path, **kwargs)
-    if same_outputs and sorted(stored) == sorted(names):
+    if info.head != kwargs["head"] or (same_outputs and not (stored and names)):
+        return load_model(path, **kwargs)  # no stored head of this kind, or nothing to match
+    if same_outputs and same_labels(stored, names):
         teacher = load_model(path, kwargs["head"], kwargs["num_labels"])
         put_in_order(teacher, names, what=f"--teacher={path}")
         return teacher
