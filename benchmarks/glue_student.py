@@ -15,8 +15,10 @@ without a teacher (`--task_phases=finetune --nouse_augmented`). Writes, under
 FLOPs, batch-1 TFLite float32 latency against the teacher's, timed interleaved with
 the same thread count as benchmarks/glue.py's table, and paired dev comparisons
 (glue_paired.py) against its no-KD twin, the table's teacher (its `teacher/`
-predictions, which this script does not write) and the table's student. Test labels
-are never read.
+predictions, which this script does not write) and the table's student. With
+--int8_name, RUN's int8 TFLite file is scored too, against the table's float student
+and its int8 file: how a quantize stage run with other settings on a copy of the
+table's run compares. Test labels are never read.
 """
 from __future__ import annotations
 
@@ -39,6 +41,11 @@ flags.DEFINE_string("student_dir", None, "The student's bin/distill output folde
 flags.DEFINE_string("finetuned_dir", "", "The same student fine-tuned without a teacher "
                     "(a bin/distill output folder); empty: not scored.")
 flags.DEFINE_string("name", None, "The student's name in the results (a folder name).")
+flags.DEFINE_string("int8_name", "", "Also score RUN's int8 TFLite file "
+                    "(export/model_int8.tflite) under this name, paired against the "
+                    "table's float student and its int8 file (e.g. "
+                    "tinybert_int8_qat_tflite for a quantize stage that trained the "
+                    "weights); empty: not scored.")
 flags.DEFINE_string("results_dir", os.path.join(ROOT, "benchmarks", "results", "glue"),
                     "Where the predictions and <name>.json go.")
 flags.DEFINE_string("glue_dir", os.path.join(ROOT, "..", "shared", "data", "glue"),
@@ -48,10 +55,14 @@ flags.DEFINE_multi_string("command", [], "A bin/distill command that made the mo
 for _name in ("task", "data_dir", "teacher", "student_dir", "name"):
     flags.mark_flag_as_required(_name)
 # The table's own models: a student named like one would overwrite its predictions.
-flags.register_validator("name", lambda n: n not in (
-    "teacher", "tinybert", "tinybert_int8_tflite", "finetuned_no_kd", "tfidf_logreg"),
+TABLE_MODELS = ("teacher", "tinybert", "tinybert_int8_tflite", "finetuned_no_kd",
+                "tfidf_logreg")
+flags.register_validator("name", lambda n: n not in TABLE_MODELS,
     "--name: the table's models use that name already (their predictions would be "
     "overwritten); name the student by its shape, e.g. --name=tinybert_4l_312d.")
+flags.register_validator("int8_name", lambda n: n not in TABLE_MODELS,
+    "--int8_name: the table's models use that name already (their predictions would "
+    "be overwritten); e.g. --int8_name=tinybert_int8_qat_tflite.")
 
 
 def main(argv: list[str]) -> None:
@@ -60,6 +71,11 @@ def main(argv: list[str]) -> None:
     import glue_results as gr  # TensorFlow starts here, after the flags are parsed
 
     check_teacher_labels(FLAGS.teacher, FLAGS.task, "--teacher", "benchmarks/glue_student.py")
+    int8_path = os.path.join(FLAGS.student_dir, "export", gr.tflite.tflite_file("int8"))
+    if FLAGS.int8_name and not os.path.isfile(int8_path):
+        raise SystemExit(f"benchmarks/glue_student.py: --int8_name: {int8_path} does not "
+                         "exist; run the student's quantize and export stages first "
+                         "(bin/distill ... --stages=quantize,export).")
     task = gr.resolve_task(gr.TaskConfig(task=FLAGS.task, data_dir=FLAGS.data_dir))
     max_seq_len = task.max_seq_len(0)
     teacher = gr.load_model(FLAGS.teacher)
@@ -78,12 +94,16 @@ def main(argv: list[str]) -> None:
         models[f"{FLAGS.name}_no_kd"] = {**gr.facts(finetuned, max_seq_len),
                                          "dev": predictor.keras(f"{FLAGS.name}_no_kd",
                                                                 finetuned)}
-    lat = gr.latencies({"teacher": gr.tflite.convert(teacher, "float32", max_seq_len,
-                                                      metadata=False),
-                         FLAGS.name: gr.tflite.convert(student, "float32", max_seq_len,
-                                                       metadata=False)}, max_seq_len)
-    for who in ("teacher", FLAGS.name):
-        models[who]["latency_ms_tflite_float32"] = lat[who]
+    timed = {"teacher": gr.tflite.convert(teacher, "float32", max_seq_len, metadata=False),
+             FLAGS.name: gr.tflite.convert(student, "float32", max_seq_len, metadata=False)}
+    if FLAGS.int8_name:
+        models[FLAGS.int8_name] = {"dev": predictor.tflite(FLAGS.int8_name, int8_path,
+                                                           student.label_names)}
+        timed[FLAGS.int8_name] = int8_path
+    lat = gr.latencies(timed, max_seq_len)
+    for who in timed:
+        kind = "int8" if who == FLAGS.int8_name else "float32"
+        models[who][f"latency_ms_tflite_{kind}"] = lat[who]
     t_score, s_score = models["teacher"]["dev"][primary], models[FLAGS.name]["dev"][primary]
     out = {"task": FLAGS.task, "primary_metric": primary, "max_seq_len": max_seq_len,
            "models": models, "retained": round(s_score / t_score, 4) if t_score else None,
@@ -96,6 +116,8 @@ def main(argv: list[str]) -> None:
     # Paired over dev: against its no-KD twin, the teacher, and the table's student.
     pairs = [f"{FLAGS.name}:{FLAGS.name}_no_kd", f"{FLAGS.name}:teacher",
              f"tinybert:{FLAGS.name}"]
+    if FLAGS.int8_name:
+        pairs += [f"{FLAGS.int8_name}:tinybert", f"{FLAGS.int8_name}:tinybert_int8_tflite"]
     out["paired"] = glue_paired.task_pairs(FLAGS.task, out, FLAGS.glue_dir, FLAGS.results_dir,
                                            pairs)
     path = os.path.join(FLAGS.results_dir, f"{FLAGS.name}.json")

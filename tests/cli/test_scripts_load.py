@@ -200,3 +200,35 @@ def test_glue_scripts_refuse_a_teacher_fine_tuned_for_another_tasks_labels(tmp_p
     message = str(e.value)
     assert message.startswith(f"s.py: --task_teacher={tmp_path / 'mrpc'} ")
     assert "['0', '1']" in message and "entailment" in message and "--task=RTE" in message
+
+
+def test_glue_student_names_a_missing_int8_file_before_scoring_anything(tmp_path, tiny_vocab):
+    import subprocess
+    import sys
+
+    from tinybert_tf.config import BertConfig
+    from tinybert_tf.data import glue
+    from tinybert_tf.models import BertModel
+    from tinybert_tf.models.checkpoint import save_model
+
+    config = BertConfig(vocab_size=len(tiny_vocab), hidden_size=32, num_layers=1,
+                        num_heads=4, intermediate_size=64, max_position_embeddings=64)
+    labels = [str(n) for n in glue.get_task("SST-2").label_names]
+    save_model(BertModel(config, vocab=tiny_vocab, head="classifier", num_labels=2,
+                         label_names=labels), str(tmp_path / "teacher"))
+    (tmp_path / "run").mkdir()
+    script = os.path.join(REPO, "benchmarks", "glue_student.py")
+    common = [sys.executable, script, "--task=SST-2", f"--data_dir={tmp_path}",
+              f"--teacher={tmp_path / 'teacher'}", f"--student_dir={tmp_path / 'run'}",
+              "--name=qat", f"--results_dir={tmp_path / 'results'}"]
+    done = subprocess.run(common + ["--int8_name=tinybert_int8_qat_tflite"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("benchmarks/glue_student.py: --int8_name: ")
+    assert str(tmp_path / "run" / "export" / "model_int8.tflite") in last
+    assert not (tmp_path / "results").exists()
+    # A table model's name would overwrite its predictions: refused at the flags.
+    done = subprocess.run(common + ["--int8_name=tinybert_int8_tflite"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0 and "--int8_name: the table's models" in done.stderr
