@@ -71,6 +71,15 @@ def main(argv: list[str]) -> None:
     import glue_results as gr  # TensorFlow starts here, after the flags are parsed
 
     check_teacher_labels(FLAGS.teacher, FLAGS.task, "--teacher", "benchmarks/glue_student.py")
+    path = os.path.join(FLAGS.results_dir, f"{FLAGS.name}.json")
+    if os.path.isfile(path):
+        with open(path) as f:
+            other = json.load(f).get("task")
+        if other != FLAGS.task:
+            raise SystemExit(f"benchmarks/glue_student.py: {path} holds --name={FLAGS.name} "
+                             f"on {other}, which this {FLAGS.task} run would overwrite; give "
+                             f"another --name (e.g. --name={FLAGS.name}_{FLAGS.task.lower()}"
+                             ") or another --results_dir.")
     int8_path = os.path.join(FLAGS.student_dir, "export", gr.tflite.tflite_file("int8"))
     if FLAGS.int8_name and not os.path.isfile(int8_path):
         raise SystemExit(f"benchmarks/glue_student.py: --int8_name: {int8_path} does not "
@@ -120,7 +129,6 @@ def main(argv: list[str]) -> None:
         pairs += [f"{FLAGS.int8_name}:tinybert", f"{FLAGS.int8_name}:tinybert_int8_tflite"]
     out["paired"] = glue_paired.task_pairs(FLAGS.task, out, FLAGS.glue_dir, FLAGS.results_dir,
                                            pairs)
-    path = os.path.join(FLAGS.results_dir, f"{FLAGS.name}.json")
     os.makedirs(FLAGS.results_dir, exist_ok=True)
     with open(path + ".tmp", "w") as f:
         json.dump(out, f, indent=1, sort_keys=True)

@@ -202,7 +202,8 @@ def test_glue_scripts_refuse_a_teacher_fine_tuned_for_another_tasks_labels(tmp_p
     assert "['0', '1']" in message and "entailment" in message and "--task=RTE" in message
 
 
-def test_glue_student_names_a_missing_int8_file_before_scoring_anything(tmp_path, tiny_vocab):
+def test_glue_student_refuses_a_missing_int8_file_or_another_tasks_results(tmp_path,
+                                                                          tiny_vocab):
     import subprocess
     import sys
 
@@ -232,3 +233,11 @@ def test_glue_student_names_a_missing_int8_file_before_scoring_anything(tmp_path
     done = subprocess.run(common + ["--int8_name=tinybert_int8_tflite"],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode != 0 and "--int8_name: the table's models" in done.stderr
+    # One results folder holds several tasks: another task's <name>.json is kept.
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "qat.json").write_text('{"task": "MRPC", "models": {}}')
+    done = subprocess.run(common, capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0
+    last = done.stderr.strip().splitlines()[-1]
+    assert "qat.json holds --name=qat on MRPC" in last and "--name=qat_sst-2" in last
+    assert (tmp_path / "results" / "qat.json").read_text() == '{"task": "MRPC", "models": {}}'
