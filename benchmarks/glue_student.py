@@ -54,7 +54,9 @@ flags.DEFINE_multi_string("command", [], "A bin/distill command that made the mo
                          "recorded in the JSON as given; once per command.")
 for _name in ("task", "data_dir", "teacher", "student_dir", "name"):
     flags.mark_flag_as_required(_name)
-# The table's own models: a student named like one would overwrite its predictions.
+# The table's own models (the names of glue_results.MODEL_ROWS, written out because
+# importing glue_results starts TensorFlow): a student named like one would overwrite
+# its predictions.
 TABLE_MODELS = ("teacher", "tinybert", "tinybert_int8_tflite", "finetuned_no_kd",
                 "tfidf_logreg")
 flags.register_validator("name", lambda n: n not in TABLE_MODELS,
