@@ -34,7 +34,7 @@ from tinybert_tf.export import (
     read_metadata,
 )
 from tinybert_tf.export.serving import list_versions
-from tinybert_tf.export.tflite import model_function, name_io, operators
+from tinybert_tf.export.tflite import converter, model_function, name_io, operators
 from tinybert_tf.export.tflite_metadata import fitting_kind
 from tinybert_tf.models import INPUT_NAMES, BertModel
 from tinybert_tf.models.checkpoint import load_tokenizer
@@ -513,11 +513,10 @@ def test_integer_friendly_trace_is_the_same_maths(exported):
     model, dev = exported["model"], exported["dev"][:16]
     x = pack_texts(load_tokenizer(model, L), dev, None, L)
     fn = model_function(model, L, integer=True)
-    flat = tf.lite.TFLiteConverter.from_concrete_functions([fn], tf.Module()).convert()
+    flat = converter(fn).convert()
     got = TFLiteRunner(name_io(flat, ["probabilities"])).predict(x)
     np.testing.assert_allclose(got, keras_probs(model, dev), atol=1e-5)
-    plain = tf.lite.TFLiteConverter.from_concrete_functions(
-        [model_function(model, L)], tf.Module()).convert()
+    plain = converter(model_function(model, L)).convert()
     # The ops it exists to avoid: Keras's negative-id fix-up, its LayerNorm's NEG,
     # SQUARED_DIFFERENCE, and the mask's CAST; the plain trace has them.
     avoided = {"LESS", "SELECT", "SELECT_V2", "NEG", "SQUARED_DIFFERENCE", "CAST"}

@@ -89,7 +89,7 @@ def qa_function(vocab, seq_len=tm.QA_SEQ_LEN):
 def convert_function(fn) -> bytes:
     """The converter's own output: tensors named serving_default_*:0 and
     PartitionedCall:N, the task names only in the SignatureDef."""
-    return tf.lite.TFLiteConverter.from_concrete_functions([fn], tf.Module()).convert()
+    return tflite.converter(fn).convert()
 
 
 @pytest.fixture(scope="module")
@@ -385,8 +385,7 @@ def test_dynamic_int8_needs_per_tensor_dense_weights_for_the_task_library(
     inputs = packed(classifier, TEXTS)
     results = {}
     for per_tensor in (False, True):
-        converter = tf.lite.TFLiteConverter.from_concrete_functions(
-            [tflite.model_function(classifier, SEQ_LEN)], tf.Module())
+        converter = tflite.converter(tflite.model_function(classifier, SEQ_LEN))
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
         converter._experimental_disable_per_channel_quantization_for_dense_layers = per_tensor
         bare = converter.convert()

@@ -18,10 +18,15 @@ its descriptive fallback when the model breaks a Task Library condition
 (`tflite_metadata.fitting_kind`). `convert(..., metadata=False)` gives the
 bare model (benchmarks at batch > 1).
 
-The graph is the model at batch 1 and a fixed length, with its variables
-frozen to constants first (`convert_variables_to_constants_v2`): handing the
-converter a Keras 3 model's live variables leaves READ_VARIABLE ops behind,
-which breaks calibration of the int8 flavour.
+The graph is the model at batch 1 and a fixed length. The converter gets the
+traced function with the variables it reads held by a `tf.Module` (`converter`):
+its SavedModel route saves them as a checkpoint and freezes them itself. Handing it
+a Keras 3 model as the holder leaves READ_VARIABLE ops behind, which breaks the int8
+flavour's calibration; freezing the function first (`convert_variables_to_constants_v2`)
+gives the same TFLite graph, but the converter then writes every weight into a
+GraphDef, saves and loads it, which made each conversion 3-4 times slower
+(docs/measurements.md). The text-in flavour's function, whose lookup tables a
+`tf.Module` of variables does not hold, is frozen first.
 
 dynamic_int8: TF 2.20 quantises dense weights per output channel, which makes
 FULLY_CONNECTED version 12; the Task Library's runtime (tflite-support 0.4.4)
@@ -214,7 +219,8 @@ def calibrated_mask_value(model: BertModel, rows: Sequence[dict[str, np.ndarray]
 def model_function(model: BertModel, max_seq_len: int, batch_size: int = 1,
                    mask_value: Optional[float] = None, task: Optional[TaskType] = None,
                    integer: bool = False):
-    """A frozen concrete function: 3 x int32 [batch, L] -> the task's TFLite outputs.
+    """A concrete function: 3 x int32 [batch, L] -> the task's TFLite outputs; convert it
+    with `converter`, which hands the converter the variables it reads.
 
     mask_value: the additive attention mask to trace with (None: the encoder's).
     integer: trace the integer-friendly graph (`BertModel(integer_friendly=True)`; the same
@@ -237,7 +243,15 @@ def model_function(model: BertModel, max_seq_len: int, batch_size: int = 1,
 
     ranges = getattr(model, "quant_ranges", None)
     with ranges.converter_trace() if ranges is not None else contextlib.nullcontext():
-        return convert_variables_to_constants_v2(predict.get_concrete_function())
+        return predict.get_concrete_function()
+
+
+def converter(fn) -> tf.lite.TFLiteConverter:
+    """A TFLite converter for `fn` (a concrete function, frozen or not) that takes the
+    SavedModel route with the variables `fn` reads (see the module docstring)."""
+    holder = tf.Module()
+    holder.read_variables = list(fn.variables)
+    return tf.lite.TFLiteConverter.from_concrete_functions([fn], holder)
 
 
 def text_model_function(model: BertModel, max_seq_len: int, is_pair: bool,
@@ -306,9 +320,9 @@ def convert(model: BertModel, fmt: str, max_seq_len: int,
         fn = model_function(model, max_seq_len, batch_size, mask_value=mask_value, task=task,
                             integer=flavour.integer)
         in_names = INPUT_NAMES
-    converter = tf.lite.TFLiteConverter.from_concrete_functions([fn], tf.Module())
-    configure(converter, rows)
-    flat = name_io(converter.convert(), list(task.tflite_outputs_names()), in_names)
+    conv = converter(fn)
+    configure(conv, rows)
+    flat = name_io(conv.convert(), list(task.tflite_outputs_names()), in_names)
     if not metadata:
         return flat
     if flavour.text_input:
@@ -570,7 +584,7 @@ def write_tflite(flat: bytes, path: str) -> str:
     return files.absolute(path)
 
 
-__all__: Sequence[str] = ["convert", "TFLiteRunner", "name_io", "model_function",
+__all__: Sequence[str] = ["convert", "converter", "TFLiteRunner", "name_io", "model_function",
                           "text_model_function", "attach_metadata", "metadata_kind",
                           "tensor_types", "operators", "custom_operators", "write_tflite",
                           "TEXT_CUSTOM_OPS"]
