@@ -18,6 +18,7 @@ import pytest
 import tensorflow as tf
 from export_helpers import L, fit_toy_classifier, float_ops, small_config, toy_task, unique
 from tensorflow.lite.tools import flatbuffer_utils
+from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
 from tinybert_tf.export import (
     DEFAULT_FORMATS,
@@ -522,6 +523,30 @@ def test_integer_friendly_trace_is_the_same_maths(exported):
     avoided = {"LESS", "SELECT", "SELECT_V2", "NEG", "SQUARED_DIFFERENCE", "CAST"}
     assert avoided & op_names(plain)
     assert not avoided & op_names(flat), op_names(flat)
+
+
+def test_converter_with_the_variables_gives_the_frozen_graph(exported):
+    """`converter` hands the converter the variables the function reads instead of a
+    frozen copy: the same operators in the same order and the same outputs as freezing
+    first, no variable ops left, and the serving SignatureDef an app calls."""
+    model, dev = exported["model"], exported["dev"][:16]
+    x = pack_texts(load_tokenizer(model, L), dev, None, L)
+    fn = model_function(model, L)
+    held = converter(fn).convert()
+    frozen = tf.lite.TFLiteConverter.from_concrete_functions(
+        [convert_variables_to_constants_v2(fn)], tf.Module()).convert()
+
+    def ops_in_order(flat):
+        m = flatbuffer_utils.read_model_from_bytearray(bytearray(flat))
+        return [flatbuffer_utils.opcode_to_name(m, op.opcodeIndex)
+                for sg in m.subgraphs for op in sg.operators]
+
+    assert ops_in_order(held) == ops_in_order(frozen)
+    assert not {"READ_VARIABLE", "VAR_HANDLE"} & op_names(held)
+    from ai_edge_litert.interpreter import Interpreter
+    assert list(Interpreter(model_content=held).get_signature_list()) == ["serving_default"]
+    np.testing.assert_array_equal(TFLiteRunner(name_io(held, ["probabilities"])).predict(x),
+                                  TFLiteRunner(name_io(frozen, ["probabilities"])).predict(x))
 
 
 def op_names(flat: bytes) -> set[str]:

@@ -20,13 +20,15 @@ bare model (benchmarks at batch > 1).
 
 The graph is the model at batch 1 and a fixed length. The converter gets the
 traced function with the variables it reads held by a `tf.Module` (`converter`):
-its SavedModel route saves them as a checkpoint and freezes them itself. Handing it
-a Keras 3 model as the holder leaves READ_VARIABLE ops behind, which breaks the int8
-flavour's calibration; freezing the function first (`convert_variables_to_constants_v2`)
-gives the same TFLite graph, but the converter then writes every weight into a
-GraphDef, saves and loads it, which made each conversion 3-4 times slower
-(docs/measurements.md). The text-in flavour's function, whose lookup tables a
-`tf.Module` of variables does not hold, is frozen first.
+its SavedModel route saves them as a checkpoint and freezes them itself. Other
+holders fail: with an empty `tf.Module` the converter cannot save the function and
+falls back to a route whose model has no SignatureDef (int8 calibration, which
+feeds the signature, then fails); the Keras model as holder leaves READ_VARIABLE
+ops behind. Freezing the function first (`convert_variables_to_constants_v2`) gives
+the same TFLite graph, but the converter then writes every weight into a GraphDef,
+saves it and loads it back: 3-4 times slower per conversion (docs/measurements.md).
+The text-in flavour's function, whose lookup tables a `tf.Module` of variables does
+not hold, is frozen first.
 
 dynamic_int8: TF 2.20 quantises dense weights per output channel, which makes
 FULLY_CONNECTED version 12; the Task Library's runtime (tflite-support 0.4.4)
