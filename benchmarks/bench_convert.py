@@ -86,7 +86,8 @@ def main() -> None:
              ("int8", quantized, "int8")]
     print(f"host: {os.cpu_count()} cores; run {args.run_dir}; seq {args.seq}; "
           f"{args.rounds} rounds, interleaved")
-    print(f"{'flavour':10} {'variables held':>15} {'frozen first':>13} {'ratio':>6}  same graph, outputs")
+    print(f"{'flavour':10} {'variables held':>15} {'frozen first':>13} {'ratio':>6}  "
+          "same graph, outputs")
     for name, model, fmt in cases:
         seconds = {way: [] for way in WAYS}
         flats = {}
