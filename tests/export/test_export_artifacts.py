@@ -535,12 +535,6 @@ def test_converter_with_the_variables_gives_the_frozen_graph(exported):
     held = converter(fn).convert()
     frozen = tf.lite.TFLiteConverter.from_concrete_functions(
         [convert_variables_to_constants_v2(fn)], tf.Module()).convert()
-
-    def ops_in_order(flat):
-        m = flatbuffer_utils.read_model_from_bytearray(bytearray(flat))
-        return [flatbuffer_utils.opcode_to_name(m, op.opcodeIndex)
-                for sg in m.subgraphs for op in sg.operators]
-
     assert ops_in_order(held) == ops_in_order(frozen)
     assert not {"READ_VARIABLE", "VAR_HANDLE"} & op_names(held)
     from ai_edge_litert.interpreter import Interpreter
@@ -549,10 +543,14 @@ def test_converter_with_the_variables_gives_the_frozen_graph(exported):
                                   TFLiteRunner(name_io(frozen, ["probabilities"])).predict(x))
 
 
-def op_names(flat: bytes) -> set[str]:
+def ops_in_order(flat: bytes) -> list[str]:
     model = flatbuffer_utils.read_model_from_bytearray(bytearray(flat))
-    return {flatbuffer_utils.opcode_to_name(model, op.opcodeIndex)
-            for sg in model.subgraphs for op in sg.operators}
+    return [flatbuffer_utils.opcode_to_name(model, op.opcodeIndex)
+            for sg in model.subgraphs for op in sg.operators]
+
+
+def op_names(flat: bytes) -> set[str]:
+    return set(ops_in_order(flat))
 
 
 # What an app can hand the text-in model, fed as the TFLite interpreter takes it (resized
