@@ -5,7 +5,8 @@ phase ends with the weights of an uninterrupted one; with length-bucketed batche
 (masked losses) the train step is traced at most once per bucket, across epochs and
 resumes, and XLA sees at most one shape per bucket; a diverging phase stops at the
 step it diverged, keeping its last finite checkpoint; an undefined dev metric never
-selects a checkpoint."""
+selects a checkpoint; a stop at a step due a dev evaluation is evaluated on resume, so
+the resumed phase selects among the same evaluations."""
 from __future__ import annotations
 
 import os
@@ -21,6 +22,7 @@ from tinybert_tf.config import BertConfig
 from tinybert_tf.data import buckets
 from tinybert_tf.distill import Distiller, LossTerm, make_terms
 from tinybert_tf.models import BertModel
+from tinybert_tf.pipeline.training import loop
 from tinybert_tf.pipeline.training.loop import (
     PREEMPTED_EXIT_CODE,
     Diverged,
@@ -129,6 +131,57 @@ def test_sigterm_stops_at_a_step_boundary_and_the_resume_matches(tmp_path, refer
     assert _run(resumed)["steps"] == STEPS_PER_EPOCH * EPOCHS
     assert resumed.model.train_traces <= len(BOUNDARIES)  # a resume too
     _assert_same(_weights(resumed), _weights(reference))
+
+
+def _evaluated_phase(directory: str, eval_every: int, best: list) -> Phase:
+    """A phase whose dev metric is a function of its student's weights, so a resume
+    that evaluates the same steps selects the same one."""
+    holder: dict = {}
+
+    def evaluate():
+        student = holder["phase"].model.student
+        return {"metric": float(-sum(np.abs(v.numpy()).sum() for v in student.weights))}
+
+    phase = _phase(directory, evaluate=evaluate, eval_every=eval_every,
+                   select_metric="metric", on_best=lambda m: best.append(m["metric"]))
+    holder["phase"] = phase
+    return phase
+
+
+@pytest.mark.parametrize("eval_every,stop", [(0, STEPS_PER_EPOCH), (1, 2)],
+                         ids=["epoch_end", "eval_every"])
+def test_a_stop_at_an_evaluation_step_is_evaluated_on_resume(tmp_path, monkeypatch,
+                                                             eval_every, stop):
+    """A SIGTERM stop at a step that is due a dev evaluation saves its checkpoint
+    before the evaluation; the resume runs it, so both runs select among the same
+    evaluations."""
+    best_ref: list = []
+    ref = _run(_evaluated_phase(str(tmp_path / "ref" / "phase"), eval_every, best_ref))
+
+    sent = []
+    forward = loop._Runner.forward_stop_request
+
+    def stop_before(runner):  # the SIGTERM arrives as step `stop` begins
+        if not sent and int(runner.step.numpy()) == stop - 1:
+            sent.append(True)
+            os.kill(os.getpid(), signal.SIGTERM)
+        forward(runner)
+
+    monkeypatch.setattr(loop._Runner, "forward_stop_request", stop_before)
+    directory = str(tmp_path / "stopped" / "phase")
+    best: list = []
+    with pytest.raises(Preempted) as stopped:
+        _run(_evaluated_phase(directory, eval_every, best))
+    assert stopped.value.step == stop
+    monkeypatch.undo()
+
+    resumed = _run(_evaluated_phase(directory, eval_every, best))
+    steps = [e["step"] for e in ref["evals"]]
+    assert steps == ([STEPS_PER_EPOCH, 2 * STEPS_PER_EPOCH] if not eval_every
+                     else list(range(1, STEPS_PER_EPOCH * EPOCHS + 1)))
+    assert [e["step"] for e in resumed["evals"]] == steps
+    assert resumed["best"]["step"] == ref["best"]["step"]
+    np.testing.assert_allclose(best, best_ref, rtol=1e-6)
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,8 @@ travels with the next step's all-reduce of the loss counts (the Distiller's
 `watch_stop_requests`), so every worker learns of it at the same step; each
 then saves a checkpoint of that step and `Preempted` ends the process with
 PREEMPTED_EXIT_CODE (75). Re-running the same command resumes from that
-checkpoint to the same final weights as an uninterrupted run. A second SIGTERM
+checkpoint to the same final weights as an uninterrupted run (a stop at a step
+due a dev evaluation runs that evaluation on resume). A second SIGTERM
 ends the process at once; if the step boundary is not reached within
 `stop_grace_seconds` (a step blocked on a dead peer), the process exits with
 143 (128 + SIGTERM) and the previous checkpoint is the resume point.
@@ -516,6 +517,16 @@ class _Runner:
             files.write_json_atomic(self.state_path, self.state)
         return metrics
 
+    def _eval_due(self, step: int) -> bool:
+        """Whether the phase evaluates after `step`: every --eval_every steps, else at
+        each epoch's end (the last step is evaluated after the loop either way)."""
+        phase = self.phase
+        if phase.evaluate is None:
+            return False
+        if phase.eval_every:
+            return step % phase.eval_every == 0
+        return step % phase.steps_per_epoch == 0
+
     # --- the loop ---------------------------------------------------------------
     def run(self) -> dict[str, Any]:
         result = self._run()
@@ -531,6 +542,12 @@ class _Runner:
         if files.isfile(done_path) and step >= total:
             log.info("%s: already finished (%d steps); skipping", phase.name, step)
             return files.read_json(done_path, error=TrainingStateError, expect=dict)
+        if 0 < step < total and self._eval_due(step) and not any(
+                e.get("step") == step for e in self.state.get("evals", [])):
+            # A stop (SIGTERM) at an evaluation step saves its checkpoint before that
+            # evaluation runs; run it now, on the same weights, so the resumed phase
+            # selects among the same evaluations as an uninterrupted one.
+            self.run_eval(step)
         while step < total:
             epoch, offset = divmod(step, phase.steps_per_epoch)
             steps = min(phase.steps_per_epoch - offset, total - step)
