@@ -16,6 +16,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+from tinybert_tf.startup import use_project_environment  # noqa: E402
+
+use_project_environment()
+
 
 def rate(ds) -> tuple[int, float]:
     t = time.perf_counter()

@@ -35,6 +35,10 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+from tinybert_tf.startup import use_project_environment  # noqa: E402
+
+use_project_environment()
+
 H200_BF16_DENSE = 989e12  # FLOP/s, NVIDIA H200 SXM datasheet (1,979 with 2:4 sparsity)
 MFU = 0.40
 SEQ, BATCH, SHARDS = 128, 256, 8

@@ -31,6 +31,10 @@ REPO = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path.insert(0, REPO)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+from tinybert_tf.startup import use_project_environment  # noqa: E402
+
+use_project_environment()
+
 FIXTURE = os.path.join(REPO, "tests", "fixtures", "own_data")
 TRAIN, DEV = "news_ner_train.conll", "news_ner_dev.conll"
 

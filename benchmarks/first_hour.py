@@ -39,6 +39,12 @@ import tempfile
 import time
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, REPO)
+
+from tinybert_tf.startup import use_project_environment  # noqa: E402
+
+use_project_environment()
+
 QUICKSTART = "configs/quickstart_text_classification.cfg"
 TEXTS = ["a gripping, funny film", "dull and overlong", "Café crème: un film charmant"]
 

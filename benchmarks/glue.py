@@ -36,6 +36,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # glue_meta, glue_results
 
+from tinybert_tf.startup import use_project_environment  # noqa: E402
+
+use_project_environment()
+
 from absl import app, flags  # noqa: E402
 from glue_meta import PAPER, PRIMARY, commit, host, run_distill  # noqa: E402
 

@@ -40,12 +40,15 @@ import sys
 import time
 from typing import Any, Optional
 
-import numpy as np
-
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # glue_meta, glue_results
 
+from tinybert_tf.startup import use_project_environment  # noqa: E402
+
+use_project_environment()
+
+import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402
 from glue_meta import PRIMARY, check_teacher_labels, commit, host, run_distill  # noqa: E402
 

@@ -19,12 +19,15 @@ import os
 import sys
 from typing import Any, Sequence
 
-import numpy as np
-
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from tinybert_tf.startup import use_project_environment  # noqa: E402
+
+use_project_environment()
+
+import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402
 
 FLAGS = flags.FLAGS

@@ -15,13 +15,17 @@ from __future__ import annotations
 import functools
 import json
 import os
+import sys
 from typing import Any, Sequence
 
-import numpy as np
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from tinybert_tf.startup import start_tensorflow
+from tinybert_tf.startup import start_tensorflow, use_project_environment  # noqa: E402
 
+use_project_environment()
 start_tensorflow()
+
+import numpy as np  # noqa: E402
 
 from tinybert_tf.config import get_config  # noqa: E402
 from tinybert_tf.data import buckets, glue_submission  # noqa: E402
@@ -274,6 +278,4 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == "__main__":
-    import sys
-
     main(sys.argv)

@@ -23,6 +23,10 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+from tinybert_tf.startup import use_project_environment  # noqa: E402
+
+use_project_environment()
+
 from tinybert_tf.data.corpus import iter_wiki_articles  # noqa: E402
 
 # Chosen by hand from the sample's titles: its biographies (Achilles, a hero of myth,

@@ -23,13 +23,18 @@ import os
 import re
 import sys
 
-import numpy as np
-from gensim.parsing.preprocessing import STOPWORDS
-from sklearn.feature_extraction.text import CountVectorizer, TfidfVectorizer
-from sklearn.linear_model import LogisticRegression
-from sklearn.preprocessing import OneHotEncoder, StandardScaler
-
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from tinybert_tf.startup import use_project_environment  # noqa: E402
+
+use_project_environment()
+
+import numpy as np  # noqa: E402
+from gensim.parsing.preprocessing import STOPWORDS  # noqa: E402
+from sklearn.feature_extraction.text import CountVectorizer, TfidfVectorizer  # noqa: E402
+from sklearn.linear_model import LogisticRegression  # noqa: E402
+from sklearn.preprocessing import OneHotEncoder, StandardScaler  # noqa: E402
+
 from tinybert_tf.data import wiki_pairs  # noqa: E402
 from tinybert_tf.models.checkpoint import load_tokenizer  # noqa: E402
 

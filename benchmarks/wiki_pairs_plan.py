@@ -42,13 +42,17 @@ import os
 import sys
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from tinybert_tf.startup import use_project_environment  # noqa: E402
+
+use_project_environment()
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from tinybert_tf.config import get_config  # noqa: E402
 from tinybert_tf.data import wiki_pairs  # noqa: E402
 from tinybert_tf.distill import Distiller, create_optimizer, make_terms  # noqa: E402

@@ -32,7 +32,13 @@ import os
 import subprocess
 import sys
 
-import numpy as np
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from tinybert_tf.startup import use_project_environment  # noqa: E402
+
+use_project_environment()
+
+import numpy as np  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VARIANTS = {
