@@ -21,6 +21,9 @@ GLUE submission format (`<model>/<Task>.tsv`, `<model>/dev/<Task>.tsv`: `index`,
 metrics, sizes, batch-1 latencies, host and commands. Test labels are never read: the
 test predictions are scored outside the project. --train_limit=SST-2:8000 trains on a
 seeded subset of a task's training set (dev and test stay whole).
+--config=configs/glue_minilm_long.cfg runs the task stage about five times as long
+(five intermediate epochs, N_a = 4); docs/measurements.md gives what each costs and
+keeps.
 """
 from __future__ import annotations
 

@@ -16,9 +16,10 @@ FLOPs, batch-1 TFLite float32 latency against the teacher's, timed interleaved w
 the same thread count as benchmarks/glue.py's table, and paired dev comparisons
 (glue_paired.py) against its no-KD twin, the table's teacher (its `teacher/`
 predictions, which this script does not write) and the table's student. With
---int8_name, RUN's int8 TFLite file is scored too, against the table's float student
-and its int8 file: how a quantize stage run with other settings on a copy of the
-table's run compares. Test labels are never read.
+--int8_name, RUN's int8 TFLite file is scored too, against RUN's own float student,
+the table's float student and the table's int8 file: what quantizing RUN's student
+loses, and how a quantize stage run with other settings on a copy of the table's run
+compares. Test labels are never read.
 """
 from __future__ import annotations
 
@@ -46,8 +47,8 @@ flags.DEFINE_string("finetuned_dir", "", "The same student fine-tuned without a 
                     "(a bin/distill output folder); empty: not scored.")
 flags.DEFINE_string("name", None, "The student's name in the results (a folder name).")
 flags.DEFINE_string("int8_name", "", "Also score RUN's int8 TFLite file "
-                    "(export/model_int8.tflite) under this name, paired against the "
-                    "table's float student and its int8 file (e.g. "
+                    "(export/model_int8.tflite) under this name, paired against "
+                    "RUN's float student, the table's float student and its int8 file (e.g. "
                     "tinybert_int8_qat_tflite for a quantize stage that trained the "
                     "weights); empty: not scored.")
 flags.DEFINE_string("results_dir", os.path.join(ROOT, "benchmarks", "results", "glue"),
@@ -132,7 +133,8 @@ def main(argv: list[str]) -> None:
     pairs = [f"{FLAGS.name}:{FLAGS.name}_no_kd", f"{FLAGS.name}:teacher",
              f"tinybert:{FLAGS.name}"]
     if FLAGS.int8_name:
-        pairs += [f"{FLAGS.int8_name}:tinybert", f"{FLAGS.int8_name}:tinybert_int8_tflite"]
+        pairs += [f"{FLAGS.int8_name}:{FLAGS.name}", f"{FLAGS.int8_name}:tinybert",
+                  f"{FLAGS.int8_name}:tinybert_int8_tflite"]
     out["paired"] = glue_paired.task_pairs(FLAGS.task, out, FLAGS.glue_dir, FLAGS.results_dir,
                                            pairs)
     os.makedirs(FLAGS.results_dir, exist_ok=True)
