@@ -525,6 +525,42 @@ def test_integer_friendly_trace_is_the_same_maths(exported):
     assert not avoided & op_names(flat), op_names(flat)
 
 
+def test_conversions_and_runners_print_none_of_tflites_native_notices(exported, capfd):
+    """TFLite's converter, calibrator and interpreter write notices to file descriptor 2
+    from C++ on every success (tflite.TFLITE_NOISE): a calibrated int8 conversion and a
+    runner's start leave none of them, nor tf.lite.Interpreter's deprecation warning;
+    any other line written to descriptor 2 meanwhile is kept."""
+    import warnings
+
+    from tinybert_tf.export.tflite import TFLITE_NOISE, quiet_tflite
+    model = exported["model"]
+    x = pack_texts(load_tokenizer(model, L), exported["dev"][:8], None, L)
+    capfd.readouterr()
+    flat = convert_tflite(model, "int8", L, representative=[x])
+    TFLiteRunner(flat).predict(x)
+    err = capfd.readouterr().err
+    assert not [line for line in err.splitlines() if TFLITE_NOISE.search(line)], err
+    assert "Interpreter is deprecated" not in err
+    with warnings.catch_warnings(record=True) as shown:
+        warnings.simplefilter("always")
+        with quiet_tflite():
+            _write_noise_and_news()
+    assert capfd.readouterr().err == "keep: a converter error\n"
+    assert [str(w.message) for w in shown] == ["keep: our own warning"]
+
+
+def _write_noise_and_news():
+    """One line of TFLite's noise and the deprecation warning; one line and one warning
+    that are news."""
+    import warnings
+    os.write(2, b"W0000 00:00:1.0 1 tf_tfl_flatbuffer_helpers.cc:364] Ignored "
+                b"output_format.\n")
+    os.write(2, b"keep: a converter error\n")
+    warnings.warn("    Warning: tf.lite.Interpreter is deprecated and is scheduled",
+                  UserWarning)
+    warnings.warn("keep: our own warning", UserWarning)
+
+
 def test_converter_with_the_variables_gives_the_frozen_graph(exported):
     """`converter` hands the converter the variables the function reads instead of a
     frozen copy: the same operators in the same order and the same outputs as freezing

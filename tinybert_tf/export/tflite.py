@@ -74,6 +74,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import re
 import warnings
 from typing import Any, Callable, Iterable, Optional, Sequence, Union
 
@@ -91,7 +92,32 @@ from tinybert_tf.models.checkpoint import load_tokenizer
 from tinybert_tf.models.encoder import INPUT_NAMES, BertModel
 from tinybert_tf.models.layers import MASK_VALUE
 from tinybert_tf.models.quantization import is_quantized
+from tinybert_tf.startup import filtered_stderr
 from tinybert_tf.tasks import TaskType
+
+# What TensorFlow Lite's converter, calibrator and interpreter write to file descriptor 2
+# from C++ on every successful conversion or interpreter start, which no Python logging
+# level reaches: absl's notice that it logs before initialisation, the converter's
+# "Ignored output_format / drop_control_dependency" (flags the v2 converter does not
+# use), MLIR's pass notice, the calibrator's settings line and XNNPACK's start. Every
+# other line (an error, a warning of ours) is written through.
+TFLITE_NOISE = re.compile(
+    r"(^WARNING: All log messages before absl::InitializeLog\(\) is called are written to "
+    r"STDERR|tf_tfl_flatbuffer_helpers\.cc:\d+\] Ignored (output_format|"
+    r"drop_control_dependency)\.|mlir_graph_optimization_pass\.cc:\d+\] MLIR V1 "
+    r"optimization pass is not enabled|^fully_quantize: \d+, inference_type: |"
+    r"^INFO: Created TensorFlow Lite XNNPACK delegate for CPU\.)")
+
+
+@contextlib.contextmanager
+def quiet_tflite():
+    """Inside the block, TFLITE_NOISE's lines are dropped from file descriptor 2, and the
+    deprecation warning of tf.lite.Interpreter, which int8 calibration inside the
+    converter creates (this package runs models with ai-edge-litert), is not shown."""
+    with warnings.catch_warnings(), filtered_stderr(TFLITE_NOISE):
+        warnings.filterwarnings("ignore", message=r"\s*Warning: tf\.lite\.Interpreter is "
+                                "deprecated", category=UserWarning)
+        yield
 
 
 @dataclasses.dataclass(frozen=True)
@@ -324,7 +350,9 @@ def convert(model: BertModel, fmt: str, max_seq_len: int,
         in_names = INPUT_NAMES
     conv = converter(fn)
     configure(conv, rows)
-    flat = name_io(conv.convert(), list(task.tflite_outputs_names()), in_names)
+    with quiet_tflite():
+        flat = conv.convert()
+    flat = name_io(flat, list(task.tflite_outputs_names()), in_names)
     if not metadata:
         return flat
     if flavour.text_input:
@@ -492,9 +520,10 @@ class TFLiteRunner:
         # The interpreter's own default is one thread; a 2-core box runs the
         # student ~1.9x faster with both (measured: 20.4 -> 11.1 ms, seq 128).
         self.num_threads = int(num_threads or os.cpu_count() or 1)
-        self.interpreter = InterpreterWithCustomOps(
-            custom_op_registerers=list(tf_text.tflite_registrar.SELECT_TFTEXT_OPS),
-            num_threads=self.num_threads, **kwargs)
+        with quiet_tflite():
+            self.interpreter = InterpreterWithCustomOps(
+                custom_op_registerers=list(tf_text.tflite_registrar.SELECT_TFTEXT_OPS),
+                num_threads=self.num_threads, **kwargs)
         details = {d["name"]: d for d in self.interpreter.get_input_details()}
         self.text_input = TEXT_INPUT_NAMES[0] in details
         names = [n for n in TEXT_INPUT_NAMES if n in details] if self.text_input else INPUT_NAMES
@@ -509,7 +538,8 @@ class TFLiteRunner:
         if batch_size != self.batch_size:
             raise ExportError(f"this TFLite model was converted for batch {self.batch_size}, "
                               f"not {batch_size}; convert(..., batch_size={batch_size}).")
-        self.interpreter.allocate_tensors()
+        with quiet_tflite():  # XNNPACK starts here
+            self.interpreter.allocate_tensors()
         outputs = self.interpreter.get_output_details()
         self.output_index = {d["name"]: d["index"] for d in outputs}
         self.output_names = [d["name"] for d in outputs]
