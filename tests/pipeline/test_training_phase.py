@@ -142,7 +142,7 @@ def _evaluated_phase(directory: str, eval_every: int, best: list) -> Phase:
         student = holder["phase"].model.student
         return {"metric": float(-sum(np.abs(v.numpy()).sum() for v in student.weights))}
 
-    phase = _phase(directory, evaluate=evaluate, eval_every=eval_every,
+    phase = _phase(directory, evaluate=evaluate, eval_every=eval_every, bucketed=False,
                    select_metric="metric", on_best=lambda m: best.append(m["metric"]))
     holder["phase"] = phase
     return phase
