@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import unicodedata
+import warnings
 
 import keras
 import numpy as np
@@ -530,8 +531,6 @@ def test_conversions_and_runners_print_none_of_tflites_native_notices(exported, 
     from C++ on every success (tflite.TFLITE_NOISE): a calibrated int8 conversion and a
     runner's start leave none of them, nor tf.lite.Interpreter's deprecation warning;
     any other line written to descriptor 2 meanwhile is kept."""
-    import warnings
-
     from tinybert_tf.export.tflite import TFLITE_NOISE, quiet_tflite
     model = exported["model"]
     x = pack_texts(load_tokenizer(model, L), exported["dev"][:8], None, L)
@@ -552,7 +551,6 @@ def test_conversions_and_runners_print_none_of_tflites_native_notices(exported, 
 def _write_noise_and_news():
     """One line of TFLite's noise and the deprecation warning; one line and one warning
     that are news."""
-    import warnings
     os.write(2, b"W0000 00:00:1.0 1 tf_tfl_flatbuffer_helpers.cc:364] Ignored "
                 b"output_format.\n")
     os.write(2, b"keep: a converter error\n")

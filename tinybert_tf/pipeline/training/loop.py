@@ -242,7 +242,7 @@ class _PhaseCallback(keras.callbacks.Callback):
             r.stop_at(step)
             self.model.stop_training = True
             return
-        if r.phase.eval_every and step % r.phase.eval_every == 0:
+        if r.phase.eval_every and r.eval_due(step):  # the epoch's end: the loop's
             r.run_eval(step)
         if step % r.checkpoint_every == 0 and step < r.phase.total_steps:
             r.save(step)
@@ -517,7 +517,7 @@ class _Runner:
             files.write_json_atomic(self.state_path, self.state)
         return metrics
 
-    def _eval_due(self, step: int) -> bool:
+    def eval_due(self, step: int) -> bool:
         """Whether the phase evaluates after `step`: every --eval_every steps, else at
         each epoch's end (the last step is evaluated after the loop either way)."""
         phase = self.phase
@@ -542,7 +542,7 @@ class _Runner:
         if files.isfile(done_path) and step >= total:
             log.info("%s: already finished (%d steps); skipping", phase.name, step)
             return files.read_json(done_path, error=TrainingStateError, expect=dict)
-        if 0 < step < total and self._eval_due(step) and not any(
+        if 0 < step < total and self.eval_due(step) and not any(
                 e.get("step") == step for e in self.state.get("evals", [])):
             # A stop (SIGTERM) at an evaluation step saves its checkpoint before that
             # evaluation runs; run it now, on the same weights, so the resumed phase
@@ -571,9 +571,8 @@ class _Runner:
             step = new_step
             if self.stopped_at is not None:
                 return {}
-            if step % phase.steps_per_epoch == 0 or step >= total:
-                if not phase.eval_every:
-                    self.run_eval(step)
+            if not phase.eval_every and (self.eval_due(step) or step >= total):
+                self.run_eval(step)
             self.save(step)
         evals = self.state.get("evals", [])
         if phase.evaluate is not None and (not evals or evals[-1]["step"] != step):
