@@ -37,8 +37,8 @@ import importlib.util
 import logging
 import os
 import re
+import subprocess
 import sys
-import tempfile
 import types
 from typing import Iterator, Pattern
 
@@ -122,26 +122,51 @@ def nvidia_driver_present() -> bool:
     return any(os.path.exists(p) for p in _DRIVER_PATHS)
 
 
+# The filter behind `filtered_stderr`: a separate Python (no site, no environment) that
+# copies every line of its stdin to its stdout unless the pattern in argv matches it.
+_LINE_FILTER = (
+    "import re, sys\n"
+    "drop = re.compile(sys.argv[1], int(sys.argv[2]))\n"
+    "out = sys.stdout.buffer\n"
+    "for line in sys.stdin.buffer:\n"
+    "    if not drop.search(line.decode('utf-8', 'replace')):\n"
+    "        out.write(line)\n"
+    "        out.flush()\n")
+
+
 @contextlib.contextmanager
 def filtered_stderr(drop: Pattern[str] = CPU_ONLY_NOISE) -> Iterator[None]:
-    """Capture file descriptor 2 (C++ logging included) inside the block, then write
-    back every captured line that `drop` does not match."""
+    """Inside the block, file descriptor 2 (C++ logging included) goes through a filter
+    that writes on every line `drop` does not match, as it comes.
+
+    The filter is a child process reading a pipe, not a buffer read back at the end: when
+    the code inside crashes the process (a converter's segfault or failed check), the
+    lines it wrote before dying still reach the terminal, and a thread of this process
+    could not be relied on to run while C++ code holds the interpreter.
+    """
     sys.stderr.flush()
     saved = os.dup(2)
-    with tempfile.TemporaryFile() as captured:
-        os.dup2(captured.fileno(), 2)
+    try:
+        filt = subprocess.Popen(
+            [sys.executable, "-S", "-E", "-c", _LINE_FILTER, drop.pattern, str(int(drop.flags))],
+            stdin=subprocess.PIPE, stdout=saved, close_fds=True)
+    except OSError:
+        os.close(saved)  # no filter: nothing is captured, and nothing can be lost
+        yield
+        return
+    os.dup2(filt.stdin.fileno(), 2)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        filt.stdin.close()  # the filter sees the end of its input, writes the rest, exits
         try:
-            yield
-        finally:
-            sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
-            captured.seek(0)
-            kept = [line for line in captured.read().decode("utf-8", "replace")
-                    .splitlines(keepends=True) if not drop.search(line)]
-            if kept:
-                sys.stderr.write("".join(kept))
-                sys.stderr.flush()
+            filt.wait(timeout=30)
+        except subprocess.TimeoutExpired:  # a child of the block still holds the pipe
+            filt.kill()
+            filt.wait()
 
 
 def start_tensorflow() -> None:

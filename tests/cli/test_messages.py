@@ -7,6 +7,7 @@ import importlib
 import io
 import os
 import shutil
+import signal
 import subprocess
 import sys
 
@@ -25,6 +26,20 @@ def test_the_startup_filter_drops_the_cuda_probe_and_keeps_every_other_line(capf
                     b"cuda_platform.cc:51] failed call to cuInit: INTERNAL: CUDA error\n")
         os.write(2, b"keep: the last line\n")
     assert capfd.readouterr().err == "keep: a real warning\nkeep: the last line\n"
+
+
+def test_lines_written_before_a_crash_inside_the_filter_still_reach_stderr():
+    """A converter that aborts the process inside the block: what it wrote first is the
+    only account of why, so it must not die with the process."""
+    code = ("import os, re\nfrom tinybert_tf.startup import filtered_stderr\n"
+            "with filtered_stderr(re.compile('NOISE')):\n"
+            "    os.write(2, b'NOISE: dropped\\nF check failed: the reason\\n')\n"
+            "    os.abort()\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == -signal.SIGABRT, proc.stderr
+    assert "F check failed: the reason" in proc.stderr
+    assert "NOISE" not in proc.stderr
 
 
 @pytest.mark.skipif(startup.nvidia_driver_present(),
