@@ -12,9 +12,9 @@ TF_CPP_MIN_LOG_LEVEL=2 still shows):
 It is no error of the user's: the CPU is used, as it should be. The message
 is written by C++ straight to file descriptor 2, before any of our code runs,
 so `start_tensorflow()` makes that first query itself with descriptor 2
-captured, and writes back every captured line except the CUDA probe's. With
-an NVIDIA driver present (`/proc/driver/nvidia`, `/dev/nvidia0`) nothing is
-captured: there a CUDA error means something.
+going through a filter that passes every line but the CUDA probe's. With an
+NVIDIA driver present (`/proc/driver/nvidia`, `/dev/nvidia0`) nothing is
+filtered: there a CUDA error means something.
 
 Only the tools call it: a library must not initialise devices on import (a
 user configures logical devices before the first op), nor change other
@@ -151,7 +151,7 @@ def filtered_stderr(drop: Pattern[str] = CPU_ONLY_NOISE) -> Iterator[None]:
             [sys.executable, "-S", "-E", "-c", _LINE_FILTER, drop.pattern, str(int(drop.flags))],
             stdin=subprocess.PIPE, stdout=saved, close_fds=True)
     except OSError:
-        os.close(saved)  # no filter: nothing is captured, and nothing can be lost
+        os.close(saved)  # no filter: nothing is dropped, and nothing can be lost
         yield
         return
     os.dup2(filt.stdin.fileno(), 2)
