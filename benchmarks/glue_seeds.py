@@ -55,11 +55,15 @@ def _define_flags() -> None:
 
 def config_seed(config: str) -> int:
     """The `--seed=N` line of a flagfile (the seed of runs that give none)."""
-    with open(config, encoding="utf-8") as f:
-        for line in f:
-            found = re.fullmatch(r"\s*--seed=(\d+)\s*", line)
-            if found:
-                return int(found.group(1))
+    try:
+        with open(config, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except OSError as e:
+        raise ValueError(f"--config={config}: {e.strerror}") from None
+    for line in lines:
+        found = re.fullmatch(r"\s*--seed=(\d+)\s*", line)
+        if found:
+            return int(found.group(1))
     raise ValueError(f"{config}: no --seed=N line; give --config=<the flagfile the runs used>")
 
 
@@ -80,10 +84,15 @@ def seed_rows(results_dir: str, default: int) -> dict[str, dict[int, dict[str, A
     for path in paths:
         if not os.path.isfile(path):
             continue
-        with open(path, encoding="utf-8") as f:
-            results = json.load(f)
-        for task, entry in results.get("tasks", {}).items():
-            metric, seed = entry["primary_metric"], run_seed(entry, default)
+        try:
+            with open(path, encoding="utf-8") as f:
+                results = json.load(f)
+            found = {task: (entry["primary_metric"], run_seed(entry, default), entry)
+                     for task, entry in results["tasks"].items()}
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            raise ValueError(f"{path}: not a results.json of benchmarks/glue.py "
+                             f"({type(e).__name__}: {e})") from None
+        for task, (metric, seed, entry) in found.items():
             row: dict[str, Any] = {"folder": os.path.relpath(os.path.dirname(path), results_dir)}
             for name in MODELS:
                 dev = entry.get("models", {}).get(name, {}).get("dev", {})
@@ -173,7 +182,7 @@ def main(argv: Sequence[str]) -> None:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
     try:
         tasks = seed_rows(FLAGS.results_dir, config_seed(FLAGS.config))
-    except (OSError, ValueError) as e:
+    except ValueError as e:
         sys.exit(f"glue_seeds.py: {e}")
     if not tasks:
         sys.exit(f"glue_seeds.py: no results.json under {FLAGS.results_dir}; run "

@@ -85,3 +85,13 @@ def test_a_seed_in_two_folders_is_refused_naming_both(tmp_path):
 def test_the_default_seed_is_the_configs():
     seeds = _script()
     assert seeds.config_seed(os.path.join(REPO, "configs", "glue_minilm.cfg")) == 42
+
+
+def test_a_file_that_is_not_a_results_json_is_named(tmp_path):
+    seeds = _script()
+    folder = tmp_path / "seed3"
+    folder.mkdir()
+    (folder / "results.json").write_text('{"tasks": {"MRPC": {}}}')
+    with pytest.raises(ValueError, match=r"seed3/results.json: not a results.json of "
+                                         r"benchmarks/glue.py \(KeyError: 'primary_metric'\)"):
+        seeds.seed_rows(str(tmp_path), default=42)
