@@ -23,6 +23,7 @@ import json
 import math
 import os
 import re
+import statistics
 import sys
 from typing import Any, Optional, Sequence
 
@@ -64,7 +65,7 @@ def config_seed(config: str) -> int:
         found = re.fullmatch(r"\s*--seed=(\d+)\s*", line)
         if found:
             return int(found.group(1))
-    raise ValueError(f"{config}: no --seed=N line; give --config=<the flagfile the runs used>")
+    raise ValueError(f"--config={config}: no --seed=N line; give the flagfile the runs used")
 
 
 def run_seed(entry: dict[str, Any], default: int) -> int:
@@ -111,10 +112,10 @@ def seed_rows(results_dir: str, default: int) -> dict[str, dict[int, dict[str, A
 def spread(values: Sequence[float]) -> dict[str, Any]:
     """Mean, sample standard deviation and the t-based 95% interval of the mean."""
     n = len(values)
-    mean = sum(values) / n if n else math.nan
+    mean = statistics.fmean(values)
     out: dict[str, Any] = {"n": n, "mean": mean, "sd": None, "ci95": None}
     if n >= 2:
-        sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+        sd = statistics.stdev(values)
         half = stats.t.ppf(0.975, n - 1) * sd / math.sqrt(n)
         out.update(sd=sd, ci95=[mean - half, mean + half])
     return out
@@ -177,6 +178,17 @@ def markdown(tasks: dict[str, dict[int, dict[str, Any]]],
     return "\n".join(lines)
 
 
+def _rounded(value: Any) -> Any:
+    """`value` with every float to 3 decimals (seeds.json is read by people too)."""
+    if isinstance(value, float):
+        return round(value, 3)
+    if isinstance(value, dict):
+        return {k: _rounded(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_rounded(v) for v in value]
+    return value
+
+
 def main(argv: Sequence[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
@@ -189,8 +201,8 @@ def main(argv: Sequence[str]) -> None:
                  "benchmarks/glue.py first, or give --results_dir")
     summaries = {task: summarise(rows) for task, rows in tasks.items()}
     text = markdown(tasks, summaries)
-    out = {task: {"per_seed": {str(s): r for s, r in sorted(tasks[task].items())},
-                  "over_seeds": summaries[task]} for task in sorted(tasks)}
+    out = _rounded({task: {"per_seed": {str(s): r for s, r in sorted(tasks[task].items())},
+                           "over_seeds": summaries[task]} for task in sorted(tasks)})
     for name, body in (("seeds.json", json.dumps(out, indent=1, sort_keys=True) + "\n"),
                        ("seeds.md", text)):
         path = os.path.join(FLAGS.results_dir, name)
