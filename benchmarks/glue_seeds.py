@@ -163,8 +163,9 @@ def markdown(tasks: dict[str, dict[int, dict[str, Any]]],
                   "|---" * (len(MODELS) + 2) + "|"]
         for seed in sorted(rows):
             row = rows[seed]
+            share = "" if "retained" not in row else f"{row['retained']:.1f}%"
             lines.append(f"| {seed} | " + " | ".join(_cell(row.get(m)) for m in MODELS)
-                         + f" | {_cell(row.get('retained'))}% |")
+                         + f" | {share} |")
         lines.append("| mean ± sd | " + " | ".join(
             _mean_sd(summary[m]) if m in summary else "" for m in MODELS)
             + (f" | {_mean_sd(summary['retained'])}% |" if "retained" in summary else " | |"))
