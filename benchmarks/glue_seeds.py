@@ -55,7 +55,8 @@ def _define_flags() -> None:
 
 
 def config_seed(config: str) -> int:
-    """The `--seed=N` line of a flagfile (the seed of runs that give none)."""
+    """The `--seed=N` line of a flagfile (the seed of runs that give none). A flagfile
+    that sets its seed only in one it includes is refused with the fix: name that one."""
     try:
         with open(config, encoding="utf-8") as f:
             lines = f.read().splitlines()
@@ -65,7 +66,8 @@ def config_seed(config: str) -> int:
         found = re.fullmatch(r"\s*--seed=(\d+)\s*", line)
         if found:
             return int(found.group(1))
-    raise ValueError(f"--config={config}: no --seed=N line; give the flagfile the runs used")
+    raise ValueError(f"--config={config}: no --seed=N line; give the flagfile that sets "
+                     "the runs' seed (an included one is not read)")
 
 
 def run_seed(entry: dict[str, Any], default: int) -> int:
@@ -204,6 +206,8 @@ def main(argv: Sequence[str]) -> None:
     text = markdown(tasks, summaries)
     out = _rounded({task: {"per_seed": {str(s): r for s, r in sorted(tasks[task].items())},
                            "over_seeds": summaries[task]} for task in sorted(tasks)})
+    # Written here rather than with tinybert_tf.files' atomic writers (or the flagfile read
+    # with tinybert_tf.cli.flagfiles): those import TensorFlow, which this table needs not.
     for name, body in (("seeds.json", json.dumps(out, indent=1, sort_keys=True) + "\n"),
                        ("seeds.md", text)):
         path = os.path.join(FLAGS.results_dir, name)
