@@ -223,8 +223,8 @@ PRESETS: dict[str, BertConfig] = {
     # from its layers. One layer is the demo student (3.8x faster than the teacher
     # at batch 1); two layers stop near 2.7x.
     "minilm_2l_384d": BertConfig(num_layers=2, **_MINILM_WIDTH),
-    # Three layers (the teacher's 2, 4 and 6): about 2x faster than the teacher at
-    # batch 1, the edge of what a student of this teacher is for.
+    # Three layers (--init_from_teacher copies the teacher's layers 2, 4 and 6): about
+    # 2x faster than the teacher at batch 1 in TFLite (docs/measurements.md, MRPC).
     "minilm_3l_384d": BertConfig(num_layers=3, **_MINILM_WIDTH),
     "minilm_1l_384d": BertConfig(num_layers=1, **_MINILM_WIDTH),
     # 2 layers, 256 wide, 8 heads of 32 (the MiniLM teacher's head size).
