@@ -1,10 +1,17 @@
 """DistilBERT's student initialisation: copy the teacher's embeddings and every
-other transformer layer (Sanh et al. 2019, Sec. 3) when the widths match."""
+other transformer layer (Sanh et al. 2019, Sec. 3) when the widths match.
+
+A student with a narrower feed-forward block (intermediate_size below the
+teacher's) keeps, in each copied layer, the teacher's FFN units of largest
+weight norm (`ffn_units`); Sanh et al. copy whole layers only, so this is our
+extension, made for students that need fewer FLOPs per layer.
+"""
 from __future__ import annotations
 
 from typing import Optional, Sequence, Union
 
 import keras
+import numpy as np
 
 _EMBEDDING_PREFIXES = ("token_embedding/", "position_embedding/", "segment_embedding/",
                        "embeddings_layer_norm/")
@@ -12,18 +19,38 @@ _EMBEDDING_PREFIXES = ("token_embedding/", "position_embedding/", "segment_embed
 
 # What must match to copy teacher layers into a student (vocab_size is
 # checked on the built models: the pipeline gives the student the teacher's vocab).
-INIT_FIELDS = ("hidden_size", "intermediate_size", "num_heads")
+# intermediate_size may be smaller than the teacher's (see `ffn_units`), not larger.
+INIT_FIELDS = ("hidden_size", "num_heads")
+
+_FFN_IN = "feedforward_intermediate_dense/"
+_FFN_OUT_KERNEL = "feedforward_output_dense/kernel"
 
 
 def init_mismatch(student_config, teacher_config,
                   fields: Sequence[str] = INIT_FIELDS) -> Optional[tuple[str, int, int]]:
     """(field, student value, teacher value) of the first of `fields` that differs
-    between two BertConfigs, or None when the student can start from the teacher."""
+    between two BertConfigs, or of intermediate_size when the student's is larger;
+    None when the student can start from the teacher."""
     for field in fields:
         s, t = getattr(student_config, field), getattr(teacher_config, field)
         if s != t:
             return field, s, t
+    s, t = student_config.intermediate_size, teacher_config.intermediate_size
+    if s > t:
+        return "intermediate_size", s, t
     return None
+
+
+def ffn_units(w_in: np.ndarray, w_out: np.ndarray, keep: int) -> np.ndarray:
+    """Indices (ascending) of the `keep` FFN units with the largest ||w_in[:, j]|| *
+    ||w_out[j, :]||, a data-free magnitude score of unit j's contribution.
+
+    w_in: [hidden, intermediate] (the intermediate dense kernel);
+    w_out: [intermediate, hidden] (the output dense kernel). Ties go to the lower index.
+    """
+    score = np.linalg.norm(w_in, axis=0) * np.linalg.norm(w_out, axis=1)
+    order = np.argsort(-score, kind="stable")
+    return np.sort(order[:keep])
 
 
 def teacher_layers_for(layers: Union[str, Sequence[int]], num_student_layers: int,
@@ -53,8 +80,11 @@ def init_student_from_teacher(student: keras.Model, teacher: keras.Model,
     """Copy embeddings, the chosen teacher layers, and (when both have them) the
     pooler and MLM head into `student`. Returns the copied student layer names.
 
+    A student FFN narrower than the teacher's gets the `ffn_units` of each copied
+    teacher layer (the same units for its kernel, bias and output kernel).
+
     Raises ValueError (before copying anything) when the shapes differ, e.g.
-    different widths, FFN sizes, head counts or vocabularies.
+    different widths, head counts or vocabularies, or a wider FFN than the teacher's.
     """
     s_cfg, t_cfg = student.bert_config, teacher.bert_config
     mismatch = init_mismatch(s_cfg, t_cfg, INIT_FIELDS + ("vocab_size",))
@@ -69,6 +99,13 @@ def init_student_from_teacher(student: keras.Model, teacher: keras.Model,
     rename = {f"transformer_layer_{i}/": f"transformer_layer_{j}/"
               for i, j in enumerate(chosen)}
     s_weights, t_weights = student.weight_dict(), teacher.weight_dict()
+    units = {}  # teacher layer prefix -> the FFN units kept
+    if s_cfg.intermediate_size < t_cfg.intermediate_size:
+        for j in set(chosen):
+            prefix = f"transformer_layer_{j}/"
+            units[prefix] = ffn_units(t_weights[prefix + _FFN_IN + "kernel"].numpy(),
+                                      t_weights[prefix + _FFN_OUT_KERNEL].numpy(),
+                                      s_cfg.intermediate_size)
     pairs, copied = [], []
     for path, var in s_weights.items():
         source = None
@@ -87,6 +124,11 @@ def init_student_from_teacher(student: keras.Model, teacher: keras.Model,
         value = t_weights[source].numpy()
         if source.startswith("position_embedding/") and value.shape[0] > var.shape[0]:
             value = value[: var.shape[0]]
+        keep = units.get(source.split("/", 1)[0] + "/")
+        if keep is not None and _FFN_IN in source:
+            value = value[..., keep]  # kernel [hidden, intermediate] and bias [intermediate]
+        elif keep is not None and source.endswith(_FFN_OUT_KERNEL):
+            value = value[keep]
         if tuple(value.shape) != tuple(var.shape):
             raise ValueError(f"cannot copy teacher {source} {value.shape} into student "
                              f"{path} {tuple(var.shape)}.")

@@ -159,8 +159,12 @@ def general(ctx: Context) -> dict[str, Any]:
             copied = init_student_from_teacher(student, teacher, layers=layers)
             chosen = teacher_layers_for(layers, config.num_layers,
                                         teacher.bert_config.num_layers)
+            narrower = config.intermediate_size < teacher.bert_config.intermediate_size
+            ffn = (f"; each copied layer keeps the {config.intermediate_size} of the "
+                   f"teacher's {teacher.bert_config.intermediate_size} feed-forward units "
+                   "with the largest weight norms" if narrower else "")
             print(f"[general] student initialised from the teacher: copied "
-                  f"{describe_init(copied, chosen)}", flush=True)
+                  f"{describe_init(copied, chosen)}{ffn}", flush=True)
         if not recipe.teacher_forward:
             teacher = None
         distiller = make_distiller(ctx, student, teacher, spec) if spec is not None else None

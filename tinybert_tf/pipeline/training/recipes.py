@@ -105,11 +105,12 @@ class GeneralRecipe:
             mismatch = init_mismatch(student, teacher.config)
             if mismatch:
                 field, s, t = mismatch
+                fix = ("an intermediate_size of at most the teacher's"
+                       if field == "intermediate_size" else "the teacher's width")
                 errors.append(
                     f"{self.init_flag(config)} copies teacher layers into the student, but "
                     f"--student_config={config.models.student_config} has {field}={s} and "
-                    f"the teacher {t}; use a student of the teacher's width or another "
-                    "recipe.")
+                    f"the teacher {t}; use a student with {fix} or another recipe.")
         return errors
 
     def init_flag(self, config) -> str:
