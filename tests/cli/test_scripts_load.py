@@ -241,3 +241,32 @@ def test_glue_student_refuses_a_missing_int8_file_or_another_tasks_results(tmp_p
     last = done.stderr.strip().splitlines()[-1]
     assert "qat.json holds --name=qat on MRPC" in last and "--name=qat_sst-2" in last
     assert (tmp_path / "results" / "qat.json").read_text() == '{"task": "MRPC", "models": {}}'
+
+
+def test_bench_ffn_units_prunes_a_layer_as_zeroing_the_dropped_units_would():
+    """The pruned layer computes what the full layer computes with the dropped units'
+    output rows set to zero; keeping every unit gives the full layer back."""
+    from tinybert_tf.models.layers import TransformerLayer
+    bench = load_script(os.path.join(REPO, "benchmarks", "bench_ffn_units.py"))
+    rng = np.random.default_rng(0)
+    full = TransformerLayer(4, 8, 64, dropout=0.0, attention_dropout=0.0, name="full")
+    full.build((None, None, 32))
+    x = rng.normal(size=(2, 5, 32)).astype("float32")
+    mask = np.array([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]], "int32")
+    reference = full(x, mask)[0].numpy()
+    np.testing.assert_allclose(bench.pruned_layer(full, np.arange(64), 32)(x, mask)[0],
+                               reference, atol=1e-5)
+    kept = np.array([1, 4, 5, 20, 33, 63])
+    pruned = bench.pruned_layer(full, kept, 32)(x, mask)[0].numpy()
+    w_out = full.feedforward_output_dense.kernel
+    zeroed = w_out.numpy().copy()
+    zeroed[np.setdiff1d(np.arange(64), kept)] = 0.0
+    w_out.assign(zeroed)
+    np.testing.assert_allclose(pruned, full(x, mask)[0].numpy(), atol=1e-5)
+    assert np.abs(pruned - reference).max() > 1e-2
+    # Padded tokens are left out of the error.
+    a = np.zeros((1, 3, 2), "float32")
+    b = a.copy()
+    a[0, 0], a[0, 1] = [1, 0], [-1, 0]
+    b[0, 0], b[0, 1], b[0, 2] = [1, 0], [-1, 0.5], [100, 100]
+    assert bench.relative_error(b, a, np.array([[1, 1, 0]])) == pytest.approx(0.5 / np.sqrt(2))
