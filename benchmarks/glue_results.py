@@ -147,12 +147,21 @@ def latencies(models: dict[str, Any], max_seq_len: int) -> dict[str, float]:
     return {n: round(ms, 3) for n, ms in times.items()}
 
 
+def shape_name(config) -> str:
+    """"layers x width", with the feed-forward size where it is not BERT's 4 x width:
+    "2x384", "3x384, FFN 768"."""
+    name = f"{config.num_layers}x{config.hidden_size}"
+    if config.intermediate_size != 4 * config.hidden_size:
+        name += f", FFN {config.intermediate_size}"
+    return name
+
+
 def facts(model: BertModel, max_seq_len: int) -> dict[str, Any]:
     return {"params": count_params(model),
             "params_without_embeddings": count_params(model, exclude_embeddings=True),
             "gflops_per_example": round(flops_per_example(
                 model.bert_config, max_seq_len, model.num_labels or 0) / 1e9, 4),
-            "shape": f"{model.bert_config.num_layers}x{model.bert_config.hidden_size}"}
+            "shape": shape_name(model.bert_config)}
 
 
 def collect(task_name: str, run: dict[str, Any], results_dir: str, primary: str,

@@ -270,3 +270,11 @@ def test_bench_ffn_units_prunes_a_layer_as_zeroing_the_dropped_units_would():
     a[0, 0], a[0, 1] = [1, 0], [-1, 0]
     b[0, 0], b[0, 1], b[0, 2] = [1, 0], [-1, 0.5], [100, 100]
     assert bench.relative_error(b, a, np.array([[1, 1, 0]])) == pytest.approx(0.5 / np.sqrt(2))
+
+
+def test_glue_results_names_a_shape_with_its_ffn_only_where_it_is_not_4h():
+    from tinybert_tf.config import get_config
+    bench = load_script(os.path.join(REPO, "benchmarks", "glue_results.py"))
+    assert bench.shape_name(get_config("minilm_2l_384d")) == "2x384"
+    assert bench.shape_name(get_config("tinybert_4l_312d")) == "4x312, FFN 1200"
+    assert bench.shape_name(get_config("minilm_3l_384d_ffn768")) == "3x384, FFN 768"
