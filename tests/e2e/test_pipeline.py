@@ -233,6 +233,24 @@ def test_preflight_rejects_init_from_teacher_of_another_width(finished, tmp_path
     assert not os.path.exists(tmp_path / "w" / "general")
 
 
+def test_preflight_rejects_init_from_teacher_with_a_wider_ffn(finished, tmp_path, tiny_vocab):
+    """A student FFN narrower than the teacher's starts from its largest units; a wider
+    one cannot start from the teacher, and preflight says which field and the fix."""
+    from tinybert_tf.config import BertConfig
+    tmp, ns, _ = finished  # the tiny teacher: 32 wide, 4 heads, FFN 64
+    config = tmp_path / "wide_ffn.json"
+    config.write_text(BertConfig(vocab_size=len(tiny_vocab), hidden_size=32, num_layers=1,
+                                 num_heads=4, intermediate_size=128,
+                                 max_position_embeddings=64).to_json())
+    ns2 = type(ns)(**{**vars(ns), "output_dir": str(tmp_path / "w"), "stages": ["general"],
+                      "student_config": str(config), "init_from_teacher": True})
+    with pytest.raises(PreflightError, match=r"intermediate_size=128 and the teacher 64; "
+                                             r"use a student with an intermediate_size of "
+                                             r"at most the teacher's"):
+        run(ns2)
+    assert not os.path.exists(tmp_path / "w" / "general")
+
+
 def _event_tags(directory: str) -> set:
     import glob
 
