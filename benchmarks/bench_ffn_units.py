@@ -40,7 +40,7 @@ start_tensorflow()
 import numpy as np  # noqa: E402
 
 from tinybert_tf.data import polarity  # noqa: E402
-from tinybert_tf.distill.distilbert import ffn_units  # noqa: E402
+from tinybert_tf.distill.distilbert import ffn_units, slice_ffn  # noqa: E402
 from tinybert_tf.models.checkpoint import load_model, load_tokenizer  # noqa: E402
 from tinybert_tf.models.layers import TransformerLayer  # noqa: E402
 from tinybert_tf.tokenizer import pack_texts  # noqa: E402
@@ -55,12 +55,7 @@ def pruned_layer(full: TransformerLayer, units: np.ndarray, hidden: int) -> Tran
     source = {w.path.split(full.name + "/", 1)[1]: w.numpy() for w in full.weights}
     for w in layer.weights:
         key = w.path.split(layer.name + "/", 1)[1]
-        value = source[key]
-        if key.startswith("feedforward_intermediate_dense/"):
-            value = value[..., units]
-        elif key == "feedforward_output_dense/kernel":
-            value = value[units]
-        w.assign(value)
+        w.assign(slice_ffn(key, source[key], units))
     return layer
 
 

@@ -53,6 +53,17 @@ def ffn_units(w_in: np.ndarray, w_out: np.ndarray, keep: int) -> np.ndarray:
     return np.sort(order[:keep])
 
 
+def slice_ffn(path: str, value: np.ndarray, units: np.ndarray) -> np.ndarray:
+    """`value` of the layer weight at `path` cut to the FFN `units` when it is one of
+    the FFN's unit-indexed weights (the intermediate kernel [hidden, intermediate] and
+    bias [intermediate], the output kernel [intermediate, hidden]); else `value`."""
+    if _FFN_IN in path:
+        return value[..., units]
+    if path.endswith(_FFN_OUT_KERNEL):
+        return value[units]
+    return value
+
+
 def teacher_layers_for(layers: Union[str, Sequence[int]], num_student_layers: int,
                        num_teacher_layers: int) -> list[int]:
     """0-based teacher layer copied into each student layer.
@@ -125,10 +136,8 @@ def init_student_from_teacher(student: keras.Model, teacher: keras.Model,
         if source.startswith("position_embedding/") and value.shape[0] > var.shape[0]:
             value = value[: var.shape[0]]
         keep = units.get(source.split("/", 1)[0] + "/")
-        if keep is not None and _FFN_IN in source:
-            value = value[..., keep]  # kernel [hidden, intermediate] and bias [intermediate]
-        elif keep is not None and source.endswith(_FFN_OUT_KERNEL):
-            value = value[keep]
+        if keep is not None:
+            value = slice_ffn(source, value, keep)
         if tuple(value.shape) != tuple(var.shape):
             raise ValueError(f"cannot copy teacher {source} {value.shape} into student "
                              f"{path} {tuple(var.shape)}.")
