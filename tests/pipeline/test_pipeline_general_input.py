@@ -107,3 +107,32 @@ def test_file_sharded_workers_read_disjoint_shards_for_the_same_steps(tmp_path, 
                   for ds in general.general_input(ctx, tok, epoch=0, offset=0, steps=steps)]
     assert [len(rows) for rows in per_worker] == [steps * B // 2] * 2
     assert not set(per_worker[0]) & set(per_worker[1])  # each reads only its own files
+
+
+def test_a_step_cap_within_the_first_epoch_counts_the_corpus_only_that_far(tmp_path,
+                                                                           tiny_vocab):
+    source = write_corpus(str(tmp_path / "c.txt"), docs=40)
+    tok = load_tokenizer(tiny_flags(tmp_path, tiny_vocab).teacher, L)
+    whole = corpus.count_sequences(source, tok, L)
+    assert whole > 3 * B
+    assert corpus.count_sequences(source, tok, L, limit=3 * B) == 3 * B
+    assert corpus.count_sequences(source, tok, L, limit=whole + 5) == whole
+
+    capped = _context(tiny_flags(tmp_path, tiny_vocab, general_batch_size=B,
+                                 general_max_seq_len=L, general_max_steps=3, corpus=source))
+    spec = general.general_phase(capped)
+    # The phase is the one the whole count gives: 3 steps, all in epoch 1.
+    full = general.general_phase(capped, count=whole)
+    assert (spec.total_steps, spec.warmup_steps) == (full.total_steps, full.warmup_steps) == \
+        (3, full.warmup_steps)
+    assert spec.examples == 3 * B and spec.extra["sequences_at_least"] == 3 * B
+    assert "--general_max_steps=3" in spec.note
+    record = general.read_json(capped.state.path("general", general.CORPUS_COUNT))
+    assert (record["sequences"], record["complete"]) == (3 * B, False)
+
+    # Without the cap the lower bound is not reused: the corpus is counted to its end.
+    uncapped = _context(tiny_flags(tmp_path, tiny_vocab, general_batch_size=B,
+                                   general_max_seq_len=L, corpus=source))
+    assert general.general_phase(uncapped).examples == whole
+    assert general.read_json(uncapped.state.path("general", general.CORPUS_COUNT))[
+        "complete"] is True

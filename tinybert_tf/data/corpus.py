@@ -630,9 +630,12 @@ def _pretraining_batches(ds: tf.data.Dataset, tokenizer, seed: int, num: int, id
 def count_sequences(source: Optional[str], tokenizer, max_seq_len: int = 128,
                     pack: str = "pair", fmt: str = "auto",
                     tfds_data_dir: Optional[str] = None,
-                    exclude_titles: Collection[str] = frozenset()) -> int:
+                    exclude_titles: Collection[str] = frozenset(),
+                    limit: Optional[int] = None) -> int:
     """Packed sequences per epoch (for schedules). TFRecord shards with PREFIX.json:
     read from the metadata; otherwise one tokenise-and-pack pass (no masking).
+    limit: stop counting there, returning min(count, limit) (a phase that a step cap
+    ends within its first epoch needs no more).
     A corpus with no sequence at all is a DataError (nothing to train on)."""
     source = source or default_corpus_path()
     fmt = detect_format(source) if fmt == "auto" else fmt
@@ -645,15 +648,19 @@ def count_sequences(source: Optional[str], tokenizer, max_seq_len: int = 128,
         else:  # order does not matter for a count
             records = _serialized_records(source, tokenizer, max_seq_len, 1, 0, False, "auto",
                                           deterministic=False)
+            if limit is not None:
+                records = records.take(limit)
             with translate_data_errors():
                 n = int(records.reduce(tf.constant(0, tf.int64), lambda c, _: c + 1))
     else:
         ds = packed_dataset(source, tokenizer, max_seq_len, pack, 0, fmt, tfds_data_dir,
                             exclude_titles=exclude_titles)
         with translate_data_errors():
-            for b in ds.batch(1024).prefetch(2):
+            for b in ds.batch(1024 if limit is None else max(1, min(1024, limit))):
                 n += int(b["input_mask"].shape[0])
+                if limit is not None and n >= limit:
+                    break
     if n == 0:
         raise DataError(f"{source}: the corpus holds no text to pack into sequences (empty "
                         "files, or only blank lines/redirects); give a corpus with documents.")
-    return n
+    return n if limit is None else min(n, limit)

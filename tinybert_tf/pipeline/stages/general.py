@@ -94,9 +94,13 @@ def general_phase(ctx: Context, count: Optional[int] = None) -> PhaseSpec:
     known per-file counts (TFRecord shards), an epoch is as many steps as the
     smallest worker's share fills: every worker must take the same steps."""
     c = ctx.config.general
+    note, extra = "", {}
     if count is None:
-        count = corpus_sequences(ctx)
-    note = ""
+        count = corpus_sequences(ctx, step_cap_sequences(ctx))
+        if count == step_cap_sequences(ctx):
+            note = (f"--general_max_steps={c.max_steps} ends the phase within its first "
+                    f"epoch: the corpus was counted only as far as {count} sequences")
+            extra = {"sequences_at_least": count}
     if general_sharding(ctx) == "file":
         n = num_workers(ctx.strategy)
         shares = corpus_lib.pipeline_sequence_counts(corpus_source(ctx), n)
@@ -115,11 +119,22 @@ def general_phase(ctx: Context, count: Optional[int] = None) -> PhaseSpec:
                   c.batch_size, "--general_batch_size", c.epochs, c.max_steps, c.lr, "linear",
                   c.warmup, general_terms(ctx))
     spec.note = note
+    spec.extra.update(extra)
     return spec
 
 
-def corpus_sequences(ctx: Context) -> int:
-    """Packed sequences per epoch of the corpus, cached by path, size and mtime."""
+def step_cap_sequences(ctx: Context) -> Optional[int]:
+    """Sequences that --general_max_steps' steps consume (None: no cap). A corpus
+    holding at least that many gives the same phase whatever its full count: the cap
+    ends it within the first epoch, with the schedule over the capped steps."""
+    c = ctx.config.general
+    return c.max_steps * c.batch_size if c.max_steps > 0 and c.batch_size > 0 else None
+
+
+def corpus_sequences(ctx: Context, limit: Optional[int] = None) -> int:
+    """Packed sequences per epoch of the corpus, cached by path, size and mtime;
+    with `limit`, counted only that far (min(count, limit)), which sizes a phase
+    that --general_max_steps ends in its first epoch at a fraction of the cost."""
     c = ctx.config.general
     source = corpus_source(ctx)
     pack = general_recipe(ctx).pack
@@ -128,13 +143,17 @@ def corpus_sequences(ctx: Context) -> int:
     count_path = ctx.state.path(NAME, CORPUS_COUNT)
     counted = read_json(count_path, default=None)
     if counted is not None and counted.get("key") == key:
-        return int(counted["sequences"])
-    print(f"[general] counting sequences of {source} ...", flush=True)
+        n, whole = int(counted["sequences"]), counted.get("complete", True)
+        if whole or (limit is not None and n >= limit):
+            return n if limit is None else min(n, limit)
+    upto = "" if limit is None else f" (up to {limit}: --general_max_steps={c.max_steps})"
+    print(f"[general] counting sequences of {source}{upto} ...", flush=True)
     tokenizer = load_tokenizer(ctx.config.models.teacher, c.max_seq_len)
     n = corpus_lib.count_sequences(source, tokenizer, c.max_seq_len, pack=pack,
-                                   exclude_titles=held_out_titles(ctx))
+                                   exclude_titles=held_out_titles(ctx), limit=limit)
     if ctx.chief and not ctx.config.run.dry_run:  # a dry run writes nothing
-        write_json_atomic(count_path, {"key": key, "sequences": int(n)})
+        write_json_atomic(count_path, {"key": key, "sequences": int(n),
+                                       "complete": limit is None or n < limit})
     return int(n)
 
 
@@ -189,7 +208,12 @@ def general(ctx: Context) -> dict[str, Any]:
         save_model(student, ctx.state.work_path("general", "model"),
                    metadata={"stage": "general", "teacher": m.teacher, "recipe": c.recipe},
                    attachments=attachments)
-    return {"steps": steps, "sequences_per_epoch": spec.examples if spec is not None else 0}
+    if spec is None:
+        return {"steps": steps, "sequences_per_epoch": 0}
+    # A count stopped at the step cap is a lower bound, and says so.
+    at_least = "sequences_at_least" in spec.extra
+    return {"steps": steps,
+            "sequences_per_epoch" + ("_at_least" if at_least else ""): spec.examples}
 
 
 def general_input(ctx: Context, tokenizer, epoch: int, offset: int, steps: int):
