@@ -194,7 +194,7 @@ def test_a_table_row_with_other_heads_is_excluded_with_its_reason(tmp_path, monk
     assert "2 with another head count excluded" in sizing.reason
 
 
-@pytest.mark.parametrize("flags", [("--recipe=minilm_v2",), ("--recipe=distilbert",),
+@pytest.mark.parametrize("flags", [("--recipe=minilm_v2",), ("--recipe=mlm",),
                                    ("--loss_terms=embd,hidn",)])
 def test_terms_that_take_any_head_count_keep_the_h64_grid(flags, tmp_path, monkeypatch):
     calls = _fake_measure(monkeypatch, {"2x128x2x512": 1.0, "4x256x4x1024": 3.0})
@@ -315,3 +315,74 @@ def test_no_candidate_within_the_teachers_layers_is_one_error(tmp_path, monkeypa
             "--layer_mapping=uniform maps each student layer") in err, err
     assert "add shapes of at most 6 layers, or give --layer_mapping an explicit list" in err
     assert calls == [] and not os.path.exists(out / autosize.FOLDER / "config.json")
+
+
+# --- --init_from_teacher: the teacher's width and heads, at most its feed-forward size ---
+# The embedded teacher (minilm-l6): 6 layers, 384 wide, 12 heads, 1,536 feed-forward units.
+INIT_WHY = ("--init_from_teacher copies the teacher's layers (384 wide, 12 heads, at most "
+            "its 1536 feed-forward units)")
+
+
+def test_init_from_teacher_measures_the_teachers_own_grid(tmp_path, monkeypatch):
+    # Hand-made latencies: 1 ms per layer, plus 1 ms per layer at the full feed-forward
+    # size, in proportion below it.
+    ffns = (1536, 1152, 768, 384)
+    latencies = {f"{n}x384x12x{f}": n * (1.0 + f / 1536) for n in range(1, 7) for f in ffns}
+    calls = _fake_measure(monkeypatch, latencies)
+    config = _auto(tmp_path, "--init_from_teacher", "--latency_budget_ms=4.6")
+    assert autosize.init_rule(config) is not None
+    resolved, sizing = autosize.resolve(config, log=lambda line: None)
+    assert sorted(calls) == sorted(latencies)  # the 24 shapes, nothing else
+    # Within 4.6 ms (n * (1 + f/1536) <= 4.6): every 1- and 2-layer shape, 3 layers at
+    # 768 (4.5 ms) or 384; no 4-layer one (4 at 384: 5.0). The most transformer
+    # parameters among them: 3 at 768, just ahead of 2 at 1536.
+    assert _params(3, 384, 768) == 3_551_616 > _params(2, 384, 1536) == 3_548_928
+    assert _params(2, 384, 1536) > _params(3, 384, 384)
+    assert sizing.student["name"] == "3x384x12x768"
+    assert ("the candidates are the teacher's own shapes, 1-6 layers x feed-forward "
+            f"1536, 1152, 768, 384 ({INIT_WHY})") in sizing.reason
+    chosen = json.loads(open(resolved.models.student_config).read())
+    assert (chosen["num_layers"], chosen["hidden_size"], chosen["intermediate_size"]) == \
+        (3, 384, 768)
+
+
+def test_init_from_teacher_excludes_given_shapes_it_cannot_start(tmp_path, monkeypatch):
+    calls = _fake_measure(monkeypatch, {"2x384x12x768": 2.0, "3x384x12x1536": 3.0})
+    _, sizing = autosize.resolve(_auto(
+        tmp_path, "--init_from_teacher", "--latency_budget_ms=10",
+        "--latency_candidates=2x256,2x384x12x768,3x384x12x1536,3x384x12x3072"),
+        log=lambda line: None)
+    rows = {c["name"]: c for c in sizing.candidates}
+    assert rows["2x252x12x1008"]["excluded"] == f"252 wide, 12 heads; {INIT_WHY}"
+    assert rows["3x384x12x3072"]["excluded"] == f"3072 feed-forward units; {INIT_WHY}"
+    assert sorted(calls) == ["2x384x12x768", "3x384x12x1536"]
+    assert sizing.student["name"] == "3x384x12x1536"
+    assert f"2 excluded that cannot start from the teacher ({INIT_WHY})" in sizing.reason
+
+
+def test_no_candidate_that_can_start_from_the_teacher_is_one_error(tmp_path, monkeypatch,
+                                                                    capsys):
+    calls = _fake_measure(monkeypatch, {})
+    out = tmp_path / "out"
+    assert main(["bin/distill", f"--output_dir={out}", "--student_config=auto",
+                 "--init_from_teacher", "--latency_budget_ms=10",
+                 "--latency_candidates=4x256,2x512", "--dry_run"]) == 2
+    err = capsys.readouterr().err
+    assert f"--latency_candidates: no shape left can start from the teacher, and {INIT_WHY}" \
+        in err, err
+    assert "give shapes LAYERSx384x12xFFN with FFN <= 1536" in err
+    assert "or train from random weights (--noinit_from_teacher)" in err
+    assert calls == [] and not os.path.exists(out / autosize.FOLDER / "config.json")
+
+
+def test_a_recipe_that_always_copies_layers_gets_the_same_rule(tmp_path, monkeypatch):
+    # DistilBERT's recipe starts every student from every other teacher layer.
+    calls = _fake_measure(monkeypatch, {"2x384x12x768": 2.0})
+    _, sizing = autosize.resolve(_auto(tmp_path, "--recipe=distilbert",
+                                       "--latency_budget_ms=10",
+                                       "--latency_candidates=4x256,2x384x12x768"),
+                                 log=lambda line: None)
+    why = INIT_WHY.replace("--init_from_teacher", "--recipe=distilbert")
+    assert sizing.candidates[0]["excluded"] == f"256 wide, 4 heads; {why}"
+    assert calls == ["2x384x12x768"] and sizing.student["name"] == "2x384x12x768"
+    assert sizing.request["teacher_init"]["flag"] == "--recipe=distilbert"

@@ -31,6 +31,14 @@ layers than the teacher (`--teacher`, and `--task_teacher` when given), under an
 explicit list one with another count than the list names. Such a candidate is
 excluded (not measured), its row saying why, as a head-count exclusion is.
 
+Teacher layers copied (`--init_from_teacher`, or a recipe that always copies them,
+e.g. `--recipe=distilbert`): the student needs the teacher's width and heads and at
+most its feed-forward units (each copied layer keeps its units of largest weight
+norm, distill/distilbert.py). With the default candidates, whose widths are not the
+teacher's, the grid is the teacher's own: 1..N layers of its width and heads, each
+with its feed-forward size or 3/4, 1/2 or 1/4 of it (`InitRule.grid`); a given shape
+or table row that breaks the rule is excluded, its row saying why.
+
 Table format (CSV, `#` comments and blank lines ignored), header then one row
 per shape: `layers,hidden,heads,intermediate,latency_ms`.
 """
@@ -52,6 +60,7 @@ from tinybert_tf.export.formats import FORMATS
 from tinybert_tf.files import save_png
 from tinybert_tf.models.checkpoint import inspect_model
 from tinybert_tf.models.encoder import BertModel
+from tinybert_tf.pipeline.settings.configs import DEFAULT_CANDIDATES
 from tinybert_tf.pipeline.training.recipes import get_recipe
 from tinybert_tf.timing import median_ms
 
@@ -288,6 +297,90 @@ def layer_rule(config) -> Optional[LayerRule]:
     return rule
 
 
+@dataclasses.dataclass(frozen=True)
+class InitRule:
+    """The general stage copies the teacher's layers into the student (`flag` asks for
+    it): a candidate needs the teacher's `hidden` size and `heads` and at most its
+    `intermediate` feed-forward units. `layers`: the teacher's, for the grid."""
+
+    hidden: int
+    heads: int
+    intermediate: int
+    layers: int
+    flag: str
+    # The feed-forward sizes of the grid, as fractions of the teacher's.
+    FFN_FRACTIONS = (1.0, 0.75, 0.5, 0.25)
+
+    @property
+    def why(self) -> str:
+        return (f"{self.flag} copies the teacher's layers ({self.hidden} wide, "
+                f"{self.heads} heads, at most its {self.intermediate} feed-forward units)")
+
+    def grid(self) -> list[Candidate]:
+        """1..`layers` layers of the teacher's width and heads, each with the teacher's
+        feed-forward size and the FFN_FRACTIONS of it (the candidates in place of the
+        default ones, none of which has the teacher's width)."""
+        ffns = sorted({max(1, round(self.intermediate * f)) for f in self.FFN_FRACTIONS},
+                      reverse=True)
+        return [Candidate(Shape(n, self.hidden, self.heads, ffn))
+                for n in range(1, self.layers + 1) for ffn in ffns]
+
+    def check(self, candidate: Candidate) -> Candidate:
+        """`candidate`, excluded (with the reason) when it cannot start from the teacher."""
+        s = candidate.shape
+        if candidate.excluded:
+            return candidate
+        if (s.hidden, s.heads) != (self.hidden, self.heads):
+            return dataclasses.replace(
+                candidate, excluded=f"{s.hidden} wide, {s.heads} heads; {self.why}")
+        if s.intermediate > self.intermediate:
+            return dataclasses.replace(
+                candidate, excluded=f"{s.intermediate} feed-forward units; {self.why}")
+        return candidate
+
+    def nothing_left(self, m) -> str:
+        """The error when every candidate of `m` (`ModelsConfig`) is excluded."""
+        where = (f"--latency_table={m.latency_table}: no row" if m.latency_table
+                 else "--latency_candidates: no shape")
+        other = ("train from random weights (--noinit_from_teacher)"
+                 if self.flag == "--init_from_teacher" else "use another --recipe")
+        return (f"{where} left can start from the teacher, and {self.why}; give shapes "
+                f"LAYERSx{self.hidden}x{self.heads}xFFN with FFN <= {self.intermediate} "
+                f"(or leave --latency_candidates at its default for the teacher's own "
+                f"grid), or {other}.")
+
+    def note(self, candidates: Sequence[Candidate], grid: bool) -> str:
+        """What the rule did to `candidates`, for the reason."""
+        if grid:
+            ffns = sorted({c.shape.intermediate for c in candidates}, reverse=True)
+            return (f"; the candidates are the teacher's own shapes, 1-{self.layers} layers "
+                    f"x feed-forward {', '.join(map(str, ffns))} ({self.why})")
+        excluded = sum(c.excluded.endswith(self.why) for c in candidates)
+        return f"; {excluded} excluded that cannot start from the teacher ({self.why})" \
+            if excluded else ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"hidden": self.hidden, "heads": self.heads,
+                "intermediate": self.intermediate, "layers": self.layers, "flag": self.flag}
+
+
+def init_rule(config) -> Optional[InitRule]:
+    """The `InitRule` of the run (config: `PipelineConfig`) when its general stage copies
+    teacher layers into the student; None when it does not, or the recipe or teacher
+    cannot be read (preflight then reports that)."""
+    try:
+        recipe = get_recipe(config.general.recipe)
+        teacher = inspect_model(config.models.teacher).config
+        # A student of the teacher's own shape: does the recipe start it from the teacher?
+        copies = recipe.init_layers(config, teacher, teacher) is not None
+    except (ValueError, OSError):
+        return None
+    if not copies:
+        return None
+    return InitRule(teacher.hidden_size, teacher.num_heads, teacher.intermediate_size,
+                    teacher.num_layers, recipe.init_flag(config))
+
+
 def parse_shape(text: str, where: str = "--latency_candidates") -> Shape:
     """"LxH" (H/64 heads, 4H feed-forward, BERT's ratios), "LxHxA" or "LxHxAxI"."""
     parts = text.strip().lower().split("x")
@@ -378,7 +471,8 @@ class Sizing:
 
 
 def choose(candidates: Sequence[Candidate], budget_ms: float, request: dict[str, Any],
-           rule: Optional[HeadRule] = None, layers: Optional[LayerRule] = None) -> Sizing:
+           rule: Optional[HeadRule] = None, layers: Optional[LayerRule] = None,
+           init: Optional[InitRule] = None, grid: bool = False) -> Sizing:
     """Apply the rule (module docstring) to the measured candidates not excluded."""
     if not budget_ms > 0:
         raise ValueError("--student_config=auto needs --latency_budget_ms > 0: the latency "
@@ -400,7 +494,8 @@ def choose(candidates: Sequence[Candidate], budget_ms: float, request: dict[str,
               f"({shape.transformer_params:,}) of the {len(within)} of {len(eligible)} "
               f"candidates within {budget_ms:g} ms ({best.latency_ms:.3g} ms on "
               f"{request['runtime']})") + (rule.note(candidates) if rule else "") + (
-                  layers.note(candidates) if layers else "")
+                  layers.note(candidates) if layers else "") + (
+                  init.note(candidates, grid) if init else "")
     return Sizing(request, rows, {**shape.as_dict(), "name": shape.name,
                                   "params": shape.transformer_params,
                                   "latency_ms": round(best.latency_ms, 4)}, reason)
@@ -408,20 +503,26 @@ def choose(candidates: Sequence[Candidate], budget_ms: float, request: dict[str,
 
 def size_student(models_config, base: Optional[BertConfig] = None,
                  log=print, heads: Optional[HeadRule] = None,
-                 layers: Optional[LayerRule] = None) -> Sizing:
+                 layers: Optional[LayerRule] = None,
+                 init: Optional[InitRule] = None) -> Sizing:
     """Measure (or read) every candidate and choose (models_config: `ModelsConfig`;
-    `heads`: the general stage's `HeadRule`, `layers`: the run's `LayerRule`, if any)."""
+    `heads`: the general stage's `HeadRule`, `layers`: the run's `LayerRule`, `init`:
+    its `InitRule`, if any)."""
     m = models_config
     if m.latency_runtime not in RUNTIMES:
         raise ValueError(f"--latency_runtime={m.latency_runtime}: use one of "
                          f"{', '.join(RUNTIMES)}.")
-    request = _request(m, heads, layers)
+    request = _request(m, heads, layers, init)
     if not m.latency_budget_ms > 0:
         choose([], m.latency_budget_ms, request)  # raises the budget error
+    grid = init is not None and not m.latency_table and \
+        tuple(m.latency_candidates) == DEFAULT_CANDIDATES
     if m.latency_table:
         candidates = [Candidate(s, ms) for s, ms in read_table(m.latency_table)]
         if heads is not None:
             candidates = [heads.check(c) for c in candidates]
+    elif grid:
+        candidates = init.grid()
     else:
         candidates = [heads.fit(text) if heads is not None else Candidate(parse_shape(text))
                       for text in m.latency_candidates]
@@ -434,6 +535,10 @@ def size_student(models_config, base: Optional[BertConfig] = None,
         candidates = list(unique.values())
     if heads is not None and all(c.excluded for c in candidates):
         raise ValueError(heads.nothing_left(m))
+    if init is not None:
+        candidates = [init.check(c) for c in candidates]
+        if all(c.excluded for c in candidates):
+            raise ValueError(init.nothing_left(m))
     if layers is not None:
         candidates = [layers.check(c) for c in candidates]
         if all(c.excluded for c in candidates):
@@ -444,7 +549,7 @@ def size_student(models_config, base: Optional[BertConfig] = None,
                          base=base)
             log(f"[auto student] {c.shape.name:<18} {ms:9.3f} ms on {m.latency_runtime}")
             candidates[i] = dataclasses.replace(c, latency_ms=ms)
-    return choose(candidates, m.latency_budget_ms, request, heads, layers)
+    return choose(candidates, m.latency_budget_ms, request, heads, layers, init, grid)
 
 
 def plot(sizing: Sizing, path: str) -> str:
@@ -457,7 +562,7 @@ def plot(sizing: Sizing, path: str) -> str:
     measured = [c for c in sizing.candidates if c["latency_ms"] is not None]
     for kind, colour, marker, label in (("fits", "tab:green", "o", "within budget"),
                                         ("over", "tab:grey", "o", "over budget"),
-                                        ("excluded", "tab:grey", "x", "excluded (heads, layers)")):
+                                        ("excluded", "tab:grey", "x", "excluded")):
         pts = [c for c in measured if ("excluded" if c.get("excluded") else
                                        "fits" if c["within_budget"] else "over") == kind]
         if pts:
@@ -507,34 +612,35 @@ def resolve(config, log=print):
     if m.student_config != AUTO:
         return config, None
     folder = posixpath.join(config.run.output_dir, FOLDER)
-    rule, layers = head_rule(config), layer_rule(config)
-    sizing = _reuse(folder, m, rule, layers) or size_student(m, log=log, heads=rule,
-                                                             layers=layers)
+    rule, layers, init = head_rule(config), layer_rule(config), init_rule(config)
+    sizing = _reuse(folder, m, rule, layers, init) or size_student(
+        m, log=log, heads=rule, layers=layers, init=init)
     log(f"[auto student] {sizing.reason}")
     path = write(sizing, folder, BertConfig())
     models = dataclasses.replace(m, student_config=path)
     return dataclasses.replace(config, models=models), sizing
 
 
-def _request(m, rule: Optional[HeadRule] = None,
-             layers: Optional[LayerRule] = None) -> dict[str, Any]:
-    """What the choice depends on: the --latency_* flags, the general stage's head rule
-    and the layer rule (another recipe, --loss_terms, --layer_mapping or teacher may
-    change the candidates)."""
+def _request(m, rule: Optional[HeadRule] = None, layers: Optional[LayerRule] = None,
+             init: Optional[InitRule] = None) -> dict[str, Any]:
+    """What the choice depends on: the --latency_* flags, the general stage's head rule,
+    the layer rule and the init rule (another recipe, --loss_terms, --layer_mapping,
+    --init_from_teacher or teacher may change the candidates)."""
     return {"budget_ms": m.latency_budget_ms, "runtime": m.latency_runtime,
             "seq_len": m.latency_seq_len, "batch": m.latency_batch,
             "table": m.latency_table or None,
             "candidates": None if m.latency_table else list(m.latency_candidates),
             "teacher_heads": rule.as_dict() if rule is not None else None,
-            "teacher_layers": layers.as_dict() if layers is not None else None}
+            "teacher_layers": layers.as_dict() if layers is not None else None,
+            "teacher_init": init.as_dict() if init is not None else None}
 
 
-def _reuse(folder: str, m, rule: Optional[HeadRule],
-           layers: Optional[LayerRule] = None) -> Optional[Sizing]:
+def _reuse(folder: str, m, rule: Optional[HeadRule], layers: Optional[LayerRule] = None,
+           init: Optional[InitRule] = None) -> Optional[Sizing]:
     path = posixpath.join(folder, "sizing.json")
     if not files.isfile(path):
         return None
     data = json.loads(files.read_text(path))
-    if data.get("request") != _request(m, rule, layers):
+    if data.get("request") != _request(m, rule, layers, init):
         return None
     return Sizing(data["request"], data["candidates"], data["student"], data["reason"])
