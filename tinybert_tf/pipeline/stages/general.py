@@ -105,12 +105,13 @@ def general_phase(ctx: Context, count: Optional[int] = None) -> PhaseSpec:
         n = num_workers(ctx.strategy)
         shares = corpus_lib.pipeline_sequence_counts(corpus_source(ctx), n)
         if shares:
-            count = min(shares) * n
+            count, extra = min(shares) * n, {}
             note = (f"file sharding over {n} workers: an epoch is {min(shares)} sequences "
                     f"per worker (the smallest share of {shares})")
         else:
             note = (f"file sharding over {n} workers: per-worker counts are unknown (no "
-                    "PREFIX.json), so workers with fewer sequences wrap around in an epoch")
+                    "PREFIX.json), so workers with fewer sequences wrap around in an epoch"
+                    ) + (f"; {note}" if note else "")
     held_out = held_out_titles(ctx)
     data = f"corpus {corpus_source(ctx)}" + (
         f" without the {len(held_out)} articles held out for {c.holdout} "
