@@ -183,7 +183,9 @@ class ModelsConfig:
         list(DEFAULT_CANDIDATES), "--student_config=auto: the shapes measured, "
         "LAYERSxHIDDEN[xHEADS[xFFN]] (default: the 24 BERT miniatures of Turc et al. 2019; "
         "H/64 heads, 4H feed-forward; the teacher's heads, H rounded to a multiple of them, "
-        "when --loss_terms or --recipe compares heads one to one).", stages=STUDENT)
+        "when --loss_terms or --recipe compares heads one to one; with teacher layers "
+        "copied (--init_from_teacher), 1..N layers of the teacher's width with its "
+        "feed-forward size or 3/4, 1/2, 1/4 of it).", stages=STUDENT)
     init_from_teacher: bool = setting(
         False, "General stage: start the student from the teacher's embeddings and its mapped "
         "layers (--layer_mapping) instead of random weights, as DistilBERT does; needs the "
