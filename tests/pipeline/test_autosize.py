@@ -386,3 +386,25 @@ def test_a_recipe_that_always_copies_layers_gets_the_same_rule(tmp_path, monkeyp
     assert sizing.candidates[0]["excluded"] == f"256 wide, 4 heads; {why}"
     assert calls == ["2x384x12x768"] and sizing.student["name"] == "2x384x12x768"
     assert sizing.request["teacher_init"]["flag"] == "--recipe=distilbert"
+
+
+@pytest.mark.parametrize("flags,source", [
+    (("--general_model={general}",), "its student is --general_model={general}, whose shape "
+                                     "stays. Drop --student_config=auto and the --latency_* "
+                                     "flags, or add general to --stages without "
+                                     "--general_model."),
+    (("--stages=evaluate,export",), "its student is the general stage's model "
+                                    "({out}/general/model), whose shape stays."),
+])
+def test_auto_with_no_stage_that_builds_the_student_is_refused_before_measuring(
+        flags, source, tmp_path, monkeypatch, capsys):
+    calls = _fake_measure(monkeypatch, {})
+    out, general = tmp_path / "out", tmp_path / "general"
+    flags = [f.format(general=general) for f in flags]
+    assert main(["bin/distill", f"--output_dir={out}", "--student_config=auto",
+                 "--latency_budget_ms=10", *flags, "--dry_run"]) == 2
+    err = capsys.readouterr().err
+    assert "--student_config=auto sizes the student the general stage builds, but this " \
+        "run's stages (" in err, err
+    assert source.format(general=general, out=out) in err, err
+    assert calls == [] and not os.path.exists(out / autosize.FOLDER)

@@ -111,12 +111,16 @@ def run_argv(argv: Sequence[str]) -> dict[str, Any]:
 
 def run(config: PipelineConfig) -> dict[str, Any]:
     """Run (or with --dry_run, plan) the pipeline for `config`."""
-    # --student_config=auto: measure (or read) the candidates and fix the student first.
+    stages = preflight.resolve_stages(config.run.stages, config)
+    # --student_config=auto: measure (or read) the candidates and fix the student first,
+    # when a stage builds it.
+    refusal = preflight.auto_student_error(config, stages)
+    if refusal:
+        raise preflight.PreflightError([refusal])
     with contextlib.redirect_stdout(sys.stderr) if config.run.dry_run else \
             contextlib.nullcontext():
         config, sizing = autosize.resolve(config)
     r = config.run
-    stages = preflight.resolve_stages(r.stages, config)
     if config.numerics.mixed_precision != "none":
         keras.mixed_precision.set_global_policy(config.numerics.mixed_precision)
     task = resolve_task(config.task)

@@ -21,13 +21,14 @@ from tinybert_tf.distill.terms import resolve_names
 from tinybert_tf.pipeline import flag_ranges, stage_io
 from tinybert_tf.pipeline.preflight import folder, models
 from tinybert_tf.pipeline.preflight.collect import Checks, PreflightError
-from tinybert_tf.pipeline.preflight.models import task_head_errors
+from tinybert_tf.pipeline.preflight.models import auto_student_error, task_head_errors
 from tinybert_tf.pipeline.preflight.plan import plan_phases
 from tinybert_tf.pipeline.run.context import Context
 from tinybert_tf.pipeline.settings.configs import PipelineConfig
 from tinybert_tf.pipeline.stages import get_stage, in_order, stage_names
 
-__all__ = ["PreflightError", "check", "resolve_stages", "task_head_errors"]
+__all__ = ["PreflightError", "auto_student_error", "check", "resolve_stages",
+           "task_head_errors"]
 
 log = logging.getLogger("tinybert_tf")
 

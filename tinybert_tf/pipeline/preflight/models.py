@@ -3,7 +3,8 @@ reads them (`Stage.needs`): --teacher, --task_teacher, --student_config and the
 general model the task stage starts from, their task heads and position tables."""
 from __future__ import annotations
 
-from typing import Any
+import posixpath
+from typing import Any, Optional, Sequence
 
 from tinybert_tf.config import get_config
 from tinybert_tf.models.checkpoint import ModelInfo, inspect_model
@@ -61,13 +62,37 @@ def check_teachers(found: Checks, ctx: Context, unreadable: set) -> None:
                             "labels itself); drop the flag or give --task_teacher.")
 
 
+def reads_student_config(config, stages: Sequence[str]) -> bool:
+    """Whether a stage of `stages` builds a student from --student_config (config: a
+    `PipelineConfig`): the general stage, or task distillation from random weights."""
+    checks = Checks(stages=tuple(stages))
+    return bool(checks.needed(STUDENT_CONFIG)) or (
+        config.models.random_student and bool(checks.needed(TASK_STUDENT)))
+
+
+def auto_student_error(config, stages: Sequence[str]) -> Optional[str]:
+    """The error when --student_config=auto would size a student no stage of `stages`
+    builds (the task stage then starts from a general model's shape), else None."""
+    m = config.models
+    if m.student_config != "auto" or reads_student_config(config, stages):
+        return None
+    source = (f"--general_model={m.general_model}" if m.general_model else
+              f"the general stage's model "
+              f"({posixpath.join(config.run.output_dir, G.NAME, 'model')})")
+    return (f"--student_config=auto sizes the student the general stage builds, but this "
+            f"run's stages ({', '.join(stages)}) build none: its student is {source}, "
+            "whose shape stays. Drop --student_config=auto and the --latency_* flags, "
+            "or add general to --stages" + (" without --general_model" if m.general_model
+                                            else "") + ".")
+
+
 def check_students(found: Checks, ctx: Context) -> None:
     """--student_config and the general model the task stage starts from (given, or a
     finished general stage's)."""
     m, models = ctx.config.models, found.models
     builds = bool(found.needed(STUDENT_CONFIG))  # the general stage runs first
     distils = bool(found.needed(TASK_STUDENT))
-    if builds or (m.random_student and distils):
+    if reads_student_config(ctx.config, found.stages):
         models.student_cfg = found.run(lambda: get_config(m.student_config),
                                        "--student_config: ")
     if m.general_model and not m.random_student and distils:
