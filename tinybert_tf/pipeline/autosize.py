@@ -123,6 +123,17 @@ class Candidate:
         return row
 
 
+def excluded_for(candidates: Sequence[Candidate], why: str) -> int:
+    """How many of `candidates` a rule whose reason is `why` excluded."""
+    return sum(c.excluded.endswith(why) for c in candidates)
+
+
+def none_left(m) -> str:
+    """The start of a rule's error when it leaves no candidate of `m` (`ModelsConfig`)."""
+    return (f"--latency_table={m.latency_table}: no row" if m.latency_table
+            else "--latency_candidates: no shape")
+
+
 @dataclasses.dataclass(frozen=True)
 class HeadRule:
     """The general stage's `terms` (chosen by `flag`) compare attention heads one to
@@ -185,7 +196,7 @@ class HeadRule:
             text += (f": LAYERSxHIDDEN shapes took them, hidden sizes rounded to multiples "
                      f"of {self.heads}")
             text += f" ({', '.join(f'{a} -> {b}' for a, b in widths)})" if widths else ""
-        excluded = sum(c.excluded.endswith(self.why) for c in candidates)
+        excluded = excluded_for(candidates, self.why)
         if excluded:
             text += f"; {excluded} with another head count excluded"
         return text
@@ -249,8 +260,7 @@ class LayerRule:
 
     def nothing_left(self, m) -> str:
         """The error when the rule (with any head rule) excludes every candidate of `m`."""
-        where = (f"--latency_table={m.latency_table}: no row" if m.latency_table
-                 else "--latency_candidates: no shape")
+        where = none_left(m)
         if self.builtin:
             return (f"{where} left has at most {self.layers} layers, and {self.why}; add "
                     f"shapes of at most {self.layers} layers, or give --layer_mapping an "
@@ -263,7 +273,7 @@ class LayerRule:
 
     def note(self, candidates: Sequence[Candidate]) -> str:
         """What the rule excluded from `candidates`, for the reason."""
-        excluded = sum(c.excluded.endswith(self.why) for c in candidates)
+        excluded = excluded_for(candidates, self.why)
         return f"; {excluded} excluded for their layer count ({self.why})" if excluded else ""
 
     def as_dict(self) -> dict[str, Any]:
@@ -340,8 +350,7 @@ class InitRule:
 
     def nothing_left(self, m) -> str:
         """The error when every candidate of `m` (`ModelsConfig`) is excluded."""
-        where = (f"--latency_table={m.latency_table}: no row" if m.latency_table
-                 else "--latency_candidates: no shape")
+        where = none_left(m)
         other = ("train from random weights (--noinit_from_teacher)"
                  if self.flag == "--init_from_teacher" else "use another --recipe")
         return (f"{where} left can start from the teacher, and {self.why}; give shapes "
@@ -355,7 +364,7 @@ class InitRule:
             ffns = sorted({c.shape.intermediate for c in candidates}, reverse=True)
             return (f"; the candidates are the teacher's own shapes, 1-{self.layers} layers "
                     f"x feed-forward {', '.join(map(str, ffns))} ({self.why})")
-        excluded = sum(c.excluded.endswith(self.why) for c in candidates)
+        excluded = excluded_for(candidates, self.why)
         return f"; {excluded} excluded that cannot start from the teacher ({self.why})" \
             if excluded else ""
 
