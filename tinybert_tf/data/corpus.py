@@ -656,7 +656,9 @@ def count_sequences(source: Optional[str], tokenizer, max_seq_len: int = 128,
         ds = packed_dataset(source, tokenizer, max_seq_len, pack, 0, fmt, tfds_data_dir,
                             exclude_titles=exclude_titles)
         with translate_data_errors():
-            for b in ds.batch(1024 if limit is None else max(1, min(1024, limit))):
+            batches = ds.batch(1024).prefetch(2) if limit is None else \
+                ds.batch(max(1, min(1024, limit)))  # no batch read ahead past the limit
+            for b in batches:
                 n += int(b["input_mask"].shape[0])
                 if limit is not None and n >= limit:
                     break
