@@ -9,6 +9,7 @@ from typing import Any, Optional, Sequence
 from tinybert_tf.config import get_config
 from tinybert_tf.models.checkpoint import ModelInfo, inspect_model
 from tinybert_tf.models.labels import label_order, output_names
+from tinybert_tf.pipeline.autosize import AUTO
 from tinybert_tf.pipeline.preflight.collect import Checks
 from tinybert_tf.pipeline.run.context import Context
 from tinybert_tf.pipeline.stages import (
@@ -74,7 +75,7 @@ def auto_student_error(config, stages: Sequence[str]) -> Optional[str]:
     """The error when --student_config=auto would size a student no stage of `stages`
     builds (the task stage then starts from a general model's shape), else None."""
     m = config.models
-    if m.student_config != "auto" or reads_student_config(config, stages):
+    if m.student_config != AUTO or reads_student_config(config, stages):
         return None
     source = (f"--general_model={m.general_model}" if m.general_model else
               f"the general stage's model "

@@ -96,8 +96,9 @@ def general_phase(ctx: Context, count: Optional[int] = None) -> PhaseSpec:
     c = ctx.config.general
     note, extra = "", {}
     if count is None:
-        count = corpus_sequences(ctx, step_cap_sequences(ctx))
-        if count == step_cap_sequences(ctx):
+        cap = step_cap_sequences(ctx)
+        count = corpus_sequences(ctx, cap)
+        if count == cap:
             note = (f"--general_max_steps={c.max_steps} ends the phase within its first "
                     f"epoch: the corpus was counted only as far as {count} sequences")
             extra = {"sequences_at_least": count}
