@@ -39,7 +39,11 @@ PAIR_ROWS = {"tinybert:finetuned_no_kd": "student - same student without distill
              "tinybert_int8_qat_tflite:tinybert":
                  "int8 TFLite, weights trained in the quantize stage - float student",
              "tinybert_int8_qat_tflite:tinybert_int8_tflite":
-                 "int8 TFLite: weights trained - ranges only"}
+                 "int8 TFLite: weights trained - ranges only",
+             # Where benchmarks/glue_flavour.py scored the float student's dynamic int8 file.
+             "tinybert_dynamic_int8_tflite:tinybert": "dynamic int8 TFLite - float student",
+             "tinybert_dynamic_int8_tflite:tinybert_int8_tflite":
+                 "dynamic int8 TFLite - int8 TFLite"}
 PAIRS = tuple(PAIR_ROWS)
 
 

@@ -7,11 +7,13 @@ reads the `results.json` of --results_dir (the run at the config's own seed) and
 each `seed*/` folder under it (`benchmarks/glue.py --extra=--seed=N
 --results_dir=<results_dir>/seedN`), and writes `seeds.json` and `seeds.md` beside
 them. Per task and seed: the dev score (the task's primary metric, in points) of the
-teacher, the TinyBERT student, its int8 TFLite file, the same student trained without
-a teacher and TF-IDF, and the student's share of its teacher. Over the seeds: each
+teacher, the TinyBERT student, its int8 TFLite file (and its dynamic-range int8 file
+where benchmarks/glue_flavour.py scored one), the same student trained without a
+teacher and TF-IDF, and the student's share of its teacher. Over the seeds: each
 figure's mean and standard deviation, and for the share and the paired differences
 (student minus the student without distillation, int8 minus float, student minus
-teacher) a 95% interval of the mean from Student's t with n - 1 degrees of freedom.
+teacher) a 95% interval of the mean from Student's t with n - 1 degrees of freedom;
+for each quantised file, on how many seeds it is within a point of the float student.
 
 benchmarks/glue_paired.py's intervals are the dev sample's spread for one seed; these
 are the training seeds' spread, for a claim about the recipe rather than one run.
@@ -40,11 +42,16 @@ from scipy import stats  # noqa: E402
 FLAGS = flags.FLAGS
 # The models of a seed's row, in the table's order: results.json's name -> column.
 MODELS = {"teacher": "teacher", "tinybert": "student", "tinybert_int8_tflite": "int8 TFLite",
+          "tinybert_dynamic_int8_tflite": "dynamic int8 TFLite",
           "finetuned_no_kd": "no KD", "tfidf_logreg": "TF-IDF"}
 # Paired differences over seeds: (A, B, label); each seed gives A - B in points.
 DIFFERENCES = (("tinybert", "finetuned_no_kd", "student - no KD"),
                ("tinybert_int8_tflite", "tinybert", "int8 - float student"),
+               ("tinybert_dynamic_int8_tflite", "tinybert", "dynamic int8 - float student"),
                ("tinybert", "teacher", "student - teacher"))
+# The quantised files' goal: within this many points of the float student, per seed.
+QUANTIZED = {"int8 - float student", "dynamic int8 - float student"}
+WITHIN_POINTS = 1.0
 
 
 def _define_flags() -> None:
@@ -135,6 +142,8 @@ def summarise(rows: dict[int, dict[str, Any]]) -> dict[str, Any]:
         values = [rows[s][a] - rows[s][b] for s in sorted(rows) if a in rows[s] and b in rows[s]]
         if values:
             out[label] = spread(values)
+            if label in QUANTIZED:
+                out[label]["within_1_point"] = sum(v >= -WITHIN_POINTS - 1e-9 for v in values)
     return out
 
 
@@ -176,7 +185,10 @@ def markdown(tasks: dict[str, dict[int, dict[str, Any]]],
             lines.append(f"| student / teacher, % | {_interval(summary['retained'], sign='')} |")
         for _, _, label in DIFFERENCES:
             if label in summary:
-                lines.append(f"| {label}, points | {_interval(summary[label])} |")
+                within = summary[label].get("within_1_point")
+                note = "" if within is None else (
+                    f" (within {WITHIN_POINTS:g} point on {within} of {summary[label]['n']} seeds)")
+                lines.append(f"| {label}, points | {_interval(summary[label])}{note} |")
         lines.append("")
     return "\n".join(lines)
 

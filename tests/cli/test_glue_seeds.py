@@ -19,7 +19,8 @@ def _script():
     return module
 
 
-def _results(folder, seed, teacher, student, no_kd, int8, task="MRPC", metric="f1"):
+def _results(folder, seed, teacher, student, no_kd, int8, task="MRPC", metric="f1",
+             dynamic_int8=None):
     """A results.json of one task as benchmarks/glue.py writes it (the fields read)."""
     os.makedirs(folder, exist_ok=True)
     extra = [] if seed is None else [f"--seed={seed}"]
@@ -30,6 +31,8 @@ def _results(folder, seed, teacher, student, no_kd, int8, task="MRPC", metric="f
                         "tinybert": {"dev": {metric: student}},
                         "finetuned_no_kd": {"dev": {metric: no_kd}},
                         "tinybert_int8_tflite": {"dev": {metric: int8}}}}
+    if dynamic_int8 is not None:  # benchmarks/glue_flavour.py's model
+        entry["models"]["tinybert_dynamic_int8_tflite"] = {"dev": {metric: dynamic_int8}}
     with open(os.path.join(folder, "results.json"), "w") as f:
         json.dump({"tasks": {task: entry}}, f)
 
@@ -38,8 +41,8 @@ def test_rows_per_seed_and_the_spread_over_seeds_match_the_formulas(tmp_path):
     seeds = _script()
     root = str(tmp_path)
     _results(root, None, 0.85, 0.82, 0.80, 0.81)                       # the config's seed
-    _results(os.path.join(root, "seed1"), 1, 0.86, 0.83, 0.81, 0.83)
-    _results(os.path.join(root, "seed2"), 2, 0.84, 0.81, 0.81, 0.80)
+    _results(os.path.join(root, "seed1"), 1, 0.86, 0.83, 0.81, 0.83, dynamic_int8=0.825)
+    _results(os.path.join(root, "seed2"), 2, 0.84, 0.81, 0.81, 0.80, dynamic_int8=0.799)
     tasks = seeds.seed_rows(root, default=42)
     rows = tasks["MRPC"]
     assert sorted(rows) == [1, 2, 42]
@@ -57,9 +60,20 @@ def test_rows_per_seed_and_the_spread_over_seeds_match_the_formulas(tmp_path):
     shares = [100 * 0.83 / 0.86, 100 * 0.81 / 0.84, 100 * 0.82 / 0.85]  # seeds 1, 2, 42
     assert summary["retained"]["mean"] == pytest.approx(np.mean(shares))
     assert summary["int8 - float student"]["mean"] == pytest.approx((0 - 1 - 1) / 3)
+    # Within a point of the float student: a loss of exactly 1 point counts, 1.1 does not.
+    assert summary["int8 - float student"]["within_1_point"] == 3
+    dynamic = summary["dynamic int8 - float student"]                 # seeds 1 and 2 only
+    assert dynamic["n"] == 2 and dynamic["mean"] == pytest.approx((-0.5 - 1.1) / 2)
+    assert dynamic["within_1_point"] == 1
+    assert "student - no KD" not in [k for k in summary if "within_1_point" in summary[k]]
 
     text = seeds.markdown(tasks, {"MRPC": summary})
-    assert "| 42 | 85.0 | 82.0 | 81.0 | 80.0 |  | 96.5% |" in text
+    assert "| 42 | 85.0 | 82.0 | 81.0 |  | 80.0 |  | 96.5% |" in text
+    assert "| 1 | 86.0 | 83.0 | 83.0 | 82.5 | 81.0 |  | 96.5% |" in text
+    assert "| dynamic int8 - float student, points | -0.8 [" in text
+    assert "(within 1 point on 1 of 2 seeds) |" in text
+    assert "| int8 - float student, points | -0.7 [" in text and \
+        "(within 1 point on 3 of 3 seeds) |" in text
     assert f"| student - no KD, points | +{mean:.1f} [{mean - half:+.1f}, {mean + half:+.1f}] |" \
         in text
 
