@@ -12,7 +12,9 @@ Adds to the task's entry in --results_dir's results.json the model
 written beside the table's, `<model>/dev/<Task>.tsv`, `<model>/<Task>.tsv`) and its
 batch-1 latency, timed interleaved with the float32 student and the int8 file (the
 table's thread count); then the paired comparisons against the float student and the
-int8 file. The table's own figures are not touched. Test labels are never read.
+int8 file; results.md is written again from results.json. The table's own figures are
+not touched. Test labels are never read. (benchmarks/glue.py scores the dynamic int8
+file itself; this script adds it to tables made before it did.)
 
 It answers: where the integer-only int8 file loses more than a point of the float
 student's score, does a file with int8 weights and float activations keep it, and at
@@ -57,9 +59,7 @@ def model_name(fmt: str) -> str:
 
 def main(argv: list[str]) -> None:
     del argv
-    import glue_paired
-    import glue_results as gr  # TensorFlow starts here, after the flags are parsed
-
+    # What the flags name is checked before TensorFlow starts (a few seconds).
     path = os.path.join(FLAGS.results_dir, "results.json")
     try:
         with open(path, encoding="utf-8") as f:
@@ -70,12 +70,17 @@ def main(argv: list[str]) -> None:
                          f"{FLAGS.task} table of benchmarks/glue.py ({type(e).__name__}: {e}); "
                          "run benchmarks/glue.py for the task first.") from None
     student_path = os.path.join(FLAGS.student_dir, "task", "model")
+    if not os.path.isdir(student_path):
+        raise SystemExit(f"benchmarks/glue_flavour.py: --student_dir: {student_path} (the "
+                         "float student) does not exist; give the table's run folder "
+                         f"(<work_dir>/{FLAGS.task}/tinybert of benchmarks/glue.py).")
+    import glue_paired
+    import glue_results as gr  # TensorFlow starts here
+
     int8_path = os.path.join(FLAGS.student_dir, "export", gr.tflite.tflite_file("int8"))
-    for what, p in (("the float student", student_path), ("the int8 file", int8_path)):
-        if not os.path.exists(p):
-            raise SystemExit(f"benchmarks/glue_flavour.py: --student_dir: {p} ({what}) does "
-                             "not exist; give the table's run folder "
-                             f"(<work_dir>/{FLAGS.task}/tinybert of benchmarks/glue.py).")
+    if not os.path.isfile(int8_path):
+        raise SystemExit(f"benchmarks/glue_flavour.py: --student_dir: {int8_path} (the "
+                         "table's int8 file) does not exist; give the table's run folder.")
     data_dir = os.path.join(FLAGS.glue_dir, FLAGS.task)
     task = gr.resolve_task(gr.TaskConfig(task=FLAGS.task, data_dir=data_dir))
     max_seq_len = task.max_seq_len(0)
@@ -95,19 +100,14 @@ def main(argv: list[str]) -> None:
                          f"{score:.4f} {primary} on dev, the table's {table_score:.4f}: "
                          "not the table's student; give the run folder that made it.")
     name = model_name(FLAGS.format)
-    flavour = gr.tflite.convert(student, FLAGS.format, max_seq_len, task=task.type)
-    tmp = os.path.join(FLAGS.results_dir, f".{name}.tflite")
-    with open(tmp, "wb") as f:
-        f.write(flavour)
-    try:
+    with gr.flavour_file(student, FLAGS.format, max_seq_len, task, FLAGS.results_dir) as tmp:
         dev = predictor.tflite(name, tmp, student.label_names)
+        size = os.path.getsize(tmp)
         lat = gr.latencies({"float32": gr.tflite.convert(student, "float32", max_seq_len,
                                                          metadata=False),
                             "int8": int8_path, FLAGS.format: tmp}, max_seq_len)
-    finally:
-        os.remove(tmp)
     entry["models"][name] = {
-        "dev": dev, "size_bytes": len(flavour),
+        "dev": dev, "size_bytes": size,
         f"latency_ms_tflite_{FLAGS.format}": lat[FLAGS.format],
         "latency_interleaved_with": {"tinybert_tflite_float32": lat["float32"],
                                      "tinybert_int8_tflite": lat["int8"]},
@@ -119,6 +119,8 @@ def main(argv: list[str]) -> None:
     with open(path + ".tmp", "w") as f:
         json.dump(results, f, indent=1, sort_keys=True)
     os.replace(path + ".tmp", path)
+    with open(os.path.join(FLAGS.results_dir, "results.md"), "w") as f:  # as glue.py writes it
+        f.write(gr.markdown(results) + "\n" + glue_paired.markdown(results))
     diff = 100 * (dev[primary] - table_score)
     int8_score = 100 * entry["models"]["tinybert_int8_tflite"]["dev"][primary]
     print(f"{FLAGS.task} {name}: dev {primary} {100 * dev[primary]:.1f} ({diff:+.1f} against "

@@ -1,17 +1,20 @@
 """benchmarks/glue.py's results of one task: every model's predictions and figures.
 Run alone, it prints a results.json's tables as markdown.
 
-Models: the fine-tuned teacher, the distilled student (Keras), its int8 TFLite file,
+Models: the fine-tuned teacher, the distilled student (Keras), its int8 TFLite file
+(integer-only, from the quantize stage) and its dynamic-range int8 file (int8 weights,
+float activations, converted from the float student as the export stage converts it),
 the same student fine-tuned without a teacher, and a TF-IDF + logistic regression
 baseline. For each: dev metrics, and its dev and GLUE-test predictions in the GLUE
 submission format (`index<TAB>prediction`; dev rows are numbered in file order).
 Latency: batch-1 TFLite float32 of the teacher, the student and a random-weight
-BERT-base of the same sequence length, and the student's int8 file, timed
+BERT-base of the same sequence length, and the student's two int8 files, timed
 interleaved (one call of each in turn, so a load on the machine hits all alike)
 with the same thread count.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -136,6 +139,20 @@ class Predictor:
         return {**metrics, "C": c}
 
 
+@contextlib.contextmanager
+def flavour_file(model: BertModel, fmt: str, max_seq_len: int, task, folder: str):
+    """Yields the path of `model`'s TFLite `fmt` flavour, converted as the export stage
+    converts it, in a hidden file under `folder` that is removed afterwards."""
+    path = os.path.join(folder, f".{fmt}.tflite")
+    os.makedirs(folder, exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(tflite.convert(model, fmt, max_seq_len, task=task.type))
+    try:
+        yield path
+    finally:
+        os.remove(path)
+
+
 def latencies(models: dict[str, Any], max_seq_len: int) -> dict[str, float]:
     """Batch-1 TFLite latency (median ms) of each {name: .tflite bytes or path},
     one call of each in turn per round, THREADS threads each."""
@@ -192,15 +209,23 @@ def collect(task_name: str, run: dict[str, Any], results_dir: str, primary: str,
     bert_base = BertModel(base_config, head="classifier", num_labels=2, label_names=["0", "1"],
                           vocab=synthetic_vocab(base_config.vocab_size))
     bert_base(random_inputs(base_config, 1, max_seq_len))
-    lat = latencies({"teacher": tflite.convert(teacher, "float32", max_seq_len, metadata=False),
-                      "tinybert": tflite.convert(student, "float32", max_seq_len, metadata=False),
-                      "tinybert_int8": int8_path,
-                      "bert_base_random": tflite.convert(bert_base, "float32", max_seq_len,
-                                                                metadata=False)},
-                     max_seq_len)
+    with flavour_file(student, "dynamic_int8", max_seq_len, task, results_dir) as dynamic:
+        models["tinybert_dynamic_int8_tflite"] = {
+            "dev": p.tflite("tinybert_dynamic_int8_tflite", dynamic, student.label_names),
+            "size_bytes": os.path.getsize(dynamic)}
+        lat = latencies({"teacher": tflite.convert(teacher, "float32", max_seq_len,
+                                                   metadata=False),
+                         "tinybert": tflite.convert(student, "float32", max_seq_len,
+                                                    metadata=False),
+                         "tinybert_int8": int8_path, "tinybert_dynamic_int8": dynamic,
+                         "bert_base_random": tflite.convert(bert_base, "float32", max_seq_len,
+                                                            metadata=False)},
+                        max_seq_len)
     models["teacher"]["latency_ms_tflite_float32"] = lat["teacher"]
     models["tinybert"]["latency_ms_tflite_float32"] = lat["tinybert"]
     models["tinybert_int8_tflite"]["latency_ms_tflite_int8"] = lat["tinybert_int8"]
+    models["tinybert_dynamic_int8_tflite"]["latency_ms_tflite_dynamic_int8"] = \
+        lat["tinybert_dynamic_int8"]
     t_score = models["teacher"]["dev"][primary]
     s_score = models["tinybert"]["dev"][primary]
     return {
@@ -237,6 +262,8 @@ def seconds(folder: str) -> dict[str, float]:
 MODEL_ROWS = (("teacher", "teacher: MiniLM-L6 fine-tuned"),
               ("tinybert", "TinyBERT student (GD + TD with DA)"),
               ("tinybert_int8_tflite", "TinyBERT student, int8 TFLite file"),
+              ("tinybert_dynamic_int8_tflite",
+               "TinyBERT student, dynamic-range int8 TFLite file"),
               ("finetuned_no_kd", "same student fine-tuned, no distillation"),
               ("tfidf_logreg", "TF-IDF + logistic regression"))
 
@@ -264,15 +291,25 @@ def markdown(results: dict[str, Any]) -> str:
         f"{p['bert_base']} -> {p['tinybert4']} ({100 * p['retained']:.1f}%)" for p in papers)
         + " |")
     lines.append("")
-    lines.append("| task | teacher ms | student ms | int8 ms | BERT-base ms | teacher / student "
-                 "| BERT-base / student |")
-    lines.append("|---|---|---|---|---|---|---|")
+    lines.append("| task | teacher ms | student ms | int8 ms | dynamic int8 ms | BERT-base ms "
+                 "| teacher / student | BERT-base / student |")
+    lines.append("|---|---|---|---|---|---|---|---|")
     for t in tasks:
         e = results["tasks"][t]
         m, s = e["models"], e["speedup_tflite_float32"]
+        # A dynamic int8 file scored after the table (benchmarks/glue_flavour.py) was
+        # timed in its own run, beside the float student: its ratio to that, not ms.
+        dynamic = m.get("tinybert_dynamic_int8_tflite", {})
+        if "latency_interleaved_with" in dynamic:
+            beside = dynamic["latency_interleaved_with"]["tinybert_tflite_float32"]
+            dynamic_cell = (f"{dynamic['latency_ms_tflite_dynamic_int8'] / beside:.2f} of "
+                            "the student's (timed later)")
+        else:
+            dynamic_cell = str(dynamic.get("latency_ms_tflite_dynamic_int8", ""))
         lines.append(f"| {t} | {m['teacher']['latency_ms_tflite_float32']} | "
                      f"{m['tinybert']['latency_ms_tflite_float32']} | "
                      f"{m['tinybert_int8_tflite']['latency_ms_tflite_int8']} | "
+                     f"{dynamic_cell} | "
                      f"{s['bert_base_ms']} | {s['teacher_over_tinybert']}x | "
                      f"{s['bert_base_over_tinybert']}x |")
     return "\n".join(lines) + "\n"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import glob
 import importlib.util
+import json
 import os
 
 import numpy as np
@@ -278,3 +279,25 @@ def test_glue_results_names_a_shape_with_its_ffn_only_where_it_is_not_4h():
     assert bench.shape_name(get_config("minilm_2l_384d")) == "2x384"
     assert bench.shape_name(get_config("tinybert_4l_312d")) == "4x312, FFN 1200"
     assert bench.shape_name(get_config("minilm_3l_384d_ffn768")) == "3x384, FFN 768"
+
+
+def test_glue_flavour_names_a_missing_table_or_student_before_tensorflow_starts(tmp_path):
+    import subprocess
+    import sys
+
+    (tmp_path / "results.json").write_text('{"tasks": {"SST-2": {"primary_metric": "accuracy"}}}')
+    script = os.path.join(REPO, "benchmarks", "glue_flavour.py")
+
+    def last_line(task):
+        done = subprocess.run([sys.executable, script, f"--task={task}",
+                               f"--student_dir={tmp_path / 'run'}", f"--results_dir={tmp_path}"],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode != 0
+        return done.stderr.strip().splitlines()[-1]
+
+    assert last_line("MRPC").startswith(f"benchmarks/glue_flavour.py: --results_dir: "
+                                        f"{tmp_path / 'results.json'} holds no MRPC table")
+    line = last_line("SST-2")
+    assert line.startswith("benchmarks/glue_flavour.py: --student_dir: ")
+    assert str(tmp_path / "run" / "task" / "model") in line and "SST-2/tinybert" in line
+    assert json.loads((tmp_path / "results.json").read_text())["tasks"].keys() == {"SST-2"}
