@@ -187,7 +187,8 @@ def markdown(tasks: dict[str, dict[int, dict[str, Any]]],
             if label in summary:
                 within = summary[label].get("within_1_point")
                 note = "" if within is None else (
-                    f" (within {WITHIN_POINTS:g} point on {within} of {summary[label]['n']} seeds)")
+                    f" (within {WITHIN_POINTS:g} point on {within} of {summary[label]['n']} "
+                    f"seed{'s' if summary[label]['n'] != 1 else ''})")
                 lines.append(f"| {label}, points | {_interval(summary[label])}{note} |")
         lines.append("")
     return "\n".join(lines)
