@@ -47,6 +47,12 @@ def absolute(path: str) -> str:
     return str(path) if is_remote(path) else os.path.abspath(path)
 
 
+def canonical(path: str) -> str:
+    """A local path made absolute with its symbolic links resolved (one spelling per
+    file: a folder reached through a link is the folder); a URL unchanged."""
+    return str(path) if is_remote(path) else os.path.realpath(path)
+
+
 def _hint(path: str, error: tf.errors.OpError) -> str:
     scheme = str(path).split("://", 1)[0] if is_remote(path) else ""
     text = _reason(error)

@@ -93,6 +93,25 @@ def test_changed_labels_or_another_data_path_redo_the_stage_saying_why(base, tmp
     assert "its data input is now read from another path" in capsys.readouterr().out
 
 
+def test_an_input_reached_through_a_link_is_the_same_input_and_a_copy_is_not(tmp_path):
+    """A second checkout with the first one's virtual environment linked in reads the
+    embedded teacher from inside the link: the same files, so no stage runs again."""
+    from tinybert_tf.pipeline.run.state import _reads_diff, read_facts
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "train.tsv").write_text("sentence\tlabel\ngood\t1\n")
+    os.symlink(data, tmp_path / "link")
+    real = read_facts({"data": [str(data / "train.tsv")]})
+    linked = read_facts({"data": [str(tmp_path / "link" / "train.tsv")]})
+    assert real["data"][0]["path"] == os.path.realpath(data / "train.tsv")
+    assert linked == real and _reads_diff(real, linked) is None
+    shutil.copytree(data, tmp_path / "copy")
+    copied = read_facts({"data": [str(tmp_path / "copy" / "train.tsv")]})
+    assert copied["data"][0]["content"] == real["data"][0]["content"]
+    assert "is now read from another path" in _reads_diff(real, copied)
+
+
 def test_a_hand_deleted_model_is_found_before_anything_runs_or_is_deleted(base, tmp_path):
     ns = _with(base, output_dir=str(tmp_path / "out"), stages=["task"],
                export_formats=["float32"])

@@ -8,7 +8,7 @@ Re-running with the same configs resumes; with different ones it is an error
 
 A stage is done when its folder holds `stage_done.json`, written last and
 atomically. It records the stage's own settings, the fingerprints of the
-stage outputs it read, the absolute path and content fingerprint of every
+stage outputs it read, the absolute path (links resolved) and content fingerprint of every
 other input it read (`reads`: data files, models, word vectors, corpus;
 `read_facts`), and the content fingerprints of the artefacts it published
 (`outputs`); its fingerprint hashes all of it but the outputs. A done stage
@@ -104,7 +104,9 @@ def read_facts(reads: dict[str, Any]) -> dict[str, list[dict[str, str]]]:
     """{role: path, list of paths, or a name} -> {role: [{"path": absolute path,
     "content": content fingerprint} or {"name": name}]}: what a done record keeps of
     a stage's inputs. A value that is not an existing path and holds no "/" is a name
-    (a preset, a hub model, tfds:NAME)."""
+    (a preset, a hub model, tfds:NAME). Paths are recorded with their links resolved,
+    so an input reached through another link to the same file (a virtual environment
+    linked into a second checkout) is the same input."""
     out: dict[str, list[dict[str, str]]] = {}
     for role, value in reads.items():
         items = value if isinstance(value, (list, tuple)) else [value]
@@ -114,7 +116,7 @@ def read_facts(reads: dict[str, Any]) -> dict[str, list[dict[str, str]]]:
             if not item:
                 continue
             if files.is_remote(item) or "/" in item or files.exists(item):
-                facts.append({"path": files.absolute(item),
+                facts.append({"path": files.canonical(item),
                               "content": files.content_fingerprint(item)})
             else:
                 facts.append({"name": item})
