@@ -137,19 +137,38 @@ def run_task(task: str, general_model: str) -> dict[str, Any]:
             "general_model": general_model, "commands": commands}
 
 
+def check_same_table(results: dict[str, Any], results_path: str) -> None:
+    """Stop when `results_path` holds a table of another --config or --extra: one
+    results.json is one recipe (more tasks, or a task again), never a mix of two."""
+    config = os.path.relpath(FLAGS.config, ROOT)
+    extra = [a for a in FLAGS.extra if a]
+    old_config, old_extra = results.get("config"), results.get("extra")
+    if old_config is None or (old_config == config and old_extra in (None, extra)):
+        return
+    raise SystemExit(
+        f"benchmarks/glue.py: --results_dir: {results_path} holds a table of "
+        f"--config={old_config}" + (f" --extra={','.join(old_extra)}" if old_extra else "")
+        + f", and this run has --config={config}"
+        + (f" --extra={','.join(extra)}" if extra else "")
+        + ": its tasks would mix two recipes in one table. Give another --results_dir "
+        "(e.g. benchmarks/results/glue/<student>/seed<N>).")
+
+
 def main(argv: list[str]) -> None:
     del argv
-    import glue_paired
-    import glue_results  # TensorFlow starts here, after the flags are parsed
-
-    os.makedirs(FLAGS.work_dir, exist_ok=True)
     results_path = os.path.join(FLAGS.results_dir, "results.json")
     results: dict[str, Any] = {}
     if os.path.exists(results_path):
         with open(results_path) as f:
             results = json.load(f)
+    check_same_table(results, results_path)  # before TensorFlow starts
+    import glue_paired
+    import glue_results  # TensorFlow starts here, after the flags are parsed
+
+    os.makedirs(FLAGS.work_dir, exist_ok=True)
     results.update({"host": host(), "commit": commit(), "config": os.path.relpath(
-        FLAGS.config, ROOT), "command": " ".join(sys.argv), "paper_table1": PAPER})
+        FLAGS.config, ROOT), "extra": [a for a in FLAGS.extra if a],
+        "command": " ".join(sys.argv), "paper_table1": PAPER})
     results.setdefault("tasks", {})
     general_model = FLAGS.general_model
     for task in FLAGS.tasks:

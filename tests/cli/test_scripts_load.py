@@ -301,3 +301,22 @@ def test_glue_flavour_names_a_missing_table_or_student_before_tensorflow_starts(
     assert line.startswith("benchmarks/glue_flavour.py: --student_dir: ")
     assert str(tmp_path / "run" / "task" / "model") in line and "SST-2/tinybert" in line
     assert json.loads((tmp_path / "results.json").read_text())["tasks"].keys() == {"SST-2"}
+
+
+def test_glue_refuses_to_mix_two_recipes_in_one_table_before_anything_runs(tmp_path):
+    import subprocess
+    import sys
+
+    table = {"config": "configs/glue_minilm_3l.cfg", "extra": ["--seed=1"], "tasks": {}}
+    (tmp_path / "results.json").write_text(json.dumps(table))
+    script = os.path.join(REPO, "benchmarks", "glue.py")
+    done = subprocess.run([sys.executable, script, f"--results_dir={tmp_path}",
+                           f"--work_dir={tmp_path / 'work'}", "--extra=--seed=1"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0
+    line = done.stderr.strip().splitlines()[-1]
+    assert line.startswith(f"benchmarks/glue.py: --results_dir: {tmp_path / 'results.json'} "
+                           "holds a table of --config=configs/glue_minilm_3l.cfg --extra=--seed=1")
+    assert "this run has --config=configs/glue_minilm.cfg --extra=--seed=1" in line
+    assert "another --results_dir" in line and not (tmp_path / "work").exists()
+    assert json.loads((tmp_path / "results.json").read_text()) == table
