@@ -100,7 +100,7 @@ def main(argv: list[str]) -> None:
                          f"{score:.4f} {primary} on dev, the table's {table_score:.4f}: "
                          "not the table's student; give the run folder that made it.")
     name = model_name(FLAGS.format)
-    with gr.flavour_file(student, FLAGS.format, max_seq_len, task, FLAGS.results_dir) as tmp:
+    with gr.flavour_file(student, FLAGS.format, max_seq_len, task) as tmp:
         dev = predictor.tflite(name, tmp, student.label_names)
         size = os.path.getsize(tmp)
         lat = gr.latencies({"float32": gr.tflite.convert(student, "float32", max_seq_len,

@@ -19,6 +19,7 @@ import functools
 import json
 import os
 import sys
+import tempfile
 from typing import Any, Sequence
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -140,17 +141,14 @@ class Predictor:
 
 
 @contextlib.contextmanager
-def flavour_file(model: BertModel, fmt: str, max_seq_len: int, task, folder: str):
+def flavour_file(model: BertModel, fmt: str, max_seq_len: int, task):
     """Yields the path of `model`'s TFLite `fmt` flavour, converted as the export stage
-    converts it, in a hidden file under `folder` that is removed afterwards."""
-    path = os.path.join(folder, f".{fmt}.tflite")
-    os.makedirs(folder, exist_ok=True)
-    with open(path, "wb") as f:
-        f.write(tflite.convert(model, fmt, max_seq_len, task=task.type))
-    try:
+    converts it, in a temporary folder (never beside the results) removed afterwards."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, f"model_{fmt}.tflite")
+        with open(path, "wb") as f:
+            f.write(tflite.convert(model, fmt, max_seq_len, task=task.type))
         yield path
-    finally:
-        os.remove(path)
 
 
 def latencies(models: dict[str, Any], max_seq_len: int) -> dict[str, float]:
@@ -209,7 +207,7 @@ def collect(task_name: str, run: dict[str, Any], results_dir: str, primary: str,
     bert_base = BertModel(base_config, head="classifier", num_labels=2, label_names=["0", "1"],
                           vocab=synthetic_vocab(base_config.vocab_size))
     bert_base(random_inputs(base_config, 1, max_seq_len))
-    with flavour_file(student, "dynamic_int8", max_seq_len, task, results_dir) as dynamic:
+    with flavour_file(student, "dynamic_int8", max_seq_len, task) as dynamic:
         models["tinybert_dynamic_int8_tflite"] = {
             "dev": p.tflite("tinybert_dynamic_int8_tflite", dynamic, student.label_names),
             "size_bytes": os.path.getsize(dynamic)}
