@@ -137,11 +137,16 @@ def run_task(task: str, general_model: str) -> dict[str, Any]:
             "general_model": general_model, "commands": commands}
 
 
+def recipe() -> tuple[str, list[str]]:
+    """(--config relative to the repository, the non-empty --extra flags): what makes
+    one table's runs, recorded in its results.json."""
+    return os.path.relpath(FLAGS.config, ROOT), [a for a in FLAGS.extra if a]
+
+
 def check_same_table(results: dict[str, Any], results_path: str) -> None:
     """Stop when `results_path` holds a table of another --config or --extra: one
     results.json is one recipe (more tasks, or a task again), never a mix of two."""
-    config = os.path.relpath(FLAGS.config, ROOT)
-    extra = [a for a in FLAGS.extra if a]
+    config, extra = recipe()
     old_config, old_extra = results.get("config"), results.get("extra")
     if old_config is None or (old_config == config and old_extra in (None, extra)):
         return
@@ -166,9 +171,9 @@ def main(argv: list[str]) -> None:
     import glue_results  # TensorFlow starts here, after the flags are parsed
 
     os.makedirs(FLAGS.work_dir, exist_ok=True)
-    results.update({"host": host(), "commit": commit(), "config": os.path.relpath(
-        FLAGS.config, ROOT), "extra": [a for a in FLAGS.extra if a],
-        "command": " ".join(sys.argv), "paper_table1": PAPER})
+    config, extra = recipe()
+    results.update({"host": host(), "commit": commit(), "config": config, "extra": extra,
+                    "command": " ".join(sys.argv), "paper_table1": PAPER})
     results.setdefault("tasks", {})
     general_model = FLAGS.general_model
     for task in FLAGS.tasks:
@@ -181,12 +186,7 @@ def main(argv: list[str]) -> None:
         entry["wall_seconds_this_invocation"] = round(time.time() - started)
         entry["commit"] = commit()
         results["tasks"][task] = entry
-        os.makedirs(FLAGS.results_dir, exist_ok=True)
-        with open(results_path + ".tmp", "w") as f:
-            json.dump(results, f, indent=1, sort_keys=True)
-        os.replace(results_path + ".tmp", results_path)
-        with open(os.path.join(FLAGS.results_dir, "results.md"), "w") as f:
-            f.write(glue_results.markdown(results) + "\n" + glue_paired.markdown(results))
+        glue_paired.write_table(FLAGS.results_dir, results)
         log(f"{task}: results in {results_path}")
 
 

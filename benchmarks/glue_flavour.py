@@ -116,11 +116,7 @@ def main(argv: list[str]) -> None:
     pairs = [f"{name}:tinybert", f"{name}:tinybert_int8_tflite"]
     entry.setdefault("paired", {}).update(glue_paired.task_pairs(
         FLAGS.task, entry, FLAGS.glue_dir, FLAGS.results_dir, pairs))
-    with open(path + ".tmp", "w") as f:
-        json.dump(results, f, indent=1, sort_keys=True)
-    os.replace(path + ".tmp", path)
-    with open(os.path.join(FLAGS.results_dir, "results.md"), "w") as f:  # as glue.py writes it
-        f.write(gr.markdown(results) + "\n" + glue_paired.markdown(results))
+    glue_paired.write_table(FLAGS.results_dir, results)
     diff = 100 * (dev[primary] - table_score)
     int8_score = 100 * entry["models"]["tinybert_int8_tflite"]["dev"][primary]
     print(f"{FLAGS.task} {name}: dev {primary} {100 * dev[primary]:.1f} ({diff:+.1f} against "

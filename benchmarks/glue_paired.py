@@ -147,21 +147,31 @@ def markdown(results: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def write_table(results_dir: str, results: dict[str, Any]) -> str:
+    """Write `results` as `results_dir`/results.json (whole or not at all) and its tables
+    as results.md; returns the JSON's path. Every script that changes a table writes it
+    here."""
+    import glue_results  # TensorFlow starts here
+
+    os.makedirs(results_dir, exist_ok=True)
+    path = os.path.join(results_dir, "results.json")
+    with open(path + ".tmp", "w") as f:
+        json.dump(results, f, indent=1, sort_keys=True)
+    os.replace(path + ".tmp", path)
+    with open(os.path.join(results_dir, "results.md"), "w") as f:
+        f.write(glue_results.markdown(results) + "\n" + markdown(results))
+    return path
+
+
 def main(argv: Sequence[str]) -> None:
     del argv
-    import glue_results
-
     path = os.path.join(FLAGS.results_dir, "results.json")
     with open(path) as f:
         results = json.load(f)
     for task, entry in results.get("tasks", {}).items():
         entry["paired"] = task_pairs(task, entry, FLAGS.glue_dir, FLAGS.results_dir,
                                      FLAGS.pairs, FLAGS.resamples)
-    with open(path + ".tmp", "w") as f:
-        json.dump(results, f, indent=1, sort_keys=True)
-    os.replace(path + ".tmp", path)
-    with open(os.path.join(FLAGS.results_dir, "results.md"), "w") as f:
-        f.write(glue_results.markdown(results) + "\n" + markdown(results))
+    write_table(FLAGS.results_dir, results)
     print(markdown(results), end="")
 
 
