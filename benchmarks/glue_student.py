@@ -64,6 +64,9 @@ for _name in ("task", "data_dir", "teacher", "student_dir", "name"):
 # its predictions.
 TABLE_MODELS = ("teacher", "tinybert", "tinybert_int8_tflite", "finetuned_no_kd",
                 "tfidf_logreg")
+# The export stage's int8 TFLite file (export/tflite.py tflite_file("int8"), written out
+# for the same reason: a missing one is refused before TensorFlow starts).
+INT8_FILE = "model_int8.tflite"
 flags.register_validator("name", lambda n: n not in TABLE_MODELS,
     "--name: the table's models use that name already (their predictions would be "
     "overwritten); name the student by its shape, e.g. --name=tinybert_4l_312d.")
@@ -74,10 +77,7 @@ flags.register_validator("int8_name", lambda n: n not in TABLE_MODELS,
 
 def main(argv: list[str]) -> None:
     del argv
-    import glue_paired
-    import glue_results as gr  # TensorFlow starts here, after the flags are parsed
-
-    check_teacher_labels(FLAGS.teacher, FLAGS.task, "--teacher", "benchmarks/glue_student.py")
+    # What the flags name is checked before TensorFlow starts: a wrong path costs seconds.
     path = os.path.join(FLAGS.results_dir, f"{FLAGS.name}.json")
     if os.path.isfile(path):
         with open(path) as f:
@@ -87,11 +87,15 @@ def main(argv: list[str]) -> None:
                              f"on {other}, which this {FLAGS.task} run would overwrite; give "
                              f"another --name (e.g. --name={FLAGS.name}_{FLAGS.task.lower()}"
                              ") or another --results_dir.")
-    int8_path = os.path.join(FLAGS.student_dir, "export", gr.tflite.tflite_file("int8"))
+    int8_path = os.path.join(FLAGS.student_dir, "export", INT8_FILE)
     if FLAGS.int8_name and not os.path.isfile(int8_path):
         raise SystemExit(f"benchmarks/glue_student.py: --int8_name: {int8_path} does not "
                          "exist; run the student's quantize and export stages first "
                          "(bin/distill ... --stages=quantize,export).")
+    import glue_paired
+    import glue_results as gr  # TensorFlow starts here
+
+    check_teacher_labels(FLAGS.teacher, FLAGS.task, "--teacher", "benchmarks/glue_student.py")
     task = gr.resolve_task(gr.TaskConfig(task=FLAGS.task, data_dir=FLAGS.data_dir))
     max_seq_len = task.max_seq_len(0)
     teacher = gr.load_model(FLAGS.teacher)

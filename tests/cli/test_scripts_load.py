@@ -210,6 +210,7 @@ def test_glue_student_refuses_a_missing_int8_file_or_another_tasks_results(tmp_p
 
     from tinybert_tf.config import BertConfig
     from tinybert_tf.data import glue
+    from tinybert_tf.export.tflite import tflite_file
     from tinybert_tf.models import BertModel
     from tinybert_tf.models.checkpoint import save_model
 
@@ -228,7 +229,8 @@ def test_glue_student_refuses_a_missing_int8_file_or_another_tasks_results(tmp_p
     assert done.returncode != 0
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("benchmarks/glue_student.py: --int8_name: ")
-    assert str(tmp_path / "run" / "export" / "model_int8.tflite") in last
+    # The script names the file before TensorFlow starts: the export stage's name for it.
+    assert str(tmp_path / "run" / "export" / tflite_file("int8")) in last
     assert not (tmp_path / "results").exists()
     # A table model's name would overwrite its predictions: refused at the flags.
     done = subprocess.run(common + ["--int8_name=tinybert_int8_tflite"],
