@@ -2,10 +2,11 @@
 """The whole method on real GLUE tasks, with its baselines, as one resumable command.
 
   .venv/bin/python benchmarks/glue.py --glue_dir=../shared/data/glue \
-      --work_dir=runs/glue --results_dir=benchmarks/results/glue --tasks=MRPC,RTE,SST-2
+      --work_dir=runs/glue --tasks=MRPC,RTE,SST-2
 
-Per task, each step a `bin/distill` run (configs/glue_minilm.cfg) in its own folder
-under --work_dir, so re-running the command resumes where it stopped:
+Per task, each step a `bin/distill` run of --config (by default the recommended student,
+configs/glue_minilm_3l.cfg, whose seed-42 table is --results_dir's default) in its own
+folder under --work_dir, so re-running the command resumes where it stopped:
 
   teacher/<cell>    the embedded MiniLM-L6 fine-tuned, one run per --teacher_grid
                     cell (LR:EPOCHS); the best on dev is the task's teacher
@@ -19,11 +20,12 @@ then writes, under --results_dir, every model's dev and GLUE-test predictions in
 GLUE submission format (`<model>/<Task>.tsv`, `<model>/dev/<Task>.tsv`: `index`,
 `prediction`), a TF-IDF + logistic-regression baseline's, and `results.json` with the
 metrics, sizes, batch-1 latencies, host and commands. Test labels are never read: the
-test predictions are scored outside the project. --train_limit=SST-2:8000 trains on a
-seeded subset of a task's training set (dev and test stay whole).
---config=configs/glue_minilm_long.cfg runs the task stage about five times as long
-(five intermediate epochs, N_a = 4); docs/measurements.md gives what each costs and
-keeps.
+test predictions are scored outside the project. --train_limit (by default SST-2:8000,
+as in every table here) trains on a seeded subset of a task's training set (dev and
+test stay whole). --config=configs/glue_minilm.cfg --results_dir=benchmarks/results/glue
+is the 2 x 384 student's table; --config=configs/glue_minilm_long.cfg runs its task
+stage about five times as long (five intermediate epochs, N_a = 4);
+docs/measurements.md gives what each costs and keeps.
 """
 from __future__ import annotations
 
@@ -50,14 +52,18 @@ FLAGS = flags.FLAGS
 flags.DEFINE_string("glue_dir", os.path.join(ROOT, "..", "shared", "data", "glue"),
                     "Folder with SST-2/, MRPC/, RTE/ in the GLUE TSV layout.")
 flags.DEFINE_string("work_dir", os.path.join(ROOT, "runs", "glue"), "Where the runs go.")
-flags.DEFINE_string("results_dir", os.path.join(ROOT, "benchmarks", "results", "glue"),
-                    "Where the small result files go (results.json, prediction TSVs).")
+flags.DEFINE_string("results_dir", os.path.join(ROOT, "benchmarks", "results", "glue",
+                                                 "minilm_3l_ffn768", "seed42"),
+                    "Where the small result files go (results.json, prediction TSVs): "
+                    "one folder per config and seed.")
 flags.DEFINE_list("tasks", ["MRPC", "RTE", "SST-2"], "GLUE tasks, in the order to run.")
 flags.DEFINE_list("teacher_grid", ["1e-4:3"], "Teacher fine-tuning cells LR:EPOCHS; "
                   "the best dev score is the task's teacher.")
-flags.DEFINE_list("train_limit", [], "TASK:N: train on a seeded subset of N rows.")
-flags.DEFINE_string("config", os.path.join(ROOT, "configs", "glue_minilm.cfg"),
-                    "The flagfile every run starts from.")
+flags.DEFINE_list("train_limit", ["SST-2:8000"], "TASK:N: train on a seeded subset of N "
+                  "rows.")
+flags.DEFINE_string("config", os.path.join(ROOT, "configs", "glue_minilm_3l.cfg"),
+                    "The flagfile every run starts from (the recommended student's; "
+                    "configs/glue_minilm.cfg: the 2 x 384 student).")
 flags.DEFINE_list("extra", [], "More bin/distill flags for every run (e.g. --seed=1).")
 flags.DEFINE_string("general_model", "", "A general model to share with every task; empty: "
                     "the first task runs the general stage and shares its model.")
@@ -137,10 +143,27 @@ def run_task(task: str, general_model: str) -> dict[str, Any]:
             "general_model": general_model, "commands": commands}
 
 
+def config_lines(path: str) -> set[str]:
+    """The flags a local flagfile sets, nested --flagfile= lines (relative to the including
+    file's folder) expanded. Not tinybert_tf.cli.flagfiles: it reads through tf.io.gfile,
+    and the table check below runs before TensorFlow starts."""
+    found: set[str] = set()
+    with open(path, encoding="utf-8-sig") as f:
+        for line in (ln.strip() for ln in f):
+            if line.startswith("--flagfile="):
+                found |= config_lines(os.path.join(os.path.dirname(path),
+                                                   line[len("--flagfile="):]))
+            elif line and not line.startswith(("#", "//")):
+                found.add(line)
+    return found
+
+
 def recipe() -> tuple[str, list[str]]:
-    """(--config relative to the repository, the non-empty --extra flags): what makes
-    one table's runs, recorded in its results.json."""
-    return os.path.relpath(FLAGS.config, ROOT), [a for a in FLAGS.extra if a]
+    """(--config relative to the repository, the --extra flags it does not already set):
+    what makes one table's runs, recorded in its results.json. `--extra=--seed=42` with a
+    config of seed 42 is the config's own table."""
+    own = config_lines(FLAGS.config) if os.path.isfile(FLAGS.config) else set()
+    return os.path.relpath(FLAGS.config, ROOT), [a for a in FLAGS.extra if a and a not in own]
 
 
 def check_same_table(results: dict[str, Any], results_path: str) -> None:

@@ -309,7 +309,7 @@ def test_glue_refuses_to_mix_two_recipes_in_one_table_before_anything_runs(tmp_p
     import subprocess
     import sys
 
-    table = {"config": "configs/glue_minilm_3l.cfg", "extra": ["--seed=1"], "tasks": {}}
+    table = {"config": "configs/glue_minilm.cfg", "extra": ["--seed=1"], "tasks": {}}
     (tmp_path / "results.json").write_text(json.dumps(table))
     script = os.path.join(REPO, "benchmarks", "glue.py")
     done = subprocess.run([sys.executable, script, f"--results_dir={tmp_path}",
@@ -318,7 +318,35 @@ def test_glue_refuses_to_mix_two_recipes_in_one_table_before_anything_runs(tmp_p
     assert done.returncode != 0
     line = done.stderr.strip().splitlines()[-1]
     assert line.startswith(f"benchmarks/glue.py: --results_dir: {tmp_path / 'results.json'} "
-                           "holds a table of --config=configs/glue_minilm_3l.cfg --extra=--seed=1")
-    assert "this run has --config=configs/glue_minilm.cfg --extra=--seed=1" in line
+                           "holds a table of --config=configs/glue_minilm.cfg --extra=--seed=1")
+    # The default --config is the recommended student's.
+    assert "this run has --config=configs/glue_minilm_3l.cfg --extra=--seed=1" in line
     assert "another --results_dir" in line and not (tmp_path / "work").exists()
     assert json.loads((tmp_path / "results.json").read_text()) == table
+
+
+def test_glue_keeps_another_seed_out_of_the_default_table(tmp_path):
+    """The default --results_dir is seed 42's table of the default config: a run with
+    --extra=--seed=1 and no --results_dir of its own is refused, while the flags the config
+    sets already (its seed 42, its float32 teacher) make no other recipe."""
+    import subprocess
+    import sys
+
+    glue = load_script(os.path.join(REPO, "benchmarks", "glue.py"))
+    own = glue.config_lines(os.path.join(REPO, "configs", "glue_minilm_3l.cfg"))
+    assert {"--seed=42", "--teacher_precision=float32",
+            "--student_config=minilm_3l_384d_ffn768"} <= own  # nested glue_minilm.cfg read
+    assert not any(line.startswith(("#", "--flagfile=")) for line in own)
+    table = {"config": "configs/glue_minilm_3l.cfg", "extra": [], "tasks": {}}
+    (tmp_path / "results.json").write_text(json.dumps(table))
+    done = subprocess.run([sys.executable, os.path.join(REPO, "benchmarks", "glue.py"),
+                           f"--results_dir={tmp_path}", f"--work_dir={tmp_path / 'work'}",
+                           "--extra=--seed=42,--teacher_precision=float32,--seed=1"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0
+    line = done.stderr.strip().splitlines()[-1]
+    assert line.endswith("Give another --results_dir (e.g. "
+                         "benchmarks/results/glue/<student>/seed<N>).")
+    assert "holds a table of --config=configs/glue_minilm_3l.cfg, and this run has " \
+        "--config=configs/glue_minilm_3l.cfg --extra=--seed=1:" in line
+    assert not (tmp_path / "work").exists()
