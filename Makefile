@@ -36,9 +36,11 @@ demo: $(STAMP)
 # pytest exits 5 when it collects no test: that is a failure here, not a pass.
 # Two worker processes: much of a TF test's time is single-threaded tracing.
 # --dist loadscope keeps each module on one worker, so a module-scoped fixture is built
-# once (tests/conftest.py says why not loadgroup); the 15 slowest are printed.
+# once (tests/conftest.py says why not loadgroup); --no-loadscope-reorder hands the
+# modules out in collection order, the longest first (tests/conftest.py), not by their
+# number of tests, which left the longest for last. The 15 slowest are printed.
 PYTEST_WORKERS ?= 2
-PYTEST_ARGS := -q -n $(PYTEST_WORKERS) --dist loadscope
+PYTEST_ARGS := -q -n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder
 test: $(STAMP)
 	$(VENV)/bin/ruff check . bin/*
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS) --durations=15 tests; rc=$$?; \
