@@ -62,8 +62,8 @@ for _name in ("task", "data_dir", "teacher", "student_dir", "name"):
 # The table's own models (the names of glue_results.MODEL_ROWS, written out because
 # importing glue_results starts TensorFlow): a student named like one would overwrite
 # its predictions.
-TABLE_MODELS = ("teacher", "tinybert", "tinybert_int8_tflite", "finetuned_no_kd",
-                "tfidf_logreg")
+TABLE_MODELS = ("teacher", "tinybert", "tinybert_int8_tflite", "tinybert_dynamic_int8_tflite",
+                "finetuned_no_kd", "tfidf_logreg")
 # The export stage's int8 TFLite file (export/tflite.py tflite_file("int8"), written out
 # for the same reason: a missing one is refused before TensorFlow starts).
 INT8_FILE = "model_int8.tflite"

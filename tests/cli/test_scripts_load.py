@@ -203,6 +203,14 @@ def test_glue_scripts_refuse_a_teacher_fine_tuned_for_another_tasks_labels(tmp_p
     assert "['0', '1']" in message and "entailment" in message and "--task=RTE" in message
 
 
+def test_glue_student_knows_every_model_of_the_table_it_must_not_overwrite():
+    """glue_student.py writes the table's model names out (importing glue_results starts
+    TensorFlow): they must be the names glue_results writes predictions under."""
+    student = load_script(os.path.join(REPO, "benchmarks", "glue_student.py"))
+    results = load_script(os.path.join(REPO, "benchmarks", "glue_results.py"))
+    assert student.TABLE_MODELS == tuple(name for name, _ in results.MODEL_ROWS)
+
+
 def test_glue_student_refuses_a_missing_int8_file_or_another_tasks_results(tmp_path,
                                                                           tiny_vocab):
     import subprocess
