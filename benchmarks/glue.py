@@ -166,10 +166,11 @@ def recipe() -> tuple[str, list[str]]:
     return os.path.relpath(FLAGS.config, ROOT), [a for a in FLAGS.extra if a and a not in own]
 
 
-def check_same_table(results: dict[str, Any], results_path: str) -> None:
-    """Stop when `results_path` holds a table of another --config or --extra: one
-    results.json is one recipe (more tasks, or a task again), never a mix of two."""
-    config, extra = recipe()
+def check_same_table(results: dict[str, Any], results_path: str, config: str,
+                     extra: list[str]) -> None:
+    """Stop when `results_path` holds a table of another recipe than (`config`, `extra`),
+    as `recipe()` gives them: one results.json is one recipe (more tasks, or a task
+    again), never a mix of two."""
     old_config, old_extra = results.get("config"), results.get("extra")
     if old_config is None or (old_config == config and old_extra in (None, extra)):
         return
@@ -189,12 +190,12 @@ def main(argv: list[str]) -> None:
     if os.path.exists(results_path):
         with open(results_path) as f:
             results = json.load(f)
-    check_same_table(results, results_path)  # before TensorFlow starts
+    config, extra = recipe()
+    check_same_table(results, results_path, config, extra)  # before TensorFlow starts
     import glue_paired
     import glue_results  # TensorFlow starts here, after the flags are parsed
 
     os.makedirs(FLAGS.work_dir, exist_ok=True)
-    config, extra = recipe()
     results.update({"host": host(), "commit": commit(), "config": config, "extra": extra,
                     "command": " ".join(sys.argv), "paper_table1": PAPER})
     results.setdefault("tasks", {})
