@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Table 2's ablations on a real GLUE task, each one change from configs/glue_minilm.cfg,
-over several training seeds, with paired differences against the recipe.
+"""Table 2's ablations on a real GLUE task, each one change from the --config flagfile
+(configs/glue_minilm.cfg by default), over several training seeds, with paired
+differences against the recipe.
 
   .venv/bin/python benchmarks/glue_ablations.py --task=MRPC \
       --task_teacher=TEACHER/finetune_teacher/model --general_model=GENERAL/general/model \
@@ -28,7 +29,9 @@ McNemar; glue_paired.py); and over the seeds, the mean difference with its stand
 deviation and a 95% interval from resampling the dev examples once for all seeds (the
 dev set's noise in the mean; "beyond noise" when it excludes 0). Re-running resumes: a
 finished run is skipped, a scored cell is not scored again; --summarise_only rewrites
-the tables from the predictions without running anything.
+the tables from the predictions without running anything. One `<Task>.json` holds one
+recipe (--config, --extra, --task_teacher, --general_model): a run with others is
+refused before anything runs, so that seeds of two recipes never share a table.
 """
 from __future__ import annotations
 
@@ -245,6 +248,29 @@ def accuracy_markdown(results: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def recipe() -> dict[str, Any]:
+    """What makes one table: the config, the extra flags, the teacher and general model."""
+    return {"config": os.path.relpath(FLAGS.config, ROOT),
+            "extra": [a for a in FLAGS.extra if a],
+            "task_teacher": os.path.abspath(FLAGS.task_teacher),
+            "general_model": os.path.abspath(FLAGS.general_model)}
+
+
+def check_same_recipe(results: dict[str, Any], path: str, current: dict[str, Any]) -> None:
+    """Stop when `path` holds cells of another recipe than `current` (`recipe()`); a
+    table made before a field was recorded is compared on the fields it has."""
+    changed = [f"--{key}={','.join(old) if isinstance(old, list) else old} there, "
+               f"--{key}={','.join(current[key]) if isinstance(old, list) else current[key]} here"
+               for key, old in ((k, results.get(k)) for k in current)
+               if old is not None and old != current[key]]
+    if changed:
+        raise SystemExit(
+            f"benchmarks/glue_ablations.py: --results_dir: {path} holds the cells of another "
+            f"recipe ({'; '.join(changed)}): its seeds and these would share one table. Give "
+            "another --results_dir (e.g. benchmarks/results/glue/<student>/ablations), or "
+            "that table's flags to resume it.")
+
+
 def save(results: dict[str, Any]) -> None:
     summarise(results)
     base = os.path.join(FLAGS.results_dir, FLAGS.task)
@@ -269,7 +295,7 @@ def run_cells(results: dict[str, Any], dev, gr, glue_paired, accuracy=None) -> N
         score = predictor.keras_dev(gr.load_model(FLAGS.task_teacher))
         results["teacher_dev"] = round(100 * score[primary], 2)
     results.update({"host": host(), "commit": commit(), "command": " ".join(sys.argv),
-                    "config": os.path.relpath(FLAGS.config, ROOT)})
+                    **recipe()})
     no_gd = os.path.join(FLAGS.work_dir, FLAGS.task, "no_gd_start")
     if "no_gd" in FLAGS.cells:
         results["no_gd_start_command"] = distill(
@@ -313,12 +339,6 @@ def main(argv: list[str]) -> None:
     if absent and not FLAGS.summarise_only:
         raise SystemExit(f"benchmarks/glue_ablations.py: {', '.join(absent)}: no such model "
                          "folder; give the folders bin/distill wrote (OUTPUT/<stage>/model).")
-    import glue_paired
-    import glue_results as gr  # TensorFlow starts here, after the flags are parsed
-
-    if FLAGS.task_teacher:
-        check_teacher_labels(FLAGS.task_teacher, FLAGS.task, "--task_teacher",
-                             "benchmarks/glue_ablations.py")
     path = os.path.join(FLAGS.results_dir, f"{FLAGS.task}.json")
     results: dict[str, Any] = {}
     if os.path.exists(path):
@@ -326,6 +346,14 @@ def main(argv: list[str]) -> None:
             results = json.load(f)
     elif FLAGS.summarise_only:
         raise SystemExit(f"--summarise_only: {path} does not exist; run the cells first.")
+    if not FLAGS.summarise_only:
+        check_same_recipe(results, path, recipe())  # before TensorFlow starts
+    import glue_paired
+    import glue_results as gr  # TensorFlow starts here, after the flags are parsed
+
+    if FLAGS.task_teacher:
+        check_teacher_labels(FLAGS.task_teacher, FLAGS.task, "--task_teacher",
+                             "benchmarks/glue_ablations.py")
     results.update({"task": FLAGS.task, "primary_metric": PRIMARY[FLAGS.task],
                     "cells": FLAGS.cells, "changes": {c: CELLS[c][1] for c in FLAGS.cells}})
     results.setdefault("runs", {})

@@ -358,3 +358,53 @@ def test_glue_keeps_another_seed_out_of_the_default_table(tmp_path):
     assert "holds a table of --config=configs/glue_minilm_3l.cfg, and this run has " \
         "--config=configs/glue_minilm_3l.cfg --extra=--seed=1:" in line
     assert not (tmp_path / "work").exists()
+
+
+def test_glue_ablations_keep_one_recipe_per_table(tmp_path):
+    """A results folder whose <Task>.json holds another recipe's cells (another --config,
+    or another teacher) is refused before TensorFlow starts, and the table is left as it
+    was; a table older than a recorded field is compared on the fields it has."""
+    import subprocess
+    import sys
+
+    ablations = os.path.join(REPO, "benchmarks", "glue_ablations.py")
+    teacher, general = tmp_path / "teacher", tmp_path / "general"
+    teacher.mkdir()
+    general.mkdir()
+    table = {"config": "configs/glue_minilm.cfg", "task_teacher": str(teacher),
+             "runs": {"tinybert": {"42": {"dev": {"f1": 0.8}}}}}
+    (tmp_path / "MRPC.json").write_text(json.dumps(table))
+
+    def refused(*args: str) -> str:
+        done = subprocess.run([sys.executable, ablations, "--task=MRPC",
+                               f"--results_dir={tmp_path}", f"--work_dir={tmp_path / 'work'}",
+                               f"--general_model={general}", *args],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode != 0
+        assert not (tmp_path / "work").exists()
+        assert json.loads((tmp_path / "MRPC.json").read_text()) == table
+        line = done.stderr.strip().splitlines()[-1]
+        assert line.startswith(f"benchmarks/glue_ablations.py: --results_dir: "
+                               f"{tmp_path / 'MRPC.json'} holds the cells of another recipe")
+        assert line.endswith("Give another --results_dir (e.g. benchmarks/results/glue/"
+                             "<student>/ablations), or that table's flags to resume it.")
+        return line
+
+    line = refused("--config=configs/glue_minilm_3l.cfg", f"--task_teacher={teacher}")
+    assert "(--config=configs/glue_minilm.cfg there, --config=configs/glue_minilm_3l.cfg " \
+        "here)" in line
+    line = refused(f"--task_teacher={general}")
+    assert f"(--task_teacher={teacher} there, --task_teacher={general} here)" in line
+
+    module = load_script(ablations)
+    module.FLAGS(["glue_ablations.py", "--task=MRPC", f"--task_teacher={teacher}",
+                  f"--general_model={general}", "--extra=--seed=3"])
+    try:
+        current = module.recipe()
+        assert current == {"config": "configs/glue_minilm.cfg", "extra": ["--seed=3"],
+                           "task_teacher": str(teacher), "general_model": str(general)}
+        module.check_same_recipe(table, "MRPC.json", current)  # no extra/general recorded
+        with pytest.raises(SystemExit, match=r"--extra= there, --extra=--seed=3 here"):
+            module.check_same_recipe({**table, "extra": []}, "MRPC.json", current)
+    finally:
+        module.FLAGS.unparse_flags()
