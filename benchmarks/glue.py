@@ -46,7 +46,7 @@ from tinybert_tf.startup import use_project_environment  # noqa: E402
 use_project_environment()
 
 from absl import app, flags  # noqa: E402
-from glue_meta import PAPER, PRIMARY, commit, host, run_distill  # noqa: E402
+from glue_meta import PAPER, PRIMARY, commit, extra_flags, host, run_distill  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("glue_dir", os.path.join(ROOT, "..", "shared", "data", "glue"),
@@ -143,27 +143,11 @@ def run_task(task: str, general_model: str) -> dict[str, Any]:
             "general_model": general_model, "commands": commands}
 
 
-def config_lines(path: str) -> set[str]:
-    """The flags a local flagfile sets, nested --flagfile= lines (relative to the including
-    file's folder) expanded. Not tinybert_tf.cli.flagfiles: it reads through tf.io.gfile,
-    and the table check below runs before TensorFlow starts."""
-    found: set[str] = set()
-    with open(path, encoding="utf-8-sig") as f:
-        for line in (ln.strip() for ln in f):
-            if line.startswith("--flagfile="):
-                found |= config_lines(os.path.join(os.path.dirname(path),
-                                                   line[len("--flagfile="):]))
-            elif line and not line.startswith(("#", "//")):
-                found.add(line)
-    return found
-
-
 def recipe() -> tuple[str, list[str]]:
     """(--config relative to the repository, the --extra flags it does not already set):
     what makes one table's runs, recorded in its results.json. `--extra=--seed=42` with a
     config of seed 42 is the config's own table."""
-    own = config_lines(FLAGS.config) if os.path.isfile(FLAGS.config) else set()
-    return os.path.relpath(FLAGS.config, ROOT), [a for a in FLAGS.extra if a and a not in own]
+    return os.path.relpath(FLAGS.config, ROOT), extra_flags(FLAGS.config, FLAGS.extra)
 
 
 def check_same_table(results: dict[str, Any], results_path: str, config: str,

@@ -53,7 +53,7 @@ use_project_environment()
 
 import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402
-from glue_meta import PRIMARY, check_teacher_labels, commit, host, run_distill  # noqa: E402
+from glue_meta import PRIMARY, check_teacher_labels, commit, extra_flags, host, run_distill  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("task", None, "GLUE task name (SST-2, MRPC, RTE).")
@@ -249,9 +249,11 @@ def accuracy_markdown(results: dict[str, Any]) -> str:
 
 
 def recipe() -> dict[str, Any]:
-    """What makes one table: the config, the extra flags, the teacher and general model."""
+    """What makes one table: the config, the extra flags it does not set already
+    (`glue_meta.extra_flags`, as for benchmarks/glue.py's tables), the teacher and the
+    general model."""
     return {"config": os.path.relpath(FLAGS.config, ROOT),
-            "extra": [a for a in FLAGS.extra if a],
+            "extra": extra_flags(FLAGS.config, FLAGS.extra),
             "task_teacher": os.path.abspath(FLAGS.task_teacher),
             "general_model": os.path.abspath(FLAGS.general_model)}
 

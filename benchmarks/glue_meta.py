@@ -1,6 +1,6 @@
 """What benchmarks/glue.py and its helpers share, without flags or TensorFlow: the
-paper's Table 1 figures, each task's primary metric, the host, the commit, and how a
-`bin/distill` run is started and logged.
+paper's Table 1 figures, each task's primary metric, the host, the commit, the extra
+flags that make a table's recipe, and how a `bin/distill` run is started and logged.
 
 Run alone, it prints the host and commit that a results.json made here would record.
 """
@@ -43,6 +43,29 @@ def commit() -> str:
                                        stderr=subprocess.DEVNULL).strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
+
+
+def config_lines(path: str) -> set[str]:
+    """The flags a local flagfile sets, nested --flagfile= lines (relative to the including
+    file's folder) expanded. Not tinybert_tf.cli.flagfiles: it reads through tf.io.gfile,
+    and the scripts' table checks run before TensorFlow starts."""
+    found: set[str] = set()
+    with open(path, encoding="utf-8-sig") as f:
+        for line in (ln.strip() for ln in f):
+            if line.startswith("--flagfile="):
+                found |= config_lines(os.path.join(os.path.dirname(path),
+                                                   line[len("--flagfile="):]))
+            elif line and not line.startswith(("#", "//")):
+                found.add(line)
+    return found
+
+
+def extra_flags(config: str, extra: list[str]) -> list[str]:
+    """The non-empty `extra` flags that `config` does not set already: with the config,
+    what makes a table's recipe (`--extra=--seed=42` on a config of seed 42 is that
+    config's own table)."""
+    own = config_lines(config) if os.path.isfile(config) else set()
+    return [a for a in extra if a and a not in own]
 
 
 def check_teacher_labels(path: str, task: str, flag: str, script: str) -> None:

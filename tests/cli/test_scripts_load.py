@@ -340,8 +340,8 @@ def test_glue_keeps_another_seed_out_of_the_default_table(tmp_path):
     import subprocess
     import sys
 
-    glue = load_script(os.path.join(REPO, "benchmarks", "glue.py"))
-    own = glue.config_lines(os.path.join(REPO, "configs", "glue_minilm_3l.cfg"))
+    meta = load_script(os.path.join(REPO, "benchmarks", "glue_meta.py"))
+    own = meta.config_lines(os.path.join(REPO, "configs", "glue_minilm_3l.cfg"))
     assert {"--seed=42", "--teacher_precision=float32",
             "--student_config=minilm_3l_384d_ffn768"} <= own  # nested glue_minilm.cfg read
     assert not any(line.startswith(("#", "--flagfile=")) for line in own)
@@ -398,9 +398,9 @@ def test_glue_ablations_keep_one_recipe_per_table(tmp_path):
 
     module = load_script(ablations)
     module.FLAGS(["glue_ablations.py", "--task=MRPC", f"--task_teacher={teacher}",
-                  f"--general_model={general}", "--extra=--seed=3"])
+                  f"--general_model={general}", "--extra=--seed=3,--teacher_precision=float32"])
     try:
-        current = module.recipe()
+        current = module.recipe()  # the config sets the float32 teacher already
         assert current == {"config": "configs/glue_minilm.cfg", "extra": ["--seed=3"],
                            "task_teacher": str(teacher), "general_model": str(general)}
         module.check_same_recipe(table, "MRPC.json", current)  # no extra/general recorded
