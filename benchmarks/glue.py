@@ -46,7 +46,15 @@ from tinybert_tf.startup import use_project_environment  # noqa: E402
 use_project_environment()
 
 from absl import app, flags  # noqa: E402
-from glue_meta import PAPER, PRIMARY, commit, extra_flags, host, run_distill  # noqa: E402
+from glue_meta import (  # noqa: E402
+    PAPER,
+    PRIMARY,
+    commit,
+    extra_flags,
+    host,
+    recipe_changes,
+    run_distill,
+)
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("glue_dir", os.path.join(ROOT, "..", "shared", "data", "glue"),
@@ -156,7 +164,7 @@ def check_same_table(results: dict[str, Any], results_path: str, config: str,
     as `recipe()` gives them: one results.json is one recipe (more tasks, or a task
     again), never a mix of two."""
     old_config, old_extra = results.get("config"), results.get("extra")
-    if old_config is None or (old_config == config and old_extra in (None, extra)):
+    if old_config is None or not recipe_changes(results, {"config": config, "extra": extra}):
         return
     raise SystemExit(
         f"benchmarks/glue.py: --results_dir: {results_path} holds a table of "

@@ -53,7 +53,15 @@ use_project_environment()
 
 import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402
-from glue_meta import PRIMARY, check_teacher_labels, commit, extra_flags, host, run_distill  # noqa: E402
+from glue_meta import (  # noqa: E402
+    PRIMARY,
+    check_teacher_labels,
+    commit,
+    extra_flags,
+    host,
+    recipe_changes,
+    run_distill,
+)
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("task", None, "GLUE task name (SST-2, MRPC, RTE).")
@@ -259,12 +267,11 @@ def recipe() -> dict[str, Any]:
 
 
 def check_same_recipe(results: dict[str, Any], path: str, current: dict[str, Any]) -> None:
-    """Stop when `path` holds cells of another recipe than `current` (`recipe()`); a
-    table made before a field was recorded is compared on the fields it has."""
+    """Stop when `path` holds cells of another recipe than `current` (`recipe()`),
+    compared as `glue_meta.recipe_changes` compares them."""
     changed = [f"--{key}={','.join(old) if isinstance(old, list) else old} there, "
-               f"--{key}={','.join(current[key]) if isinstance(old, list) else current[key]} here"
-               for key, old in ((k, results.get(k)) for k in current)
-               if old is not None and old != current[key]]
+               f"--{key}={','.join(new) if isinstance(old, list) else new} here"
+               for key, old, new in recipe_changes(results, current)]
     if changed:
         raise SystemExit(
             f"benchmarks/glue_ablations.py: --results_dir: {path} holds the cells of another "

@@ -68,6 +68,15 @@ def extra_flags(config: str, extra: list[str]) -> list[str]:
     return [a for a in extra if a and a not in own]
 
 
+def recipe_changes(recorded: dict[str, Any], current: dict[str, Any]
+                   ) -> list[tuple[str, Any, Any]]:
+    """(field, recorded value, current value) for each field of `current` that
+    `recorded` (a table's JSON) holds with another value: one table is one recipe. A
+    table made before a field was recorded is compared on the fields it has."""
+    return [(key, recorded[key], value) for key, value in current.items()
+            if recorded.get(key) is not None and recorded[key] != value]
+
+
 def check_teacher_labels(path: str, task: str, flag: str, script: str) -> None:
     """Stop with one line when the model at `path` is fine-tuned for labels other than
     the GLUE task's (a teacher of another task), before anything is run or scored."""
