@@ -209,6 +209,14 @@ def read_text(path: str) -> str:
 # last EDGE_BYTES, so a 10 GB corpus costs two 1 MiB reads per run, not a full pass.
 FULL_HASH_LIMIT = 64 * 2**20
 EDGE_BYTES = 2**20
+# A copy (`cp -r`, `gsutil cp`, a reinstalled package) keeps a file's content but not its
+# mtime. So what a done record keeps of a path whose large files total at most this
+# (`recorded_fingerprint`) also carries the hash of their whole content, and
+# `same_content` falls back to it when the size-and-mtime part differs: a copied run
+# folder or a re-downloaded teacher is the same input. Beyond it (a corpus of many GB)
+# a full pass at each stage start would cost more than it saves; there a copy counts as
+# a change and the stages that read it run again.
+CONTENT_HASH_LIMIT = 4 * 2**30
 
 
 def content_fingerprint(path: str) -> str:
@@ -221,21 +229,62 @@ def content_fingerprint(path: str) -> str:
     first and last EDGE_BYTES: an edit in the middle of a large file that keeps its
     size and mtime goes unseen, anything else changes it.
     """
-    digest = hashlib.sha256()
-    if isfile(path):
-        _hash_file(path, digest)
-    elif isdir(path):
-        with translate_errors(path, "list"):
-            walked = list(tf.io.gfile.walk(path))
-        for folder, dirs, names in sorted(walked):
-            if any(part.startswith(".") for part in _relative_parts(folder, path)):
-                continue
-            for name in sorted(n for n in names if not n.startswith(".")):
-                full = os.path.join(folder, name)
-                digest.update(os.path.relpath(full, path).encode() + b"\0")
-                _hash_file(full, digest)
-    else:
+    entries = _fingerprinted_files(path)
+    return "missing" if entries is None else _digest(entries, whole=False)
+
+
+def recorded_fingerprint(path: str) -> str:
+    """`content_fingerprint`, and, when `path` holds files over FULL_HASH_LIMIT that total
+    at most CONTENT_HASH_LIMIT, ":" and the hash of their whole content: what a done
+    record keeps, for `same_content` to compare with later."""
+    entries = _fingerprinted_files(path)
+    if entries is None:
         return "missing"
+    quick = _digest(entries, whole=False)
+    large = sum(size for _, _, size in entries if size > FULL_HASH_LIMIT)
+    if not large or large > CONTENT_HASH_LIMIT:
+        return quick
+    return f"{quick}:{_digest(entries, whole=True)}"
+
+
+def same_content(path: str, recorded: str) -> bool:
+    """Whether `path` holds what `recorded` (a `recorded_fingerprint`, or a
+    `content_fingerprint` of an older record) was taken of: its quick part matches, or
+    its large files' mtimes differ but their whole content matches."""
+    quick, _, whole = recorded.partition(":")
+    if content_fingerprint(path) == quick:
+        return True
+    entries = _fingerprinted_files(path) if whole else None
+    return entries is not None and _digest(entries, whole=True) == whole
+
+
+def _fingerprinted_files(path: str) -> Optional[list[tuple[Optional[str], str, int]]]:
+    """[(name relative to `path`, or None for `path` itself; full path; size)] of the
+    file `path` or of the files under the folder `path`, in the order they are hashed
+    (hidden names skipped); None when nothing is there."""
+    if isfile(path):
+        return [(None, path, stat(path).size)]
+    if not isdir(path):
+        return None
+    with translate_errors(path, "list"):
+        walked = list(tf.io.gfile.walk(path))
+    entries = []
+    for folder, dirs, names in sorted(walked):
+        if any(part.startswith(".") for part in _relative_parts(folder, path)):
+            continue
+        for name in sorted(n for n in names if not n.startswith(".")):
+            full = os.path.join(folder, name)
+            entries.append((os.path.relpath(full, path), full, stat(full).size))
+    return entries
+
+
+def _digest(entries: list[tuple[Optional[str], str, int]], whole: bool) -> str:
+    """The fingerprint of `entries`: large files by size, mtime and edges unless `whole`."""
+    digest = hashlib.sha256()
+    for rel, full, _ in entries:
+        if rel is not None:
+            digest.update(rel.encode() + b"\0")
+        _hash_file(full, digest, whole)
     return digest.hexdigest()[:20]
 
 
@@ -244,10 +293,10 @@ def _relative_parts(folder: str, root: str) -> list[str]:
     return [] if rel == "." else rel.split(os.sep)
 
 
-def _hash_file(path: str, digest) -> None:
+def _hash_file(path: str, digest, whole: bool = False) -> None:
     st = stat(path)
     with open(path, "rb") as f, translate_errors(path, "read"):
-        if st.size <= FULL_HASH_LIMIT:
+        if whole or st.size <= FULL_HASH_LIMIT:
             for block in iter(lambda: f.read(8 * 2**20), b""):
                 digest.update(block)
         else:

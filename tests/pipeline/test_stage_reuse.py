@@ -54,8 +54,8 @@ def _finished_task_stage(ns, teacher_dir: str) -> Context:
     state.write_config(ctx.config.results())
     save_model(load_model(teacher_dir), state.work_path("task", "model"))
     state.mark_done("task", {}, ctx.config.stage_settings("task"),
-                    stage_io.upstream_fingerprints(ctx, "task"), stage_io.reads_of(ctx, "task"),
-                    stage_io.outputs_of(ctx, "task"))
+                    stage_io.upstream_fingerprints(ctx, "task"),
+                    stage_io.reads_of(ctx, "task", record=True), stage_io.outputs_of(ctx, "task"))
     return ctx
 
 
@@ -110,6 +110,80 @@ def test_an_input_reached_through_a_link_is_the_same_input_and_a_copy_is_not(tmp
     copied = read_facts({"data": [str(tmp_path / "copy" / "train.tsv")]})
     assert copied["data"][0]["content"] == real["data"][0]["content"]
     assert "is now read from another path" in _reads_diff(real, copied)
+
+
+def _copy_with_new_mtimes(src, dst) -> None:
+    """`cp -r` without -p: the content, every file with another mtime."""
+    shutil.copytree(src, dst, copy_function=shutil.copyfile)
+    for folder, _, names in os.walk(dst):
+        for name in names:
+            os.utime(os.path.join(folder, name), ns=(10**18, 10**18))
+
+
+@pytest.fixture
+def small_limits(monkeypatch):
+    """Files over 1 KiB count as large (fingerprinted by size, mtime and 64-byte edges)."""
+    monkeypatch.setattr(files, "FULL_HASH_LIMIT", 1024)
+    monkeypatch.setattr(files, "EDGE_BYTES", 64)
+
+
+def test_a_large_file_copied_with_a_new_mtime_matches_its_record_and_an_edit_does_not(
+        tmp_path, small_limits, monkeypatch):
+    model = tmp_path / "model"
+    model.mkdir()
+    weights = bytes(range(256)) * 16  # 4 KiB: a large file here
+    (model / "weights.bin").write_bytes(weights)
+    (model / "config.json").write_text("{}")
+    recorded = {p: files.recorded_fingerprint(str(p)) for p in (model, model / "weights.bin")}
+    for path, fp in recorded.items():
+        quick, whole = fp.split(":")
+        assert quick == files.content_fingerprint(str(path)) and whole != quick
+    _copy_with_new_mtimes(model, tmp_path / "copy")
+    copy = tmp_path / "copy"
+    assert files.content_fingerprint(str(copy)) != recorded[model].split(":")[0]
+    assert files.same_content(str(copy), recorded[model])
+    assert files.same_content(str(copy / "weights.bin"), recorded[model / "weights.bin"])
+    # One byte in the middle, beyond both edges: another content.
+    edited = bytearray(weights)
+    edited[2000] ^= 1
+    (copy / "weights.bin").write_bytes(bytes(edited))
+    assert not files.same_content(str(copy), recorded[model])
+    assert not files.same_content(str(copy / "weights.bin"), recorded[model / "weights.bin"])
+    assert not files.same_content(str(tmp_path / "nothing"), recorded[model])
+    # Large files totalling more than CONTENT_HASH_LIMIT keep only size, mtime and edges:
+    # there a copy counts as a change.
+    monkeypatch.setattr(files, "CONTENT_HASH_LIMIT", 2048)
+    quick_only = files.recorded_fingerprint(str(model))
+    assert quick_only == files.content_fingerprint(str(model))
+    _copy_with_new_mtimes(model, tmp_path / "copy2")
+    assert not files.same_content(str(tmp_path / "copy2"), quick_only)
+
+
+def test_a_run_folder_copied_without_its_mtimes_reuses_its_stages_until_a_model_changes(
+        base, tmp_path, small_limits):
+    """`cp -r` of a finished run, and a teacher copied back in place (a re-download, a
+    reinstalled package): the same content with new mtimes, so nothing runs again."""
+    teacher = tmp_path / "teacher"
+    shutil.copytree(base.task_teacher, teacher)
+    ns = _with(base, output_dir=str(tmp_path / "out"), stages=["task"],
+               task_teacher=str(teacher))
+    _finished_task_stage(ns, base.task_teacher)
+    shutil.rmtree(teacher)
+    _copy_with_new_mtimes(base.task_teacher, teacher)
+    _copy_with_new_mtimes(tmp_path / "out", tmp_path / "copied")
+    copied = _context(_with(ns, output_dir=str(tmp_path / "copied")))
+    record = copied.state.record("task")
+    assert all(":" in fp for fp in record["outputs"].values())  # the model is large here
+    assert ":" in record["reads"]["task_teacher"][0]["content"]
+    assert stage_io.reuse_problem(copied, "task") is None
+    # The copied student's weights edited (same size, new mtime): the stage is stale.
+    weights = max((os.path.join(d, n) for d, _, names in os.walk(copied.student_path())
+                   for n in names), key=os.path.getsize)
+    data = bytearray(open(weights, "rb").read())
+    data[len(data) // 2] ^= 0xFF
+    open(weights, "wb").write(bytes(data))
+    assert "task/model changed since the stage finished" in stage_io.reuse_problem(copied,
+                                                                                  "task")
 
 
 def test_a_hand_deleted_model_is_found_before_anything_runs_or_is_deleted(base, tmp_path):

@@ -4,12 +4,15 @@ A stage's done record (`RunState.mark_done`) keeps, besides its settings and the
 fingerprints of the earlier stages it read (its `Stage.upstream`):
 
   reads     the absolute path and content fingerprint of every other input its
-            `Stage.reads` names (`files.content_fingerprint`: small files hashed
-            whole, large ones by size, mtime and their first and last MiB), e.g. the
-            task's data files, the teacher, the word vectors, the corpus;
+            `Stage.reads` names (`files.recorded_fingerprint`: small files hashed
+            whole, large ones by size, mtime and their first and last MiB, and by
+            their whole content up to `files.CONTENT_HASH_LIMIT`, so that a copy with
+            a new mtime still matches), e.g. the task's data files, the teacher, the
+            word vectors, the corpus;
   outputs   the content fingerprint (or, for artefacts other tools may rewrite,
             the existence) of what its `Stage.outputs` published, the TF Serving
-            version folders an export published included.
+            version folders an export published included: a run folder copied
+            without its mtimes (`cp -r`, `gsutil cp -r`) is reused as it was.
 
 A re-run reuses a done stage only when all of it still matches (`reuse_problem`);
 otherwise the stage runs again, saying why, and so does every stage made from it.
@@ -29,9 +32,10 @@ from tinybert_tf.pipeline.run.state import read_facts
 from tinybert_tf.pipeline.stages import get_stage, in_order, settings_of, upstream
 
 
-def reads_of(ctx: Context, stage: str) -> dict[str, Any]:
-    """The `read_facts` of `stage`'s declared inputs now."""
-    return read_facts(get_stage(stage).reads(ctx))
+def reads_of(ctx: Context, stage: str, record: bool = False) -> dict[str, Any]:
+    """The `read_facts` of `stage`'s declared inputs now (`record`: as its done record
+    keeps them)."""
+    return read_facts(get_stage(stage).reads(ctx), record)
 
 
 def outputs_of(ctx: Context, stage: str) -> dict[str, str]:

@@ -100,13 +100,17 @@ def fingerprint(settings: dict[str, Any], inputs: dict[str, str],
     return hashlib.sha1(blob.encode()).hexdigest()[:16]
 
 
-def read_facts(reads: dict[str, Any]) -> dict[str, list[dict[str, str]]]:
+def read_facts(reads: dict[str, Any], record: bool = False
+               ) -> dict[str, list[dict[str, str]]]:
     """{role: path, list of paths, or a name} -> {role: [{"path": absolute path,
     "content": content fingerprint} or {"name": name}]}: what a done record keeps of
-    a stage's inputs. A value that is not an existing path and holds no "/" is a name
-    (a preset, a hub model, tfds:NAME). Paths are recorded with their links resolved,
-    so an input reached through another link to the same file (a virtual environment
-    linked into a second checkout) is the same input."""
+    a stage's inputs (`record`: with the whole content's hash of large files,
+    `files.recorded_fingerprint`), or what is there now to compare with it. A value
+    that is not an existing path and holds no "/" is a name (a preset, a hub model,
+    tfds:NAME). Paths are recorded with their links resolved, so an input reached
+    through another link to the same file (a virtual environment linked into a second
+    checkout) is the same input."""
+    fingerprint_of = files.recorded_fingerprint if record else files.content_fingerprint
     out: dict[str, list[dict[str, str]]] = {}
     for role, value in reads.items():
         items = value if isinstance(value, (list, tuple)) else [value]
@@ -117,7 +121,7 @@ def read_facts(reads: dict[str, Any]) -> dict[str, list[dict[str, str]]]:
                 continue
             if files.is_remote(item) or "/" in item or files.exists(item):
                 facts.append({"path": files.canonical(item),
-                              "content": files.content_fingerprint(item)})
+                              "content": fingerprint_of(item)})
             else:
                 facts.append({"name": item})
         out[role] = facts
@@ -125,8 +129,9 @@ def read_facts(reads: dict[str, Any]) -> dict[str, list[dict[str, str]]]:
 
 
 def output_facts(output_dir: str, outputs: dict[str, str]) -> dict[str, str]:
-    """{path: "content" | "exists"} -> {path relative to output_dir: content fingerprint,
-    or "exists"}: what a done record keeps of the artefacts a stage published."""
+    """{path: "content" | "exists"} -> {path relative to output_dir: content fingerprint
+    (`files.recorded_fingerprint`), or "exists"}: what a done record keeps of the
+    artefacts a stage published."""
     out = {}
     for path, mode in outputs.items():
         rel = os.path.relpath(path, output_dir) if not files.is_remote(path) else \
@@ -134,7 +139,7 @@ def output_facts(output_dir: str, outputs: dict[str, str]) -> dict[str, str]:
         if mode == "exists":
             out[rel] = "exists" if files.exists(path) else "missing"
         else:
-            out[rel] = files.content_fingerprint(path)
+            out[rel] = files.recorded_fingerprint(path)
     return out
 
 
@@ -198,7 +203,7 @@ class RunState:
             path = self.path(rel)
             if not files.exists(path):
                 return f"its output {path} is missing (deleted since the stage finished)"
-            if recorded != "exists" and files.content_fingerprint(path) != recorded:
+            if recorded != "exists" and not files.same_content(path, recorded):
                 return f"its output {path} changed since the stage finished"
         return None
 
@@ -488,9 +493,20 @@ def _reads_diff(old: dict[str, Any], new: dict[str, Any]) -> Optional[str]:
         if paths_a != paths_b:
             return (f"its {role} input is now read from another path ({', '.join(paths_a)} "
                     f"there, {', '.join(paths_b)} now)")
-        changed = [f.get("path") for f, g in zip(a, b) if f != g]
-        return f"its {role} input changed since it was made ({', '.join(changed[:3])})"
+        changed = [f.get("path") for f, g in zip(a, b) if not _same_fact(f, g)]
+        if changed:
+            return f"its {role} input changed since it was made ({', '.join(changed[:3])})"
     return None
+
+
+def _same_fact(recorded: dict[str, str], now: dict[str, str]) -> bool:
+    """Whether an input's fact of now matches its recorded one: the same, or the same
+    path whose large files' mtimes differ but whose content does not (a copy)."""
+    if recorded == now:
+        return True
+    content = recorded.get("content", "")
+    return (":" in content and recorded["path"] == now.get("path")
+            and files.same_content(recorded["path"], content))
 
 
 def _remove(path: str) -> None:
