@@ -1,6 +1,7 @@
 """A task-distillation run killed with SIGKILL mid-phase, or stopped with SIGTERM (a
-preemption: checkpoint at the next step boundary, exit code 75), and re-run ends
-with the same weights as an uninterrupted run of the same command.
+preemption: checkpoint at the next step boundary, exit code 75, then resumed from a
+copy of its folder), and re-run ends with the same weights as an uninterrupted run of
+the same command.
 
 Only the interrupted runs need a process of their own (a signal, a kill); the
 uninterrupted run and the re-runs run in this one, as `bin/distill` runs them."""
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import glob
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -91,5 +93,10 @@ def test_sigterm_saves_a_checkpoint_exits_75_and_the_resume_matches(tmp_path, re
     assert "SIGTERM: stopping at the next step boundary" in stopped.stderr
     step = int(stopped.stderr.split("stopped by SIGTERM at step ")[1].split(",")[0])
     assert glob.glob(str(out / "task" / "*" / "ckpt" / f"ckpt-{step}.index"))
-    text = _resume_and_compare(ns, out, expected, capfd)
+    # Resumed elsewhere, as on another VM after a preemption: the folder copied without
+    # its mtimes (`cp -r`, `gsutil cp -r`), the original gone.
+    moved = tmp_path / "elsewhere"
+    shutil.copytree(out, moved, copy_function=shutil.copyfile)
+    shutil.rmtree(out)
+    text = _resume_and_compare(ns, moved, expected, capfd)
     assert f"(step {step})" in text
