@@ -233,6 +233,13 @@ def content_fingerprint(path: str) -> str:
     return "missing" if entries is None else _digest(entries, whole=False)
 
 
+def whole_content_fingerprint(path: str) -> str:
+    """`content_fingerprint` with every file hashed whole, large ones too: for what must
+    match a copy (a cache kept with a run folder that moves to another machine)."""
+    entries = _fingerprinted_files(path)
+    return "missing" if entries is None else _digest(entries, whole=True)
+
+
 def recorded_fingerprint(path: str) -> str:
     """`content_fingerprint`, and, when `path` holds files over FULL_HASH_LIMIT that total
     at most CONTENT_HASH_LIMIT, ":" and the hash of their whole content: what a done
@@ -244,7 +251,7 @@ def recorded_fingerprint(path: str) -> str:
     large = sum(size for _, _, size in entries if size > FULL_HASH_LIMIT)
     if not large or large > CONTENT_HASH_LIMIT:
         return quick
-    return f"{quick}:{_digest(entries, whole=True)}"
+    return f"{quick}:{whole_content_fingerprint(path)}"
 
 
 def same_content(path: str, recorded: str) -> bool:

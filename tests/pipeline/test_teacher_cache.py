@@ -223,3 +223,25 @@ def test_the_prediction_cache_takes_the_intermediate_phases_logits(tmp_path, tin
     for key in weights[True]:
         np.testing.assert_allclose(weights[True][key], weights[False][key], atol=1e-5,
                                    err_msg=key)
+
+
+def test_a_cache_names_its_teacher_by_content_not_by_folder_or_mtimes(tmp_path):
+    """A run folder copied to another machine (new path, new mtimes) keeps its caches; a
+    teacher whose weights changed does not."""
+    import shutil
+
+    teacher = tmp_path / "run" / "finetune_teacher" / "model"
+    teacher.mkdir(parents=True)
+    (teacher / "config.json").write_text('{"hidden_size": 8}')
+    (teacher / "model.safetensors").write_bytes(bytes(range(256)) * 8)
+    identity = cache_lib.model_identity(str(teacher), dtype="float32")
+    moved = tmp_path / "elsewhere"
+    shutil.copytree(tmp_path / "run", moved, copy_function=shutil.copyfile)
+    copy = moved / "finetune_teacher" / "model"
+    os.utime(copy / "model.safetensors", ns=(10**18, 10**18))
+    assert cache_lib.model_identity(str(copy), dtype="float32") == identity
+    assert cache_lib.model_identity(str(copy), dtype="bfloat16") != identity
+    weights = bytearray((copy / "model.safetensors").read_bytes())
+    weights[1000] ^= 1
+    (copy / "model.safetensors").write_bytes(bytes(weights))
+    assert cache_lib.model_identity(str(copy), dtype="float32") != identity

@@ -8,7 +8,7 @@ logits (float32 [rows, *logits shape]) as .npy parts in the phase folder
 (`teacher_cache/logits-00000.npy`, ...). Each part is written whole or not at
 all, so a run killed while caching resumes at the first missing part.
 `cache.json` records what the logits belong to (examples, sequence length,
-teacher files); anything else found there is discarded and recomputed.
+the teacher files' content); anything else found there is discarded and recomputed.
 
 Each epoch's batches then carry `teacher_logits` gathered in that epoch's
 order (the rows `task_input.epoch_rows` gives the dataset, padded or
@@ -89,12 +89,14 @@ def examples_digest(examples: Sequence[Any]) -> str:
 
 
 def model_identity(model_dir: str, **extra: Any) -> dict[str, Any]:
-    """What a cache of a model's outputs belongs to: its folder, the size and mtime of
-    its config and weights, and `extra` (labels, dtype, ...)."""
-    facts = [[name, st.size, st.mtime_ns] for name in ("config.json", "model.safetensors")
-             if files.isfile(posixpath.join(model_dir, name))
-             for st in [files.stat(posixpath.join(model_dir, name))]]
-    return {"teacher": model_dir, "teacher_files": facts, **extra}
+    """What a cache of a model's outputs belongs to: the content of its config and
+    weights, hashed whole, and `extra` (labels, dtype, ...). Not the folder's path or
+    the files' mtimes: a run folder copied to another machine (a preempted run resumed
+    there) keeps its caches, and a teacher trained again does not."""
+    facts = [[name, files.whole_content_fingerprint(path)]
+             for name in ("config.json", "model.safetensors")
+             for path in [posixpath.join(model_dir, name)] if files.isfile(path)]
+    return {"teacher_files": facts, **extra}
 
 
 def _to_npy(array: np.ndarray) -> bytes:
