@@ -49,8 +49,10 @@ from absl import app, flags  # noqa: E402
 from glue_meta import (  # noqa: E402
     PAPER,
     PRIMARY,
+    check_task_folders,
     commit,
     extra_flags,
+    glue_tasks,
     host,
     recipe_changes,
     run_distill,
@@ -184,6 +186,8 @@ def main(argv: list[str]) -> None:
             results = json.load(f)
     config, extra = recipe()
     check_same_table(results, results_path, config, extra)  # before TensorFlow starts
+    tasks = glue_tasks(FLAGS.tasks, "benchmarks/glue.py", "--tasks")
+    check_task_folders(tasks, FLAGS.glue_dir, "benchmarks/glue.py")
     import glue_paired
     import glue_results  # TensorFlow starts here, after the flags are parsed
 
@@ -192,7 +196,7 @@ def main(argv: list[str]) -> None:
                     "command": " ".join(sys.argv), "paper_table1": PAPER})
     results.setdefault("tasks", {})
     general_model = FLAGS.general_model
-    for task in FLAGS.tasks:
+    for task in tasks:
         started = time.time()
         run = run_task(task, general_model)
         general_model = run["general_model"]

@@ -55,9 +55,11 @@ import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402
 from glue_meta import (  # noqa: E402
     PRIMARY,
+    check_task_folders,
     check_teacher_labels,
     commit,
     extra_flags,
+    glue_tasks,
     host,
     recipe_changes,
     run_distill,
@@ -336,6 +338,7 @@ def run_cells(results: dict[str, Any], dev, gr, glue_paired, accuracy=None) -> N
 
 def main(argv: list[str]) -> None:
     del argv
+    FLAGS.task = glue_tasks([FLAGS.task], "benchmarks/glue_ablations.py", "--task")[0]
     unknown = [c for c in FLAGS.cells if c not in CELLS]
     if unknown or RECIPE not in FLAGS.cells:
         raise SystemExit(f"--cells: use {', '.join(CELLS)} (with {RECIPE}); got {FLAGS.cells}")
@@ -357,6 +360,7 @@ def main(argv: list[str]) -> None:
         raise SystemExit(f"--summarise_only: {path} does not exist; run the cells first.")
     if not FLAGS.summarise_only:
         check_same_recipe(results, path, recipe())  # before TensorFlow starts
+    check_task_folders([FLAGS.task], FLAGS.glue_dir, "benchmarks/glue_ablations.py")
     import glue_paired
     import glue_results as gr  # TensorFlow starts here, after the flags are parsed
 

@@ -11,7 +11,7 @@ import os
 import platform
 import subprocess
 import sys
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -20,6 +20,9 @@ PAPER = {"SST-2": {"metric": "accuracy", "bert_base": 93.4, "tinybert4": 92.6},
          "MRPC": {"metric": "f1", "bert_base": 87.5, "tinybert4": 86.4},
          "RTE": {"metric": "accuracy", "bert_base": 67.0, "tinybert4": 66.6}}
 PRIMARY = {"SST-2": "accuracy", "MRPC": "f1", "RTE": "accuracy"}
+# What a task folder holds in the GLUE TSV layout; test.tsv for the submission predictions
+# every table writes.
+TASK_FILES = ("train.tsv", "dev.tsv", "test.tsv")
 
 
 def host() -> dict[str, Any]:
@@ -92,18 +95,57 @@ def check_teacher_labels(path: str, task: str, flag: str, script: str) -> None:
                          f"finetune_teacher/model folder of a --task={task} run).")
 
 
+def glue_tasks(names: Sequence[str], script: str, flag: str) -> list[str]:
+    """The GLUE tasks `names` (any case) as PRIMARY spells them; else one line naming the
+    script's flag and the tasks it scores."""
+    known = {name.lower(): name for name in PRIMARY}
+    unknown = [n for n in names if n.lower() not in known]
+    if unknown or not names:
+        raise SystemExit(f"{script}: {flag}={','.join(names)}: "
+                         f"{'no task given' if not names else ', '.join(unknown) + ' unknown'}; "
+                         f"this benchmark scores {', '.join(PRIMARY)} (their metrics and the "
+                         "paper's Table 1 figures are in benchmarks/glue_meta.py).")
+    return [known[n.lower()] for n in names]
+
+
+def check_task_folders(tasks: Sequence[str], glue_dir: str, script: str) -> None:
+    """Each task's folder under `glue_dir` holds TASK_FILES; else one line naming
+    --glue_dir and the fix. Checked before anything runs, so a wrong folder never waits
+    for a teacher's fine-tuning to fail."""
+    for task in tasks:
+        folder = os.path.join(glue_dir, task)
+        missing = [n for n in TASK_FILES if not os.path.isfile(os.path.join(folder, n))]
+        if missing:
+            raise SystemExit(f"{script}: --glue_dir={glue_dir}: {folder} holds no "
+                             f"{', '.join(missing)}; give the folder with "
+                             f"{', '.join(t + '/' for t in tasks)} in the GLUE TSV layout "
+                             "(the project's is ../shared/data/glue).")
+
+
+def last_error(log_path: str) -> str:
+    """The last `distill: error:` line of a bin/distill log, else its last line."""
+    try:
+        with open(log_path, errors="replace") as f:
+            lines = [line.strip() for line in f if line.strip()]
+    except OSError:
+        return ""
+    errors = [line for line in lines if line.startswith("distill: error:")]
+    return (errors or lines or [""])[-1]
+
+
 def run_distill(config: str, args: list[str], log_path: str, script: str,
                 log: Callable[[str], None]) -> list[str]:
     """One `bin/distill --flagfile=config *args` run (it resumes when its output folder
     exists), its output appended to `log_path`; returns the command without the
-    interpreter. A failed run exits naming `script` and the log."""
+    interpreter. A failed run exits naming `script`, the run's error and the log."""
     cmd = [sys.executable, os.path.join(ROOT, "bin", "distill"), f"--flagfile={config}", *args]
     log(" ".join(cmd[1:]))
     os.makedirs(os.path.dirname(log_path), exist_ok=True)
     with open(log_path, "a") as out:
         rc = subprocess.call(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
     if rc:
-        raise SystemExit(f"{script}: {cmd[1]} exited {rc}; see {log_path}")
+        raise SystemExit(f"{script}: {cmd[1]} exited {rc}: {last_error(log_path)} "
+                         f"(its whole output: {log_path})")
     return cmd[1:]
 
 

@@ -408,3 +408,40 @@ def test_glue_ablations_keep_one_recipe_per_table(tmp_path):
             module.check_same_recipe({**table, "extra": []}, "MRPC.json", current)
     finally:
         module.FLAGS.unparse_flags()
+
+
+def test_glue_refuses_an_unknown_task_or_a_folder_without_its_tsvs_before_anything_runs(
+        tmp_path):
+    import subprocess
+    import sys
+
+    def refusal(*args: str) -> str:
+        done = subprocess.run([sys.executable, os.path.join(REPO, "benchmarks", "glue.py"),
+                               f"--results_dir={tmp_path / 'results'}",
+                               f"--work_dir={tmp_path / 'work'}", *args],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode != 0
+        return done.stderr.strip().splitlines()[-1]
+
+    line = refusal("--tasks=rte,MNLI", f"--glue_dir={tmp_path}")
+    assert line == ("benchmarks/glue.py: --tasks=rte,MNLI: MNLI unknown; this benchmark "
+                    "scores SST-2, MRPC, RTE (their metrics and the paper's Table 1 figures "
+                    "are in benchmarks/glue_meta.py).")
+    (tmp_path / "RTE").mkdir()
+    (tmp_path / "RTE" / "train.tsv").write_text("index\tsentence1\tsentence2\tlabel\n")
+    line = refusal("--tasks=rte", f"--glue_dir={tmp_path}")
+    assert line.startswith(f"benchmarks/glue.py: --glue_dir={tmp_path}: {tmp_path / 'RTE'} "
+                           "holds no dev.tsv, test.tsv; give the folder with RTE/ in the GLUE "
+                           "TSV layout")
+    assert not (tmp_path / "work").exists() and not (tmp_path / "results").exists()
+
+
+def test_a_failed_distill_run_is_reported_with_its_error_line(tmp_path):
+    meta = load_script(os.path.join(REPO, "benchmarks", "glue_meta.py"))
+    log = tmp_path / "log.txt"
+    log.write_text("== finetune_teacher\n[finetune_teacher] step 3/30\n"
+                   "distill: error: --teacher_lr=-1.0: must be > 0.\n\n")
+    assert meta.last_error(str(log)) == "distill: error: --teacher_lr=-1.0: must be > 0."
+    log.write_text("Traceback (most recent call last):\nMemoryError\n")
+    assert meta.last_error(str(log)) == "MemoryError"
+    assert meta.last_error(str(tmp_path / "absent.txt")) == ""
