@@ -299,6 +299,22 @@ def test_an_undefined_dev_metric_never_selects_a_checkpoint(tmp_path):
     assert len(best) == 1 and np.isnan(best[0]["pearson"])
 
 
+def test_each_dev_evaluation_is_one_line_of_output(tmp_path, capsys, caplog):
+    """bin/distill logs at INFO to stderr: an evaluation printed and logged too showed
+    twice."""
+    import logging
+
+    values = iter([0.25, 0.5])
+    phase = _phase(str(tmp_path / "phase"), evaluate=lambda: {"accuracy": next(values)},
+                   eval_every=1, max_steps=2, bucketed=False)
+    with caplog.at_level(logging.INFO, logger="tinybert_tf"):
+        _run(phase)
+    out = capsys.readouterr().out
+    assert out.count("[phase] step 1: dev accuracy=0.2500") == 1
+    assert out.count("[phase] step 2: dev accuracy=0.5000") == 1
+    assert not [r for r in caplog.records if ": dev " in r.getMessage()]
+
+
 def test_the_report_says_undefined_and_retains_nothing_of_undefined_metrics():
     from tinybert_tf.pipeline.run.report import build_report, summary_table
     facts = {"params": 10, "flops": 10, "latency_ms": 1.0}

@@ -503,7 +503,6 @@ class _Runner:
                 tf.summary.scalar(k, v)
         shown = " ".join(f"{k}={v:.4f}" if is_defined(v) else f"{k}=undefined"
                          for k, v in metrics.items())
-        log.info("%s step %d: dev %s", self.phase.name, step, shown)
         print(f"[{self.phase.name}] step {step}: dev {shown}", flush=True)
         self.state["evals"].append({"step": step, **metrics})
         key = self.phase.select_metric
