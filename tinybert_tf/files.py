@@ -251,7 +251,7 @@ def recorded_fingerprint(path: str) -> str:
     large = sum(size for _, _, size in entries if size > FULL_HASH_LIMIT)
     if not large or large > CONTENT_HASH_LIMIT:
         return quick
-    return f"{quick}:{whole_content_fingerprint(path)}"
+    return f"{quick}:{_digest(entries, whole=True)}"
 
 
 def same_content(path: str, recorded: str) -> bool:
@@ -259,10 +259,8 @@ def same_content(path: str, recorded: str) -> bool:
     `content_fingerprint` of an older record) was taken of: its quick part matches, or
     its large files' mtimes differ but their whole content matches."""
     quick, _, whole = recorded.partition(":")
-    if content_fingerprint(path) == quick:
-        return True
-    entries = _fingerprinted_files(path) if whole else None
-    return entries is not None and _digest(entries, whole=True) == whole
+    return content_fingerprint(path) == quick or (
+        bool(whole) and whole_content_fingerprint(path) == whole)
 
 
 def _fingerprinted_files(path: str) -> Optional[list[tuple[Optional[str], str, int]]]:
