@@ -209,8 +209,8 @@ def _run_stages(ctx: Context, stages: Sequence[str],
             if ctx.chief:
                 state.reset([stage], keep=stage_io.keep_of(ctx, [stage]))
         print(f"== {stage}", flush=True)
-        # What the stage reads, as it starts (its done record keeps it).
-        reads = stage_io.reads_of(ctx, stage, record=True)
+        # What the stage reads, as it starts (the chief's done record keeps it).
+        reads = stage_io.reads_of(ctx, stage, record=True) if ctx.chief else None
         # Seed per stage: a stage's initialisation and dropout do not depend on
         # what ran before it in this process (resume and stage-by-stage runs match).
         keras.utils.set_random_seed(stage_seed(config.numerics.seed, stage))
