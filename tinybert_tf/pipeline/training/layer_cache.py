@@ -30,7 +30,7 @@ its magnitude (half a bfloat16 step); docs/measurements.md gives the
 measured change of the losses.
 
 Files, under the phase folder's `layer_cache/`: `cache.json` (what the values
-belong to: rows, teacher files and dtype, mapped outputs, row storage), and
+belong to: rows, the teacher files' content and dtype, mapped outputs, row storage), and
 per part of `PART_ROWS` rows one `part-NNNNN.<output>.npy` per output (the
 rows' values concatenated) and `part-NNNNN.lengths.npy`, written last: a part
 counts only when its lengths file is there and every array has the expected
