@@ -245,3 +245,9 @@ def test_a_cache_names_its_teacher_by_content_not_by_folder_or_mtimes(tmp_path):
     weights[1000] ^= 1
     (copy / "model.safetensors").write_bytes(bytes(weights))
     assert cache_lib.model_identity(str(copy), dtype="float32") != identity
+    # Weights in another format (a keras-hub preset's) count as well.
+    (copy / "model.safetensors").unlink()
+    (copy / "model.weights.h5").write_bytes(b"one teacher")
+    keras_hub = cache_lib.model_identity(str(copy))
+    (copy / "model.weights.h5").write_bytes(b"another one")
+    assert cache_lib.model_identity(str(copy)) != keras_hub

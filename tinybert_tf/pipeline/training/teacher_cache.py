@@ -89,14 +89,12 @@ def examples_digest(examples: Sequence[Any]) -> str:
 
 
 def model_identity(model_dir: str, **extra: Any) -> dict[str, Any]:
-    """What a cache of a model's outputs belongs to: the content of its config and
-    weights, hashed whole, and `extra` (labels, dtype, ...). Not the folder's path or
-    the files' mtimes: a run folder copied to another machine (a preempted run resumed
-    there) keeps its caches, and a teacher trained again does not."""
-    facts = [[name, files.whole_content_fingerprint(path)]
-             for name in ("config.json", "model.safetensors")
-             for path in [posixpath.join(model_dir, name)] if files.isfile(path)]
-    return {"teacher_files": facts, **extra}
+    """What a cache of a model's outputs belongs to: the content of every file of its
+    folder (config and weights in whichever format: ours, Hugging Face's, keras-hub's),
+    hashed whole, and `extra` (labels, dtype, ...). Not the folder's path or the files'
+    mtimes: a run folder copied to another machine (a preempted run resumed there) keeps
+    its caches, and a teacher trained again does not."""
+    return {"teacher_files": files.whole_content_fingerprint(model_dir), **extra}
 
 
 def _to_npy(array: np.ndarray) -> bytes:
