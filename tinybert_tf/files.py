@@ -254,13 +254,15 @@ def recorded_fingerprint(path: str) -> str:
     return f"{quick}:{_digest(entries, whole=True)}"
 
 
-def same_content(path: str, recorded: str) -> bool:
+def same_content(path: str, recorded: str, current: Optional[str] = None) -> bool:
     """Whether `path` holds what `recorded` (a `recorded_fingerprint`, or a
     `content_fingerprint` of an older record) was taken of: its quick part matches, or
-    its large files' mtimes differ but their whole content matches."""
+    its large files' mtimes differ but their whole content matches. `current`: the
+    path's `content_fingerprint`, where the caller has it already."""
     quick, _, whole = recorded.partition(":")
-    return content_fingerprint(path) == quick or (
-        bool(whole) and whole_content_fingerprint(path) == whole)
+    if current is None:
+        current = content_fingerprint(path)
+    return current == quick or (bool(whole) and whole_content_fingerprint(path) == whole)
 
 
 def _fingerprinted_files(path: str) -> Optional[list[tuple[Optional[str], str, int]]]:

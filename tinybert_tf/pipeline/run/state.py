@@ -506,7 +506,7 @@ def _same_fact(recorded: dict[str, str], now: dict[str, str]) -> bool:
         return True
     content = recorded.get("content", "")
     return (":" in content and recorded["path"] == now.get("path")
-            and files.same_content(recorded["path"], content))
+            and files.same_content(recorded["path"], content, now.get("content")))
 
 
 def _remove(path: str) -> None:
