@@ -105,11 +105,11 @@ def test_no_hand_written_function_is_over_80_lines():
 
 def test_every_pipeline_flag_is_read_by_a_typed_config():
     from tinybert_tf.pipeline import flags as tb_flags
-    from tinybert_tf.pipeline.settings.configs import _TYPES
+    from tinybert_tf.pipeline.settings.configs import PART_TYPES
     fv = tb_flags.distill_flags()
     defined = {name for name in fv} - {"flagfile", "undefok", "helpshort", "helpfull",
                                         "helpxml", "help", "?"}
-    read = {f.metadata.get("flag", f.name) for part in _TYPES.values()
+    read = {f.metadata.get("flag", f.name) for part in PART_TYPES.values()
             for f in dataclasses.fields(part)}
     assert defined == read, {"defined, never read": sorted(defined - read),
                              "read, never defined": sorted(read - defined)}

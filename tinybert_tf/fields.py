@@ -161,6 +161,20 @@ def range_checks(part: Any) -> Iterator[tuple[str, Any, Callable[[Any], bool], s
             yield f"--{flag_name(f)}", getattr(part, f.name), check.ok, check.allowed
 
 
+def flag_range_errors(fv: flags.FlagValues, classes: Sequence[type]) -> list[str]:
+    """`--flag=value: must be ...` for each flag of `fv` defined from a field of
+    `classes` with a range (`check=`) whose value lies outside it: the range checks of
+    the tools that read their flags without building a config (bin/distill's
+    preflight checks the config's `range_checks`, in the same words)."""
+    errors = []
+    for cls in classes:
+        for f in dataclasses.fields(cls):
+            check, name = f.metadata.get("check"), flag_name(f)
+            if check is not None and name in fv and not check.ok(fv[name].value):
+                errors.append(f"--{name}={fv[name].value}: must be {check.allowed}.")
+    return errors
+
+
 def stage_fields(part: Any, stage: str) -> Iterator[tuple[str, Any]]:
     """(flag, value) of each field of `part` whose `stages` name `stage`."""
     for f in dataclasses.fields(part):

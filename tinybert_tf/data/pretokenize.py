@@ -113,6 +113,12 @@ def pretokenize(corpus_source: Optional[str], vocab: Union[str, Sequence[str]], 
         raise DataError("--output is required: the shard prefix, e.g. --output=data/wiki.")
     if num_shards < 1:
         raise DataError(f"--num_shards={num_shards}: need at least 1.")
+    if num_workers < 0:
+        raise DataError(f"--num_workers={num_workers}: must be >= 0 (0 = all CPU cores).")
+    shortest = 4 if pack == "pair" else 3  # [CLS] A [SEP] (B [SEP]): one piece of text
+    if max_seq_len < shortest:
+        raise DataError(f"--max_seq_len={max_seq_len}: must be >= {shortest} with "
+                        f"--pack={pack} (the special tokens and a word piece of text).")
     if isinstance(vocab, str) and files.isdir(vocab):  # a model directory, of any kind
         try:
             info = inspect_model(vocab)

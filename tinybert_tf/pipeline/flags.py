@@ -28,8 +28,9 @@ from typing import Any
 
 from absl import flags
 
-from tinybert_tf.fields import define_flags
+from tinybert_tf.fields import define_flags, flag_range_errors
 from tinybert_tf.pipeline.settings.configs import (
+    PART_TYPES,
     AugmentConfig,
     EvaluateConfig,
     ExportConfig,
@@ -78,6 +79,12 @@ def ignored_auto_student_flags(fv: flags.FlagValues) -> list[str]:
         return []
     return [f"--{name}" for name in AUTO_STUDENT_FLAGS
             if fv[name].present and fv[name].value != fv[name].default]
+
+
+def tool_range_errors(fv: flags.FlagValues = FLAGS) -> list[str]:
+    """The range errors of the config-defined flags a tool (bin/augment, bin/export)
+    defines into `fv`, as bin/distill's preflight words them."""
+    return flag_range_errors(fv, tuple(PART_TYPES.values()))
 
 
 # --- groups -------------------------------------------------------------------------

@@ -60,6 +60,9 @@ def run() -> dict:
         raise ExportError("--model_dir is required: the task model directory to export.")
     if not FLAGS.output_dir:
         raise ExportError("--output_dir is required: the export goes to OUTPUT/export/.")
+    out_of_range = tflags.tool_range_errors(FLAGS)
+    if out_of_range:
+        raise cli.UsageError(" ".join(out_of_range))
     formats = check_formats(FLAGS.export_formats)
     serving_version = None
     if FLAGS["serving_version"].present:  # an explicit 0 is refused (the help says so)

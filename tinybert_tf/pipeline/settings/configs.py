@@ -504,7 +504,7 @@ class PipelineConfig:
 
     @classmethod
     def from_flags(cls, values: Any) -> "PipelineConfig":
-        parts = {name: fields.from_flags(part, values) for name, part in _TYPES.items()}
+        parts = {name: fields.from_flags(part, values) for name, part in PART_TYPES.items()}
         numerics = parts["numerics"]
         if numerics.mixed_precision == AUTO_PRECISION:
             resolved = "mixed_bfloat16" if parts["run"].strategy == "tpu" else "none"
@@ -529,12 +529,12 @@ class PipelineConfig:
 
     def parts(self) -> list[Any]:
         """The configs, `run` first."""
-        return [getattr(self, name) for name in _TYPES]
+        return [getattr(self, name) for name in PART_TYPES]
 
     def results(self) -> dict[str, Any]:
         """The result-affecting configs as {flag: value}, JSON-friendly (run_config.json)."""
         out: dict[str, Any] = {}
-        for name in _TYPES:
+        for name in PART_TYPES:
             if name != "run":
                 out.update(as_flags(getattr(self, name)))
         return out
@@ -548,11 +548,13 @@ class PipelineConfig:
                 for name, value in fields.stage_fields(part, stage)}
 
 
-# The configs in the order a stage's settings list them.
-_TYPES = {"run": RunOptions, "numerics": Numerics, "models": ModelsConfig, "task": TaskConfig,
-          "general": GeneralConfig, "finetune": FinetuneConfig, "augment": AugmentConfig,
-          "loss": LossConfig, "optim": OptimConfig, "distill": TaskDistillConfig,
-          "quantize": QuantizeConfig, "evaluate": EvaluateConfig, "export": ExportConfig}
+# The configs in the order a stage's settings list them: every config whose fields
+# define flags.
+PART_TYPES = {"run": RunOptions, "numerics": Numerics, "models": ModelsConfig,
+              "task": TaskConfig, "general": GeneralConfig, "finetune": FinetuneConfig,
+              "augment": AugmentConfig, "loss": LossConfig, "optim": OptimConfig,
+              "distill": TaskDistillConfig, "quantize": QuantizeConfig,
+              "evaluate": EvaluateConfig, "export": ExportConfig}
 
 
 def teacher_precision_decision(run: RunOptions) -> "precision.Decision":

@@ -1,0 +1,51 @@
+"""bin/augment, bin/export and bin/pretokenize refuse an out-of-range number as bin/distill
+does: one line naming the flag and what it must be, exit 2, before anything is read or
+written. (A negative --export_max_examples or --vector_vocab_limit was taken as a
+Python slice, dropping the last examples or words without a word.)"""
+from __future__ import annotations
+
+import pytest
+
+from pipeline_helpers import run_tool
+
+CASES = [
+    ("export", ["--export_max_examples=-3"], "--export_max_examples=-3: must be >= 0 (0 = all)."),
+    ("export", ["--export_latency_runs=0"], "--export_latency_runs=0: must be >= 1."),
+    ("export", ["--export_threads=-2"], "--export_threads=-2: must be >= 0 (0 = all cores)."),
+    ("export", ["--max_seq_len=-5"],
+     "--max_seq_len=-5: must be >= 0 (0 = the task's default)."),
+    ("augment", ["--vector_vocab_limit=-1"], "--vector_vocab_limit=-1: must be >= 0 (0 = all)."),
+    ("augment", ["--num_aug=0"], "--num_aug=0: must be >= 1."),
+    ("augment", ["--max_seq_len=-5"],
+     "--max_seq_len=-5: must be >= 0 (0 = the task's default)."),
+    ("pretokenize", ["--max_seq_len=3"],
+     "--max_seq_len=3: must be >= 4 with --pack=pair (the special tokens and a word piece "
+     "of text)."),
+    ("pretokenize", ["--max_seq_len=2", "--pack=single"],
+     "--max_seq_len=2: must be >= 3 with --pack=single (the special tokens and a word "
+     "piece of text)."),
+    ("pretokenize", ["--num_workers=-1"], "--num_workers=-1: must be >= 0 (0 = all CPU cores)."),
+]
+
+
+def _required(tool: str, tmp) -> list[str]:
+    """Each tool's required flags, naming paths that do not exist: the range check comes
+    first."""
+    out = tmp / "out"
+    return {"export": [f"--model_dir={tmp / 'model'}", f"--output_dir={out}",
+                       "--task=polarity"],
+            "augment": ["--task=polarity", "--augment_fallback",
+                        f"--output={out / 'train_aug.tsv'}"],
+            "pretokenize": [f"--vocab={tmp / 'vocab.txt'}", f"--output={out / 'c'}",
+                            "--num_shards=1"]}[tool]
+
+
+@pytest.mark.parametrize("tool,flags,message", CASES,
+                         ids=[f"{t}{''.join(f)}" for t, f, _ in CASES])
+def test_a_tool_refuses_an_out_of_range_number_naming_the_flag(tmp_path, capsys, tool, flags,
+                                                                message):
+    code = run_tool(tool, *_required(tool, tmp_path), *flags)
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err.strip().splitlines()[-1] == f"bin/{tool}: error: {message}", err
+    assert not (tmp_path / "out").exists()
