@@ -286,3 +286,30 @@ def test_a_float_model_as_quantized_model_dir_names_that_flag_and_what_it_expect
         "quantize/model)" in message and "drop it to export the float model alone" in message
     assert "quantized=" not in message and f"--model_dir={src}" not in message
     assert not (tmp_path / "out" / "export" / "parity.json").exists()
+
+
+def test_a_serving_model_name_is_used_as_given_and_a_bad_one_refused_before_writing(
+        tmp_path, tiny_vocab):
+    """TF Serving's model names are case-sensitive (/v1/models/NAME): `MyModel` must not
+    become `mymodel`; a name it cannot take is refused, with nothing published."""
+    from google.protobuf import text_format
+    from tensorflow_serving.config import model_server_config_pb2
+
+    from tinybert_tf.export import ExportError
+    tool = load_bin_export()
+    src = model_dir(tmp_path, tiny_vocab, "classifier")
+    out = tmp_path / "out"
+    _export_in_process(tool, f"--model_dir={src}", f"--output_dir={out}", "--task=polarity",
+                       "--export_formats=saved_model", "--export_latency_runs=1",
+                       "--serving_model_name=MyModel")
+    config = text_format.Parse((out / "export" / "serving" / "models.config").read_text(),
+                               model_server_config_pb2.ModelServerConfig())
+    assert [(c.name, c.base_path) for c in config.model_config_list.config] == [
+        ("MyModel", "/models/MyModel")]
+    bad = tmp_path / "bad"
+    with pytest.raises(ExportError, match=re.escape(
+            "--serving_model_name='my model/x': use letters, digits, '_', '.' or '-'")):
+        _export_in_process(tool, f"--model_dir={src}", f"--output_dir={bad}",
+                           "--task=polarity", "--export_formats=saved_model",
+                           "--serving_model_name=my model/x")
+    assert not bad.exists()

@@ -37,7 +37,7 @@ from tinybert_tf.export.common import (
     path_size,
     split_texts,
 )
-from tinybert_tf.export.serving import check_version
+from tinybert_tf.export.serving import check_model_name, check_version
 from tinybert_tf.files import write_json_atomic
 from tinybert_tf.models.checkpoint import load_tokenizer
 from tinybert_tf.models.encoder import BertModel
@@ -73,8 +73,9 @@ class ExportRequest:
       latency_runs: timed batch-1 calls per format.
       num_threads: TFLite interpreter threads (None = all cores).
       max_examples: cap on dev examples checked (None = all).
-      serving_name: the model name in serving/models.config (default: the task
-        name, else "tinybert").
+      serving_name: the model name in serving/models.config, used as given (TF
+        Serving's names are case-sensitive); default: the task name lower-cased with
+        other characters made '_', else "tinybert".
       serving_version: publish the SavedModel as this version (default: the next
         free one); an existing version is an ExportError, never rewritten.
       options: per-format settings (`formats.FORMAT_OPTIONS`), e.g.
@@ -193,9 +194,12 @@ def _check(request: ExportRequest) -> _Checked:
                                    "representative_texts")
         rep_inputs = (task.export_inputs(tokenizer, rep_a, rep_b, max_seq_len)
                       if rep_a else None)
+    # A name given is used as given (or refused); the task's name is made into one.
+    serving_name = (check_model_name(request.serving_name, "serving_name")
+                    if request.serving_name else fmts.serving_model_name(task_name))
     ctx = fmts.ExportContext(model, task, max_seq_len, bool(request.is_pair), dev_a, dev_b,
                              dev_inputs, rep_inputs, request.num_threads,
-                             fmts.serving_model_name(request.serving_name or task_name),
+                             serving_name,
                              serving_version, options, quantized)
     return _Checked(ctx, tuple(formats), metric_task, label_permutation(task, metric_task),
                     dev_labels, task_name)

@@ -475,6 +475,16 @@ def replay_warmup(version_dir: str) -> list[Replayed]:
 
 # ---------------------------------------------------------------- models.config
 
+def check_model_name(name: Any, what: str = "model_name") -> str:
+    """`name` if TF Serving takes it as a model name (used as given: names are
+    case-sensitive in its URLs); else an ExportError naming `what`."""
+    if not isinstance(name, str) or not _MODEL_NAME.match(name):
+        raise ExportError(f"{what}={name!r}: use letters, digits, '_', '.' or '-', starting "
+                          "with a letter or digit (it becomes the /v1/models/NAME URL and "
+                          "the gRPC model_spec.name).")
+    return name
+
+
 def write_models_config(serving_root: str, model_name: str, *, base_path: Optional[str] = None,
                         path: Optional[str] = None) -> str:
     """Write a TF Serving model config (text ModelServerConfig) for one model.
@@ -484,9 +494,7 @@ def write_models_config(serving_root: str, model_name: str, *, base_path: Option
     default serving_root/models.config (TF Serving ignores it there: not a number).
     Returns the path written. Use with --model_config_file=PATH.
     """
-    if not isinstance(model_name, str) or not _MODEL_NAME.match(model_name):
-        raise ExportError(f"model_name={model_name!r}: use letters, digits, '_', '.' or '-' "
-                          "(it becomes the /v1/models/NAME URL and the gRPC model_spec.name).")
+    check_model_name(model_name)
     if not list_versions(serving_root):
         raise ExportError(f"{serving_root}: no version folder (1/, 2/, ...); publish one with "
                           "publish_version first, or TF Serving has nothing to load.")

@@ -297,7 +297,8 @@ def define_export_tool_flags(fv: flags.FlagValues = FLAGS) -> None:
            "its learnt ranges, int8_ptq (post-training int8) beside it.", fv=fv)
     _loose(flags.DEFINE_string, "output_dir", None, "Where to write: OUTPUT/export/.", fv=fv)
     _loose(flags.DEFINE_string, "serving_model_name", "", "TF Serving model name written to "
-           "OUTPUT/export/serving/models.config (empty: the task name).", fv=fv)
+           "OUTPUT/export/serving/models.config, used as given: letters, digits, '_', '.' "
+           "and '-' (empty: the task name, lower-cased).", fv=fv)
     _loose(flags.DEFINE_integer, "serving_version", 0, "Publish the SavedModel as this "
            "version folder, 1 to 2**63 - 1 (TF Serving's int64). Unset: the next free one. "
            "0 and an existing version are errors: served versions are never rewritten.",

@@ -41,7 +41,7 @@ from tinybert_tf.cli import tool as cli
 from tinybert_tf.export import FORMATS, ExportError, ExportRequest, check_formats, export_all
 from tinybert_tf.export.formats import format_problems
 from tinybert_tf.export.parity import check_quantized
-from tinybert_tf.export.serving import check_version, list_versions
+from tinybert_tf.export.serving import check_model_name, check_version, list_versions
 from tinybert_tf.models.checkpoint import CheckpointError, ModelInfo, inspect_model, load_model
 from tinybert_tf.pipeline import flags as tflags
 from tinybert_tf.pipeline.preflight import task_head_errors
@@ -63,6 +63,8 @@ def run() -> dict:
     out_of_range = tflags.tool_range_errors(FLAGS)
     if out_of_range:
         raise cli.UsageError(" ".join(out_of_range))
+    if FLAGS.serving_model_name:  # before anything is written
+        check_model_name(FLAGS.serving_model_name, "--serving_model_name")
     formats = check_formats(FLAGS.export_formats)
     serving_version = None
     if FLAGS["serving_version"].present:  # an explicit 0 is refused (the help says so)
