@@ -389,6 +389,19 @@ def test_keras_hub_export_refuses_other_activations(config, vocab, tmp_path):
                          str(tmp_path / "kh2"))
 
 
+def test_an_int8_fake_quantised_model_is_refused_by_the_hf_and_keras_hub_exports(
+        config, vocab, tmp_path):
+    """Its activation ranges have no place in either format: export_hf raised a KeyError
+    on them, export_keras_hub dropped them and wrote the weights as a float student."""
+    quantized = make_model(config.replace(hidden_act="gelu_tanh"), vocab, "classifier", 2,
+                           ["neg", "pos"]).quantized()
+    for export, name in ((export_hf, "hf"), (export_keras_hub, "kh")):
+        with pytest.raises(CheckpointError, match=r"is int8 fake-quantised \(the quantize "
+                                                  r"stage's student\).*OUTPUT/task/model"):
+            export(quantized, str(tmp_path / name))
+        assert not os.path.exists(tmp_path / name)
+
+
 # --------------------------------------------------------------------------- names
 def test_short_names_and_hub_names(monkeypatch, minilm_dir):
     assert os.path.samefile(checkpoint.resolve("minilm-l6"), minilm_dir)

@@ -36,6 +36,7 @@ from tinybert_tf.models.model_dir import (
     CheckpointError,
     CheckpointSpec,
     atomic_directory,
+    check_float,
     model_vocab,
     read_model_json,
     read_model_vocab,
@@ -490,6 +491,7 @@ def export_hf(model: Any, directory: str) -> str:
 
     config: BertConfig = model.bert_config
     head = model.head_type
+    check_float(model, f"export_hf({directory})")
     vocab = model_vocab(model, "export_hf")
     if head is not None and head not in _HF_HEADS:
         raise CheckpointError(

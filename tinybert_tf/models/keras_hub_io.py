@@ -34,6 +34,7 @@ from tinybert_tf.models.model_dir import (
     CheckpointError,
     CheckpointSpec,
     atomic_directory,
+    check_float,
     local_copy,
     model_vocab,
     read_model_json,
@@ -211,9 +212,10 @@ def export_keras_hub(model: Any, directory: str, sequence_length: Optional[int] 
     """
     import keras_hub
 
+    where = f"export_keras_hub({directory})"
+    check_float(model, where)
     config: BertConfig = model.bert_config
     vocab = model_vocab(model, "export_keras_hub")
-    where = f"export_keras_hub({directory})"
     head = model.head_type
     problems = keras_hub_problems(config, head, allow_activation_mismatch)
     if problems:

@@ -221,6 +221,17 @@ def read_model_vocab(path: str) -> list[str]:
         raise CheckpointError(str(e)) from e
 
 
+def check_float(model: Any, what: str) -> None:
+    """Refuse an int8 fake-quantised model (the quantize stage's output): its
+    activation ranges mean something only to the int8 TFLite conversion, and a format
+    without them would pass its weights off as a float student."""
+    if getattr(model, "quantization", None) is not None:
+        raise CheckpointError(
+            f"{what}: the model is int8 fake-quantised (the quantize stage's student), "
+            "whose activation ranges this format cannot hold; export the float student it "
+            "was made from (OUTPUT/task/model), and this one as TFLite int8.")
+
+
 def model_vocab(model: Any, what: str) -> list[str]:
     vocab = getattr(model, "vocab", None)
     if not vocab:
