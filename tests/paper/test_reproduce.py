@@ -55,6 +55,8 @@ def test_every_cell_is_a_flagfile_that_parses(name, tmp_path):
     (["--table=2", "--task=mnli"], "--tasks"),
     (["--table=2", "--overwrite"], "--overwrite"),
     (["--table=2", "--cells=nope"], "no cell ['nope']"),
+    (["--table=2", "--tasks=MRPC,nope"], "--tasks=MRPC,nope: unknown task ['nope']; use any "
+                                         "of "),
     (["--table=2", "--no_such_flag=1"], "no_such_flag"),
     (["--table=2", "--seeds=1,x"], "give integers"),
     (["--table=2", "--seeds=1,1"], "given twice"),

@@ -66,6 +66,7 @@ from tinybert_tf.pipeline import main as distill_main
 from tinybert_tf.pipeline import preflight
 from tinybert_tf.pipeline.settings.configs import PipelineConfig
 from tinybert_tf.pipeline.stages import get_stage, stage_names
+from tinybert_tf.tasks.catalog import task_names
 
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))), "configs", "paper")
@@ -196,6 +197,11 @@ def parse(argv: Sequence[str], config_dir: str = CONFIG_DIR) -> Options:
                                  f"cells are {', '.join(c.name for c in table.cells)}.")
         cells = [c for c in cells if c.name in fv.cells]
     tasks = tuple(t.strip().lower() for t in fv.tasks if t.strip()) or table.tasks
+    distill_main.load_plugins(fv.plugins)  # the tasks they register are --tasks too
+    unknown = [t for t in tasks if t not in task_names()]
+    if unknown:
+        raise ReproduceError(f"--tasks={','.join(fv.tasks)}: unknown task {unknown}; use any "
+                             f"of {', '.join(task_names())} (case-insensitive).")
     passthrough = [fv[name].serialize() for name in tb_flags.distill_flags()
                    if fv[name].present and name not in _OWN | _PER_CELL]
     seeds = _seeds(fv)
