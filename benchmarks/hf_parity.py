@@ -176,7 +176,7 @@ def main() -> int:
     print(f"transformers {answer['versions']['transformers']}, "
           f"torch {answer['versions']['torch']}; {len(TEXTS)} texts at {args.max_seq_len} "
           "pieces, outputs compared on our ids at real positions")
-    print(f"{'model':48} {'HF class':32} {'ids equal':>10} {'max|Δ| hidden':>14} "
+    print(f"{'model':48} {'HF class':36} {'ids equal':>10} {'max|Δ| hidden':>14} "
           f"{'max|Δ| head':>12}  labels")
     ok = True
     for path, mine, theirs in zip(paths, models, answer["models"]):
@@ -198,7 +198,7 @@ def main() -> int:
         good = all(same) and hidden <= args.tolerance and (
             head == "-" or head <= args.tolerance) and not labels.startswith("differ")
         ok &= good
-        print(f"{path[-48:]:48} {theirs['architecture']:32} {sum(same):>4}/{len(same):<5} "
+        print(f"{path[-48:]:48} {theirs['architecture']:36} {sum(same):>4}/{len(same):<5} "
               f"{hidden:>14.2e} {head if head == '-' else f'{head:.2e}':>12}  {labels}"
               f"{'' if good else '  <- MISMATCH'}")
         for text, a, b in zip(TEXTS, mine["ids"], theirs["ids"]):
