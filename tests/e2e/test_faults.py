@@ -269,6 +269,21 @@ def test_a_damaged_record_is_one_error_naming_the_file_and_the_fix(base, tmp_pat
             RunState(str(out)).check_config({"seed": 1}, overwrite=False)
 
 
+def test_a_setting_one_side_lacks_is_named_as_not_recorded_not_as_none(tmp_path):
+    """A run made by a version without a setting: the refusal says so, instead of
+    '--alpha_cos: None there'."""
+    out = tmp_path / "out"
+    (out / "general").mkdir(parents=True)
+    (out / "general" / "stage_done.json").write_text("{}")
+    (out / "run_config.json").write_text(json.dumps({"seed": 42, "gone": 1}))
+    with pytest.raises(OutputDirError) as info:
+        RunState(str(out)).check_config({"seed": 42, "alpha_cos": 1.0}, overwrite=False)
+    message = str(info.value)
+    assert "--alpha_cos: not recorded there (a run made by a version without the setting), " \
+        "1.0 now" in message, message
+    assert "--gone: 1 there, no such setting now" in message and "None" not in message
+
+
 # --- publishing, unfinished outputs and temporaries -------------------------------------------
 
 @pytest.mark.parametrize("root", ["local", "ram"])

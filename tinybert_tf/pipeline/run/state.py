@@ -535,5 +535,11 @@ def _diff(old: dict[str, Any], new: dict[str, Any], limit: int = 5) -> str:
     keys = sorted((k for k in set(a) | set(b) if a.get(k) != b.get(k)),
                   key=lambda k: (k not in a or k not in b, k))
     more = f"; and {len(keys) - limit} more" if len(keys) > limit else ""
-    return "; ".join(f"--{k}: {a.get(k)!r} there, {b.get(k)!r} now"
+
+    def side(flat: dict[str, Any], key: str, where: str) -> str:
+        if key in flat:
+            return f"{flat[key]!r} {where}"
+        return ("not recorded there (a run made by a version without the setting)"
+                if where == "there" else "no such setting now")
+    return "; ".join(f"--{k}: {side(a, k, 'there')}, {side(b, k, 'now')}"
                      for k in keys[:limit]) + more
