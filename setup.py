@@ -31,7 +31,10 @@ setup(
     ],
     extras_require={
         "test": ["pytest>=7", "pytest-xdist>=3.5", "scikit-learn>=1.3", "scipy>=1.10",
-                 "ai-edge-litert>=1.2", "seqeval>=1.2", "ruff>=0.6"],
+                 "ai-edge-litert>=1.2", "seqeval>=1.2", "ruff>=0.6",
+                 # Hugging Face's tokenizer runtime (keras-hub needs it too): the HF
+                 # export's tokenizer.json is checked against it.
+                 "tokenizers>=0.20"],
         "tflite": ["ai-edge-litert>=1.2"],
     },
     scripts=["bin/distill", "bin/augment", "bin/export", "bin/benchmark", "bin/pretokenize",

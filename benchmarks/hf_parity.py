@@ -63,7 +63,8 @@ TEXTS = [
     "word " * 200,
 ]
 # Texts with compatibility characters, where tensorflow-text's normaliser folds what
-# BERT's keeps (docs/models.md): printed side by side, not counted as failures.
+# BERT's keeps (docs/models.md): printed side by side, not counted as failures (an
+# export_hf directory's tokenizer.json folds them as ours does; BERT's does not).
 COMPAT_TEXTS = [
     "wait for it… the Straße costs ½ of 10™ (x² + y³)",
     "ＦＵＬＬ　ｗｉｄｔｈ！（全角）",
@@ -208,7 +209,8 @@ def main() -> int:
                       f"    HF:   {' '.join(vocab[i] for i in b if i)}")
     first, tokenized = models[0], answer["tokenized"]
     vocab = first["vocab"]
-    print("\nCompatibility characters (tensorflow-text folds them, BERT keeps them):")
+    print("\nCompatibility characters (tensorflow-text and export_hf's tokenizer.json fold "
+          "them, BERT's own tokenizer keeps them):")
     for text, a, b in zip(COMPAT_TEXTS, our_pieces(first["tokenizer"], COMPAT_TEXTS),
                           tokenized):
         print(f"  {text!r}\n    ours: {' '.join(vocab[i] for i in a)}\n"

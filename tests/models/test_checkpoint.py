@@ -402,6 +402,48 @@ def test_an_int8_fake_quantised_model_is_refused_by_the_hf_and_keras_hub_exports
         assert not os.path.exists(tmp_path / name)
 
 
+# Texts where BERT's own normaliser and tensorflow-text's differ, and ordinary ones.
+TOKENIZER_TEXTS = ["wait for it… the Straße costs ½ of 10™ (x² + y³)",
+                   "ＦＵＬＬ　ｗｉｄｔｈ！（全角） and a\x85b\x9fc", "ΟΔΥΣΣΕΥΣ ς",
+                   "Café déjà vu: naïve Ångström 東京 서울 😀", "tabs\tand\nnewlines  x"]
+
+
+@pytest.mark.parametrize("lower_case", [True, False])
+def test_the_hf_export_tokenizes_as_our_tokenizer_in_hugging_face_tokenizers(
+        tiny_config, minilm_dir, tmp_path, lower_case):
+    """tokenizer.json of `export_hf`, run by Hugging Face's `tokenizers` (what
+    transformers' AutoTokenizer runs), gives our ids: single texts and pairs, on the
+    characters tensorflow-text's normaliser folds and BERT's keeps (…, ß, ½, ™, x²,
+    full-width forms, C1 controls) as on plain ones."""
+    from tokenizers import Tokenizer as HFTokenizer
+
+    from tinybert_tf.tokenizer import read_vocab
+    full = read_vocab(os.path.join(minilm_dir, "vocab.txt"))
+    model = make_model(tiny_config.replace(vocab_size=len(full), lower_case=lower_case,
+                                           max_position_embeddings=64), full)
+    out = export_hf(model, str(tmp_path / "hf"))
+    hf = HFTokenizer.from_file(os.path.join(out, "tokenizer.json"))
+    ours = load_tokenizer(model, max_seq_len=64)
+
+    def real(batch, row):
+        return [int(i) for i, m in zip(np.asarray(batch["input_word_ids"])[row],
+                                       np.asarray(batch["input_mask"])[row]) if m]
+
+    single = ours(TOKENIZER_TEXTS)
+    pairs = ours(TOKENIZER_TEXTS, TOKENIZER_TEXTS[::-1])
+    for row, text in enumerate(TOKENIZER_TEXTS):
+        assert hf.encode(text).ids == real(single, row), text
+        enc = hf.encode(text, TOKENIZER_TEXTS[::-1][row])
+        assert enc.ids == real(pairs, row), text
+        assert enc.type_ids == [int(t) for t in np.asarray(pairs["input_type_ids"])[row]
+                                [:len(enc.ids)]], text
+    if lower_case:  # the folds reach the (uncased) vocab
+        assert "[UNK]" not in hf.encode(TOKENIZER_TEXTS[0]).tokens
+    config = json.loads((tmp_path / "hf" / "tokenizer_config.json").read_text())
+    assert config["tokenizer_class"] == "PreTrainedTokenizerFast"
+    assert load_model(out).bert_config.lower_case is lower_case  # it reads back
+
+
 # --------------------------------------------------------------------------- names
 def test_short_names_and_hub_names(monkeypatch, minilm_dir):
     assert os.path.samefile(checkpoint.resolve("minilm-l6"), minilm_dir)

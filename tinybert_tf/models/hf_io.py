@@ -43,7 +43,7 @@ from tinybert_tf.models.model_dir import (
     read_safetensors,
     safetensors_shapes,
 )
-from tinybert_tf.tokenizer import VocabError, check_vocab, write_vocab
+from tinybert_tf.tokenizer import SPECIAL_TOKENS, VocabError, check_vocab, write_vocab
 
 SAFETENSORS = "model.safetensors"
 SAFETENSORS_INDEX = "model.safetensors.index.json"
@@ -528,7 +528,64 @@ def export_hf(model: Any, directory: str) -> str:
         save_file(arrays, os.path.join(tmp, SAFETENSORS), metadata={"format": "pt"})
         write_json(os.path.join(tmp, CONFIG_FILE), hf_config)
         write_vocab(vocab, os.path.join(tmp, VOCAB_FILE))
+        write_json(os.path.join(tmp, TOKENIZER_JSON), hf_tokenizer(vocab, config.lower_case))
+        # PreTrainedTokenizerFast: AutoTokenizer then runs tokenizer.json as written
+        # (transformers 5's BertTokenizer rebuilds BERT's normaliser from the vocab).
         write_json(os.path.join(tmp, "tokenizer_config.json"),
-                   {"tokenizer_class": "BertTokenizer", "do_lower_case": config.lower_case,
-                    "model_max_length": config.max_position_embeddings})
+                   {"tokenizer_class": "PreTrainedTokenizerFast",
+                    "do_lower_case": config.lower_case,
+                    "model_max_length": config.max_position_embeddings,
+                    **{f"{name}_token": f"[{name.upper()}]"
+                       for name in ("pad", "unk", "cls", "sep", "mask")}})
     return files.absolute(directory)
+
+
+def hf_tokenizer(vocab: list[str], lower_case: bool) -> dict[str, Any]:
+    """A Hugging Face `tokenizers` definition (tokenizer.json) that splits text as our
+    `Tokenizer` does: BERT's pre-tokenizer, WordPiece over `vocab`, `[CLS] A [SEP] B
+    [SEP]` with segment ids 0 then 1.
+
+    Written out by hand (the format is plain JSON) rather than with the `tokenizers`
+    package, which the package does not otherwise need at run time. The normaliser
+    follows tensorflow-text's FastBertNormalizer, not BERT's: for an uncased vocab it
+    case-folds with NFKC ("…" -> "...", "™" -> "tm", full-width -> ASCII), so it runs
+    NFKC, lower-casing and the two folds those miss (ß, final sigma) before BERT's
+    normaliser strips accents; C1 control characters become spaces, as ours makes them.
+    docs/models.md says what still differs (characters of newer Unicode versions).
+    """
+    ids = {token: i for i, token in enumerate(vocab)}
+    steps: list[dict[str, Any]] = []
+    if lower_case:
+        steps += [{"type": "NFKC"}, {"type": "Lowercase"},
+                  {"type": "Replace", "pattern": {"String": "\u00df"}, "content": "ss"},
+                  {"type": "Replace", "pattern": {"String": "\u03c2"}, "content": "\u03c3"}]
+    steps += [{"type": "Replace", "pattern": {"Regex": "[\\x{7f}-\\x{9f}]"}, "content": " "},
+              {"type": "BertNormalizer", "clean_text": True, "handle_chinese_chars": True,
+               "strip_accents": bool(lower_case), "lowercase": False}]
+
+    def special(token: str, type_id: int) -> dict[str, Any]:
+        return {"SpecialToken": {"id": token, "type_id": type_id}}
+
+    def sequence(name: str, type_id: int) -> dict[str, Any]:
+        return {"Sequence": {"id": name, "type_id": type_id}}
+
+    return {
+        "version": "1.0", "truncation": None, "padding": None,
+        "added_tokens": [{"id": ids[t], "content": t, "single_word": False, "lstrip": False,
+                          "rstrip": False, "normalized": False, "special": True}
+                         for t in SPECIAL_TOKENS],
+        "normalizer": {"type": "Sequence", "normalizers": steps},
+        "pre_tokenizer": {"type": "BertPreTokenizer"},
+        "post_processor": {
+            "type": "TemplateProcessing",
+            "single": [special("[CLS]", 0), sequence("A", 0), special("[SEP]", 0)],
+            "pair": [special("[CLS]", 0), sequence("A", 0), special("[SEP]", 0),
+                     sequence("B", 1), special("[SEP]", 1)],
+            "special_tokens": {t: {"id": t, "ids": [ids[t]], "tokens": [t]}
+                               for t in ("[CLS]", "[SEP]")}},
+        "decoder": {"type": "WordPiece", "prefix": "##", "cleanup": True},
+        # tensorflow-text caps a word at 100 bytes, Hugging Face at 100 characters: the
+        # same for ASCII.
+        "model": {"type": "WordPiece", "unk_token": "[UNK]", "continuing_subword_prefix": "##",
+                  "max_input_chars_per_word": 100, "vocab": ids},
+    }
