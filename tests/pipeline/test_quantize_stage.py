@@ -114,6 +114,9 @@ def test_the_stage_publishes_its_int8_student_read_by_evaluate_and_export(finish
     assert report["models"]["student"] == os.path.join(out, "task", "model")
     assert "accuracy" in report["quantized_student"]["dev"]
     assert report["ratios"]["quantized_retained"] is not None
+    # Its Keras simulation is not timed (the int8 file's latency is parity.json's).
+    assert "latency_ms" not in report["quantized_student"]
+    assert report["teacher"]["latency_ms"] > 0 and report["student"]["latency_ms"] > 0
     rows = read_json(os.path.join(out, "export", "parity.json"))["formats"]
     assert set(rows) == {"keras", "keras_quantized", "int8", "int8_ptq"}
     assert rows["int8"]["ranges"] == "learnt" and rows["int8_ptq"]["ranges"] == "calibrated"

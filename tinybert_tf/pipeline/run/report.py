@@ -21,7 +21,7 @@ def build_report(task: str, teacher: dict[str, Any], student: dict[str, Any],
     ratios.speedup: teacher latency / student latency (batch 1, this machine);
     ratios.retained: student metric / teacher metric on `primary_metric`.
     quantized: the quantize stage's int8 fake-quantised student (its Keras
-    simulation: its latency is not the int8 file's, which parity.json has);
+    simulation, not timed: the int8 file's latency is in parity.json);
     `quantized_student` and ratios.quantized_retained (its metric / the float
     student's) are added.
     An undefined dev metric (NaN, e.g. Pearson of one example) is null, named in
