@@ -230,14 +230,14 @@ def content_fingerprint(path: str) -> str:
     size and mtime goes unseen, anything else changes it.
     """
     entries = _fingerprinted_files(path)
-    return "missing" if entries is None else _digest(entries, whole=False)
+    return "missing" if entries is None else _digests(entries, whole=False)[0]
 
 
 def whole_content_fingerprint(path: str) -> str:
     """`content_fingerprint` with every file hashed whole, large ones too: for what must
     match a copy (a cache kept with a run folder that moves to another machine)."""
     entries = _fingerprinted_files(path)
-    return "missing" if entries is None else _digest(entries, whole=True)
+    return "missing" if entries is None else _digests(entries, whole=True)[1]
 
 
 def recorded_fingerprint(path: str) -> str:
@@ -247,11 +247,9 @@ def recorded_fingerprint(path: str) -> str:
     entries = _fingerprinted_files(path)
     if entries is None:
         return "missing"
-    quick = _digest(entries, whole=False)
     large = sum(size for _, _, size in entries if size > FULL_HASH_LIMIT)
-    if not large or large > CONTENT_HASH_LIMIT:
-        return quick
-    return f"{quick}:{_digest(entries, whole=True)}"
+    quick, whole = _digests(entries, whole=0 < large <= CONTENT_HASH_LIMIT)
+    return quick if whole is None else f"{quick}:{whole}"
 
 
 def same_content(path: str, recorded: str, current: Optional[str] = None) -> bool:
@@ -285,14 +283,19 @@ def _fingerprinted_files(path: str) -> Optional[list[tuple[Optional[str], str, i
     return entries
 
 
-def _digest(entries: list[tuple[Optional[str], str, int]], whole: bool) -> str:
-    """The fingerprint of `entries`: large files by size, mtime and edges unless `whole`."""
-    digest = hashlib.sha256()
-    for rel, full, _ in entries:
+def _digests(entries: list[tuple[Optional[str], str, int]], whole: bool
+             ) -> tuple[str, Optional[str]]:
+    """The fingerprints of `entries`: (quick: large files by size, mtime and edges;
+    whole: every byte, or None unless `whole`), from one read of each file."""
+    quick = hashlib.sha256()
+    full = hashlib.sha256() if whole else None
+    for rel, path, _ in entries:
         if rel is not None:
-            digest.update(rel.encode() + b"\0")
-        _hash_file(full, digest, whole)
-    return digest.hexdigest()[:20]
+            for digest in (quick, full):
+                if digest is not None:
+                    digest.update(rel.encode() + b"\0")
+        _hash_file(path, quick, full)
+    return quick.hexdigest()[:20], None if full is None else full.hexdigest()[:20]
 
 
 def _relative_parts(folder: str, root: str) -> list[str]:
@@ -300,18 +303,27 @@ def _relative_parts(folder: str, root: str) -> list[str]:
     return [] if rel == "." else rel.split(os.sep)
 
 
-def _hash_file(path: str, digest, whole: bool = False) -> None:
+def _hash_file(path: str, quick, full=None) -> None:
+    """Feed `path` to `quick` (whole if small, else size, mtime and edges) and, when
+    given, every byte of it to `full`."""
     st = stat(path)
+    small = st.size <= FULL_HASH_LIMIT
     with open(path, "rb") as f, translate_errors(path, "read"):
-        if whole or st.size <= FULL_HASH_LIMIT:
+        if small or full is not None:
             for block in iter(lambda: f.read(8 * 2**20), b""):
-                digest.update(block)
-        else:
-            digest.update(f"size={st.size} mtime_ns={st.mtime_ns}\0".encode())
-            digest.update(f.read(EDGE_BYTES))
+                if small:
+                    quick.update(block)
+                if full is not None:
+                    full.update(block)
+        if not small:
+            quick.update(f"size={st.size} mtime_ns={st.mtime_ns}\0".encode())
+            f.seek(0)
+            quick.update(f.read(EDGE_BYTES))
             f.seek(st.size - EDGE_BYTES)
-            digest.update(f.read(EDGE_BYTES))
-    digest.update(b"\0")
+            quick.update(f.read(EDGE_BYTES))
+    quick.update(b"\0")
+    if full is not None:
+        full.update(b"\0")
 
 
 # --- whole-or-nothing writes ---------------------------------------------------------
