@@ -153,26 +153,33 @@ def from_flags(cls: type, values: Any) -> Any:
     return cls(**kwargs)
 
 
-def range_checks(part: Any) -> Iterator[tuple[str, Any, Callable[[Any], bool], str]]:
-    """(--flag, value, ok, what is allowed) for each field of `part` with a range."""
-    for f in dataclasses.fields(part):
+def _ranged(cls_or_part: Any) -> Iterator[tuple[dataclasses.Field, Check]]:
+    """(field, Check) of each field of a config class or instance with a range."""
+    for f in dataclasses.fields(cls_or_part):
         check = f.metadata.get("check")
         if check is not None:
-            yield f"--{flag_name(f)}", getattr(part, f.name), check.ok, check.allowed
+            yield f, check
+
+
+def range_error(flag: str, value: Any, allowed: str) -> str:
+    """The one line a value outside its range gets: `--flag=value: must be ...`."""
+    return f"{flag}={value}: must be {allowed}."
+
+
+def range_checks(part: Any) -> Iterator[tuple[str, Any, Callable[[Any], bool], str]]:
+    """(--flag, value, ok, what is allowed) for each field of `part` with a range."""
+    for f, check in _ranged(part):
+        yield f"--{flag_name(f)}", getattr(part, f.name), check.ok, check.allowed
 
 
 def flag_range_errors(fv: flags.FlagValues, classes: Sequence[type]) -> list[str]:
-    """`--flag=value: must be ...` for each flag of `fv` defined from a field of
-    `classes` with a range (`check=`) whose value lies outside it: the range checks of
-    the tools that read their flags without building a config (bin/distill's
-    preflight checks the config's `range_checks`, in the same words)."""
-    errors = []
-    for cls in classes:
-        for f in dataclasses.fields(cls):
-            check, name = f.metadata.get("check"), flag_name(f)
-            if check is not None and name in fv and not check.ok(fv[name].value):
-                errors.append(f"--{name}={fv[name].value}: must be {check.allowed}.")
-    return errors
+    """`range_error` for each flag of `fv` defined from a field of `classes` with a range
+    whose value lies outside it: the range checks of the tools that read their flags
+    without building a config (bin/distill's preflight checks the config's
+    `range_checks`, in the same words)."""
+    names = [(flag_name(f), check) for cls in classes for f, check in _ranged(cls)]
+    return [range_error(f"--{name}", fv[name].value, check.allowed)
+            for name, check in names if name in fv and not check.ok(fv[name].value)]
 
 
 def stage_fields(part: Any, stage: str) -> Iterator[tuple[str, Any]]:

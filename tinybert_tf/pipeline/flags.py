@@ -28,6 +28,7 @@ from typing import Any
 
 from absl import flags
 
+from tinybert_tf.cli.tool import UsageError
 from tinybert_tf.fields import define_flags, flag_range_errors
 from tinybert_tf.pipeline.settings.configs import (
     PART_TYPES,
@@ -81,10 +82,12 @@ def ignored_auto_student_flags(fv: flags.FlagValues) -> list[str]:
             if fv[name].present and fv[name].value != fv[name].default]
 
 
-def tool_range_errors(fv: flags.FlagValues = FLAGS) -> list[str]:
-    """The range errors of the config-defined flags a tool (bin/augment, bin/export)
-    defines into `fv`, as bin/distill's preflight words them."""
-    return flag_range_errors(fv, tuple(PART_TYPES.values()))
+def check_tool_ranges(fv: flags.FlagValues = FLAGS) -> None:
+    """A UsageError when a config-defined flag a tool (bin/augment, bin/export) defines
+    into `fv` lies outside its range, worded as bin/distill's preflight words it."""
+    errors = flag_range_errors(fv, tuple(PART_TYPES.values()))
+    if errors:
+        raise UsageError(" ".join(errors))
 
 
 # --- groups -------------------------------------------------------------------------

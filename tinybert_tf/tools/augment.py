@@ -94,9 +94,7 @@ def run() -> None:
             "trained on --corpus serve every word.")
     if FLAGS.seed < 0:
         raise cli.UsageError(f"--seed={FLAGS.seed}: must be >= 0.")
-    out_of_range = tflags.tool_range_errors(FLAGS)
-    if out_of_range:
-        raise cli.UsageError(" ".join(out_of_range))
+    tflags.check_tool_ranges(FLAGS)
     output = os.path.abspath(FLAGS.output)
     cache = FLAGS.vector_cache or os.path.join(os.path.dirname(output), "vectors")
     if os.path.isdir(output):

@@ -60,9 +60,7 @@ def run() -> dict:
         raise ExportError("--model_dir is required: the task model directory to export.")
     if not FLAGS.output_dir:
         raise ExportError("--output_dir is required: the export goes to OUTPUT/export/.")
-    out_of_range = tflags.tool_range_errors(FLAGS)
-    if out_of_range:
-        raise cli.UsageError(" ".join(out_of_range))
+    tflags.check_tool_ranges(FLAGS)
     if FLAGS.serving_model_name:  # before anything is written
         check_model_name(FLAGS.serving_model_name, "--serving_model_name")
     formats = check_formats(FLAGS.export_formats)

@@ -18,6 +18,7 @@ import logging
 from typing import Any, Sequence
 
 from tinybert_tf.distill.terms import resolve_names
+from tinybert_tf.fields import range_error
 from tinybert_tf.pipeline import flag_ranges, stage_io
 from tinybert_tf.pipeline.preflight import folder, models
 from tinybert_tf.pipeline.preflight.collect import Checks, PreflightError
@@ -97,7 +98,7 @@ def _check_flags(found: Checks, ctx: Context) -> None:
     c = ctx.config
     for flag, value, ok, allowed in flag_ranges.ranges(c):
         if not ok(value):
-            found.range_error(flag, f"{flag}={value}: must be {allowed}.")
+            found.range_error(flag, range_error(flag, value, allowed))
     shortest = 5 if ctx.task.is_pair else 3  # [CLS] a [SEP] (b [SEP]): a token per text
     if 0 < c.task.max_seq_len < shortest:
         kind = "pair" if ctx.task.is_pair else "single-text"
