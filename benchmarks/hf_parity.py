@@ -113,7 +113,8 @@ def ours(path: str, texts: list[str], max_seq_len: int, workdir: str) -> dict:
     """Our ids and outputs for `texts`, and the Hugging Face directory to compare
     (exported here when the model is ours)."""
     model = load_model(path)
-    batch = load_tokenizer(model, max_seq_len)(texts)
+    tokenizer = load_tokenizer(model, max_seq_len)
+    batch = tokenizer(texts)
     out = model(batch, training=False)
     hf_dir = resolve(path)
     if detect_format(hf_dir) != "hf":
@@ -123,8 +124,7 @@ def ours(path: str, texts: list[str], max_seq_len: int, workdir: str) -> dict:
             "mask": np.asarray(batch["input_mask"]).tolist(),
             "sequence": np.asarray(out["sequence_output"], np.float32),
             "head": None if head is None else np.asarray(head, np.float32),
-            "label_names": model.label_names, "vocab": model.vocab,
-            "tokenizer": load_tokenizer(model, max_seq_len)}
+            "label_names": model.label_names, "vocab": model.vocab, "tokenizer": tokenizer}
 
 
 def our_pieces(tokenizer, texts: list[str], chunk: int = 4096) -> list[list[int]]:
