@@ -535,8 +535,7 @@ def export_hf(model: Any, directory: str) -> str:
                    {"tokenizer_class": "PreTrainedTokenizerFast",
                     "do_lower_case": config.lower_case,
                     "model_max_length": config.max_position_embeddings,
-                    **{f"{name}_token": f"[{name.upper()}]"
-                       for name in ("pad", "unk", "cls", "sep", "mask")}})
+                    **{f"{t.strip('[]').lower()}_token": t for t in SPECIAL_TOKENS}})
     return files.absolute(directory)
 
 
