@@ -30,6 +30,7 @@ import safetensors.numpy
 
 from tinybert_tf import files
 from tinybert_tf.config import BertConfig, ConfigError, read_json
+from tinybert_tf.models.quantization import is_quantized
 from tinybert_tf.tokenizer import VocabError, read_vocab
 
 FORMAT = "tinybert_tf"
@@ -225,7 +226,7 @@ def check_float(model: Any, what: str) -> None:
     """Refuse an int8 fake-quantised model (the quantize stage's output): its
     activation ranges mean something only to the int8 TFLite conversion, and a format
     without them would pass its weights off as a float student."""
-    if getattr(model, "quantization", None) is not None:
+    if is_quantized(model):
         raise CheckpointError(
             f"{what}: the model is int8 fake-quantised (the quantize stage's student), "
             "whose activation ranges this format cannot hold; export the float student it "
