@@ -78,15 +78,12 @@ def pytest_configure(config):
 
 
 def _configure_tensorflow() -> None:
-    import contextlib
+    from tinybert_tf.startup import import_tensorflow, quiet_tensorflow_start
 
-    from tinybert_tf.startup import filtered_stderr, import_tensorflow, nvidia_driver_present
-
-    tf = import_tensorflow()  # as the bin/ tools load it (tinybert_tf.startup says how)
-
-    # The first device query probes CUDA; on a machine without a driver its error line is
-    # noise in the test output (tinybert_tf.startup says why), as in the bin/ tools.
-    with contextlib.nullcontext() if nvidia_driver_present() else filtered_stderr():
+    # As the bin/ tools load TensorFlow (tinybert_tf.startup says how), without the lines
+    # its import and first device query write that are noise in the test output.
+    with quiet_tensorflow_start():
+        tf = import_tensorflow()
         cpus = tf.config.list_physical_devices("CPU")
     try:
         tf.config.set_logical_device_configuration(

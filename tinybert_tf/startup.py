@@ -16,6 +16,14 @@ going through a filter that passes every line but the CUDA probe's. With an
 NVIDIA driver present (`/proc/driver/nvidia`, `/dev/nvidia0`) nothing is
 filtered: there a CUDA error means something.
 
+TensorFlow 2.21 writes its C++ log through absl, which does not read
+TF_CPP_MIN_LOG_LEVEL: importing it prints oneDNN's notice and the CUDA stub's at INFO
+level, after absl's preamble ("WARNING: All log messages before absl::InitializeLog()
+..."), all of which 2.20 hid at the tools' level 2. So `start_tensorflow()` imports
+TensorFlow inside the same filter, which also drops the absl-format lines below
+TF_CPP_MIN_LOG_LEVEL (`below_log_level`); those at import are the only ones a tiny run of
+every stage printed with 2.21.
+
 Only the tools call it: a library must not initialise devices on import (a
 user configures logical devices before the first op), nor change other
 libraries' logging.
@@ -47,6 +55,11 @@ CPU_ONLY_NOISE: Pattern[str] = re.compile(
     r"(failed call to cuInit|Could not find cuda drivers|cuda_platform\.cc|cudart_stub\.cc|"
     r"Unable to register cu(DNN|FFT|BLAS) factory|computation placer already registered)")
 _DRIVER_PATHS = ("/proc/driver/nvidia", "/dev/nvidia0", "/dev/nvidiactl")
+# absl's C++ log line, "I0000 00:00:1796639250.269172   18603 port.cc:153] ...", and the
+# preamble absl writes before its first one; severities as TF_CPP_MIN_LOG_LEVEL counts them.
+_ABSL_LINE = r"^[{letters}]\d{{4}} \d\d:\d\d:\d+\.\d+ +\d+ [^\s\]]+:\d+\] "
+_ABSL_PREAMBLE = r"^WARNING: All log messages before absl::InitializeLog\(\) is called"
+_SEVERITIES = "IWE"
 # Libraries whose INFO records would otherwise reach the tools' output once the tool
 # logs at INFO: gensim's Word2Vec lifecycle events (augmentation's word vectors) and
 # TensorFlow's Python side (its checkpoint saver logs "Sharding callback duration"
@@ -169,17 +182,46 @@ def filtered_stderr(drop: Pattern[str] = CPU_ONLY_NOISE) -> Iterator[None]:
             filt.wait()
 
 
+def below_log_level(level: str | None) -> Pattern[str] | None:
+    """The absl-format log lines (and absl's preamble) that TF_CPP_MIN_LOG_LEVEL=`level`
+    hides: INFO at 1, WARNING too at 2, ERROR too at 3; None at 0 or when unset."""
+    try:
+        count = min(max(int(level or 0), 0), len(_SEVERITIES))
+    except ValueError:
+        return None
+    if count == 0:
+        return None
+    return re.compile(f"{_ABSL_LINE.format(letters=_SEVERITIES[:count])}|{_ABSL_PREAMBLE}")
+
+
+def tensorflow_noise() -> Pattern[str] | None:
+    """What is dropped from descriptor 2 while TensorFlow starts: the absl-format lines
+    TF_CPP_MIN_LOG_LEVEL hides (TensorFlow 2.21's absl log does not read it) and, on a
+    machine without an NVIDIA driver, the CUDA probe's (see the module docstring)."""
+    drops = [p for p in (below_log_level(os.environ.get("TF_CPP_MIN_LOG_LEVEL")),
+                         None if nvidia_driver_present() else CPU_ONLY_NOISE) if p]
+    return re.compile("|".join(p.pattern for p in drops)) if drops else None
+
+
+@contextlib.contextmanager
+def quiet_tensorflow_start() -> Iterator[None]:
+    """Descriptor 2 through `filtered_stderr(tensorflow_noise())` inside the block: for
+    TensorFlow's import and first device query."""
+    noise = tensorflow_noise()
+    with filtered_stderr(noise) if noise else contextlib.nullcontext():
+        yield
+
+
 def start_tensorflow() -> None:
-    """Initialise TensorFlow's devices, without the CUDA probe's error
-    on a machine that has no NVIDIA driver (see the module docstring); and keep
-    libraries' INFO logging (`QUIET_LOGGERS`) out of the tool's output."""
-    tf = import_tensorflow()
+    """Import TensorFlow and initialise its devices without the noise of
+    `tensorflow_noise`; and keep libraries' INFO logging (`QUIET_LOGGERS`) out of the
+    tool's output."""
+    with quiet_tensorflow_start():
+        tf = import_tensorflow()
+        if not nvidia_driver_present():  # with a driver, devices start when first used
+            tf.config.list_physical_devices()
     for name in QUIET_LOGGERS:
         logging.getLogger(name).setLevel(logging.WARNING)
-    if nvidia_driver_present():
-        return
-    with filtered_stderr():
-        tf.config.list_physical_devices()
 
 
 def start_spawned_worker() -> None:

@@ -28,6 +28,30 @@ def test_the_startup_filter_drops_the_cuda_probe_and_keeps_every_other_line(capf
     assert capfd.readouterr().err == "keep: a real warning\nkeep: the last line\n"
 
 
+# absl-format log lines as TensorFlow 2.21 writes them at import (it no longer reads
+# TF_CPP_MIN_LOG_LEVEL), and the preamble absl writes before its first line.
+ABSL_LINES = {
+    "I": "I0000 00:00:1796639250.269172   18603 port.cc:153] oneDNN custom operations are on.",
+    "W": "W0000 00:00:1796639250.300000   18603 converter.cc:12] a warning",
+    "E": "E0000 00:00:1796639251.020880   18614 some_kernel.cc:52] a real error",
+}
+ABSL_PREAMBLE = ("WARNING: All log messages before absl::InitializeLog() is called are "
+                 "written to STDERR")
+
+
+@pytest.mark.parametrize("level, kept", [("0", "IWE"), ("1", "WE"), ("2", "E"), ("3", "")])
+def test_the_start_drops_the_absl_log_lines_tf_cpp_min_log_level_hides(level, kept,
+                                                                       monkeypatch, capfd):
+    monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", level)
+    written = [ABSL_PREAMBLE, *ABSL_LINES.values(), "keep: a Python warning",
+               "I am no log line", ""]
+    with startup.quiet_tensorflow_start():
+        os.write(2, "\n".join(written).encode())
+    expected = ([ABSL_PREAMBLE] if level == "0" else []) + [ABSL_LINES[k] for k in kept]
+    assert capfd.readouterr().err.splitlines() == [*expected, "keep: a Python warning",
+                                                   "I am no log line"]
+
+
 def test_lines_written_before_a_crash_inside_the_filter_still_reach_stderr():
     """A converter that aborts the process inside the block: what it wrote first is the
     only account of why, so it must not die with the process."""
