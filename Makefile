@@ -41,8 +41,9 @@ $(STAMP): setup.py constraints.txt
 
 install: $(STAMP)
 
+# DEMO_FLAGS: more bin/distill flags after the flagfile's: `make demo DEMO_FLAGS=--overwrite`.
 demo: $(STAMP)
-	$(VENV)/bin/python bin/distill --flagfile=configs/demo.cfg
+	$(VENV)/bin/python bin/distill --flagfile=configs/demo.cfg $(DEMO_FLAGS)
 
 # pytest exits 5 when it collects no test: that is a failure here, not a pass.
 # Two worker processes: much of a TF test's time is single-threaded tracing.

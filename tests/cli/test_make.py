@@ -1,6 +1,7 @@
-"""tools/pick_python.py, which picks the Python `make` builds .venv with: the first
-candidate setup.py allows, one line naming each candidate when none is, and a venv of
-another Python made anew instead of mixed."""
+"""What `make` does before and around the tools: tools/pick_python.py picks the Python
+it builds .venv with (the first candidate setup.py allows, one line naming each candidate
+when none is, a venv of another Python made anew instead of mixed), and `make demo`
+passes DEMO_FLAGS on to bin/distill."""
 from __future__ import annotations
 
 import importlib.util
@@ -94,3 +95,14 @@ def test_the_script_prints_the_command_that_makes_the_venv(tmp_path):
     assert done.returncode == 1 and done.stdout == ""
     assert done.stderr.startswith("make: tinybert_tf needs Python")
     assert "Traceback" not in done.stderr
+
+
+def test_make_demo_passes_demo_flags_after_the_flagfile():
+    """As the README says to start the demo over; `make -n` prints without running."""
+    done = subprocess.run(["make", "-n", "demo", "DEMO_FLAGS=--overwrite --seed=3"], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1].endswith(
+        "bin/distill --flagfile=configs/demo.cfg --overwrite --seed=3")
+    readme = open(os.path.join(REPO, "README.md"), encoding="utf-8").read()
+    assert "`make demo DEMO_FLAGS=--overwrite` starts over" in readme
