@@ -16,6 +16,9 @@ setup(
         # versioned export with warm-up requests; it declares tensorflow>=its own minor,
         # so 2.20.x installs next to TensorFlow 2.20 without changing it.
         "tensorflow-serving-api>=2.20,<2.22",
+        # TensorBoard logs of every training phase (tf.summary needs it at run time):
+        # TensorFlow 2.20 installs it, 2.21 no longer does.
+        "tensorboard>=2.20",
         "keras>=3.12,<4",
         "keras-hub>=0.22",
         "tensorflow-datasets>=4.9.3",
