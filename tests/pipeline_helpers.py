@@ -455,7 +455,18 @@ def shared_run(tmp_path_factory, name: str,
     return PipelineRun(types.SimpleNamespace(**data["flags"]), data["results"], folder)
 
 
-# --- bin/ tools in this process ------------------------------------------------------------
+# --- bin/ tools and scripts in this process -------------------------------------------------
+
+def load_script(path: str) -> types.ModuleType:
+    """The script at `path` (benchmarks/, tools/, examples/) as a module: its imports and
+    definitions run, its `main` not."""
+    import importlib.util
+    name = os.path.basename(path)[:-3]
+    spec = importlib.util.spec_from_file_location(f"script_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
 
 def load_tool(name: str) -> types.ModuleType:
     """bin/NAME's module, tinybert_tf.tools.NAME, so a test runs its `main` here instead of

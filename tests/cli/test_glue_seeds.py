@@ -1,22 +1,17 @@
 """benchmarks/glue_seeds.py: every seed's results.json in one table, the spread over seeds."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 
 import numpy as np
 import pytest
 
-from pipeline_helpers import REPO
+from pipeline_helpers import REPO, load_script
 
 
 def _script():
-    path = os.path.join(REPO, "benchmarks", "glue_seeds.py")
-    spec = importlib.util.spec_from_file_location("script_glue_seeds", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(os.path.join(REPO, "benchmarks", "glue_seeds.py"))
 
 
 def _results(folder, seed, teacher, student, no_kd, int8, task="MRPC", metric="f1",

@@ -4,7 +4,6 @@ when none is, a venv of another Python made anew instead of mixed), and `make de
 passes DEMO_FLAGS on to bin/distill."""
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import subprocess
@@ -12,12 +11,10 @@ import sys
 
 import pytest
 
-from pipeline_helpers import REPO
+from pipeline_helpers import REPO, load_script
 
 SCRIPT = os.path.join(REPO, "tools", "pick_python.py")
-_spec = importlib.util.spec_from_file_location("pick_python", SCRIPT)
-pick_python = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(pick_python)
+pick_python = load_script(SCRIPT)
 
 
 def _fake_python(folder, version: str) -> str:

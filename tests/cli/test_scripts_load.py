@@ -8,28 +8,18 @@ from __future__ import annotations
 
 import ast
 import glob
-import importlib.util
 import json
 import os
 
 import numpy as np
 import pytest
 
-from pipeline_helpers import REPO
+from pipeline_helpers import REPO, load_script
 
 SCRIPTS = sorted(glob.glob(os.path.join(REPO, "benchmarks", "*.py"))
                  + glob.glob(os.path.join(REPO, "tools", "*.py")))
 # Run with a Python that has torch (never in .venv): parsed here, not loaded.
 TORCH_SCRIPTS = {"bench_distill_torch.py", "bench_task_distill_torch.py"}
-
-
-def load_script(path: str):
-    """The script at `path` as a module: its imports and definitions run, its `main` not."""
-    name = os.path.basename(path)[:-3]
-    spec = importlib.util.spec_from_file_location(f"script_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_there_are_scripts_to_check():

@@ -6,7 +6,6 @@ The warm-up records are replayed in a fresh Python process that loads the
 version folder the way TF Serving does, and compared with the Keras model.
 """
 import hashlib
-import importlib.util
 import json
 import os
 import shutil
@@ -43,7 +42,7 @@ from tinybert_tf.models import INPUT_NAMES, BertModel
 from tinybert_tf.models.checkpoint import load_tokenizer
 
 from numerics import assert_labels_are_argmax
-from pipeline_helpers import SERVER_SCRIPT_HEAD
+from pipeline_helpers import SERVER_SCRIPT_HEAD, load_script
 
 # Served outputs are compared with Keras's (make test-isa).
 pytestmark = pytest.mark.numerics
@@ -100,11 +99,7 @@ def tree_digest(path):
 
 
 def load_client():
-    spec = importlib.util.spec_from_file_location(
-        "serving_client", os.path.join(ROOT, "examples", "serving_client.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(os.path.join(ROOT, "examples", "serving_client.py"))
 
 
 def test_publish_writes_version_1_atomically_with_warmup_for_every_signature(published):
