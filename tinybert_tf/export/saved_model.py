@@ -133,10 +133,12 @@ class ServingModule(tf.Module):
         return self.outputs(inputs)
 
     def signatures(self) -> dict:
-        ids = self.serve_ids.get_concrete_function()
+        """The serving functions by signature name. tf.functions, not concrete ones:
+        tf.saved_model.save traces them inside its save context, where it traces every
+        tracked function anyway (a trace made outside it is not reused)."""
         if not self.text:  # token ids are the default too: a client needs no signature name
-            return {TEXT_SIGNATURE: ids, IDS_SIGNATURE: ids}
-        return {TEXT_SIGNATURE: self.serve_text.get_concrete_function(), IDS_SIGNATURE: ids}
+            return {TEXT_SIGNATURE: self.serve_ids, IDS_SIGNATURE: self.serve_ids}
+        return {TEXT_SIGNATURE: self.serve_text, IDS_SIGNATURE: self.serve_ids}
 
 
 def check_texts(texts, names) -> list[tf.Tensor]:

@@ -1,0 +1,112 @@
+"""SavedModel export time: the serving functions traced inside `tf.saved_model.save`
+(what `tinybert_tf.export.saved_model.export_saved_model` does) against traced before it
+and handed over as concrete functions.
+
+`tf.saved_model.save` traces every tf.function its object tracks inside its own save
+context, and a trace made outside that context is not reused there: handing it
+concrete functions traced before the call traces each serving function twice.
+For a run's task student this exports the SavedModel both ways, interleaved, `--rounds`
+times, and prints the median seconds of each, their ratio and the traces each way took.
+It also checks that both SavedModels have the same signatures and give the same outputs
+on a few texts: a faster export that changed the servable would not count.
+
+Usage: .venv/bin/python benchmarks/bench_saved_model.py [--model_dir runs/demo/task/model]
+       [--max_seq_len 48] [--rounds 5]   (the demo's student: about a minute)
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from tinybert_tf.startup import start_tensorflow, use_project_environment  # noqa: E402
+
+use_project_environment()
+start_tensorflow()
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from tinybert_tf.export import saved_model  # noqa: E402
+from tinybert_tf.models.checkpoint import load_model  # noqa: E402
+
+TEXTS = ["a gripping, funny and humane film.", "the plot goes nowhere and takes its time.",
+         "", "not bad at all"]
+
+
+def traced_before(model, path: str, max_seq_len: int) -> tuple[int, int]:
+    """The concrete functions traced first, then saved. Returns (traces of serve_ids,
+    of serve_text)."""
+    with tempfile.TemporaryDirectory() as assets:
+        module = saved_model.ServingModule(model, max_seq_len, False, assets)
+        concrete = {k: f.get_concrete_function() for k, f in module.signatures().items()}
+        tf.saved_model.save(module, path, signatures=concrete)
+    return (module.serve_ids.experimental_get_tracing_count(),
+            module.serve_text.experimental_get_tracing_count())
+
+
+def traced_in_save(model, path: str, max_seq_len: int) -> tuple[int, int]:
+    """What `export_saved_model` does: the tf.functions handed to the save."""
+    with tempfile.TemporaryDirectory() as assets:
+        module = saved_model.ServingModule(model, max_seq_len, False, assets)
+        tf.saved_model.save(module, path, signatures=module.signatures())
+    return (module.serve_ids.experimental_get_tracing_count(),
+            module.serve_text.experimental_get_tracing_count())
+
+
+WAYS = {"traced before the save": traced_before, "traced in the save": traced_in_save}
+
+
+def outputs(path: str) -> tuple[list[str], dict[str, np.ndarray]]:
+    """(signature names, serving_default's outputs on TEXTS) of a SavedModel."""
+    loaded = tf.saved_model.load(path)
+    fn = loaded.signatures["serving_default"]
+    return sorted(loaded.signatures), {k: v.numpy() for k, v in
+                                       fn(text=tf.constant(TEXTS)).items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model_dir", default="runs/demo/task/model")
+    parser.add_argument("--max_seq_len", type=int, default=48)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    if not os.path.isdir(args.model_dir):
+        sys.exit(f"bench_saved_model: {args.model_dir} is not a model folder: run `make "
+                 "demo` first, or give --model_dir=<a task model>.")
+    model = load_model(args.model_dir)
+    seconds = {name: [] for name in WAYS}
+    traces = {}
+    with tempfile.TemporaryDirectory() as root:
+        for r in range(args.rounds + 1):  # round 0 warms both up and is not counted
+            for name, way in WAYS.items():
+                path = os.path.join(root, f"{r}-{len(seconds[name])}-{name[:6]}")
+                start = time.perf_counter()
+                traces[name] = way(model, path, args.max_seq_len)
+                if r:
+                    seconds[name].append(time.perf_counter() - start)
+        (names_a, out_a), (names_b, out_b) = (outputs(os.path.join(root, f"0-0-{n[:6]}"))
+                                              for n in WAYS)
+    assert names_a == names_b, (names_a, names_b)
+    assert out_a.keys() == out_b.keys()
+    for key in out_a:
+        np.testing.assert_array_equal(out_a[key], out_b[key], err_msg=key)
+    print(f"{args.model_dir}, max_seq_len {args.max_seq_len}, {args.rounds} rounds "
+          f"interleaved; both SavedModels: signatures {names_a}, the same outputs on "
+          f"{len(TEXTS)} texts")
+    for name in WAYS:
+        print(f"  {name:24s} median {statistics.median(seconds[name]):6.2f} s  "
+              f"(serve_ids traced {traces[name][0]}x, serve_text {traces[name][1]}x)")
+    ratio = (statistics.median(seconds["traced in the save"])
+             / statistics.median(seconds["traced before the save"]))
+    print(f"  traced in the save / traced before: {ratio:.2f}")
+
+
+if __name__ == "__main__":
+    main()
