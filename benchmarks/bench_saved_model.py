@@ -95,16 +95,16 @@ def main() -> None:
     traces, tracing = {}, []
     with tempfile.TemporaryDirectory() as root:
         for r in range(args.rounds + 1):  # round 0 warms both up and is not counted
-            for name, way in WAYS.items():
-                path = os.path.join(root, f"{r}-{len(seconds[name])}-{name[:6]}")
+            for i, (name, way) in enumerate(WAYS.items()):
+                path = os.path.join(root, f"round{r}-way{i}")
                 start = time.perf_counter()
                 *traces[name], traced = way(model, path, args.max_seq_len)
                 if r:
                     seconds[name].append(time.perf_counter() - start)
                     if traced:
                         tracing.append(traced)
-        (names_a, out_a), (names_b, out_b) = (outputs(os.path.join(root, f"0-0-{n[:6]}"))
-                                              for n in WAYS)
+        (names_a, out_a), (names_b, out_b) = (outputs(os.path.join(root, f"round0-way{i}"))
+                                              for i in range(len(WAYS)))
     assert names_a == names_b, (names_a, names_b)
     assert out_a.keys() == out_b.keys()
     for key in out_a:
