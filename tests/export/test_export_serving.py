@@ -102,6 +102,27 @@ def load_client():
     return load_script(os.path.join(ROOT, "examples", "serving_client.py"))
 
 
+def test_the_export_traces_each_serving_function_once(vocab, tiny_config, tmp_path,
+                                                    monkeypatch):
+    """tf.saved_model.save traces the functions its object tracks in its own save
+    context; a trace made before the save would be made again there
+    (benchmarks/bench_saved_model.py)."""
+    from tinybert_tf.export import saved_model
+    modules = []
+
+    class Recorded(saved_model.ServingModule):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            modules.append(self)
+
+    monkeypatch.setattr(saved_model, "ServingModule", Recorded)
+    export_saved_model(tiny_classifier(vocab, tiny_config, label_names=LABELS),
+                       str(tmp_path / "sm"), L)
+    [module] = modules
+    assert module.serve_text.experimental_get_tracing_count() == 1
+    assert module.serve_ids.experimental_get_tracing_count() == 1
+
+
 def test_publish_writes_version_1_atomically_with_warmup_for_every_signature(published):
     root, version, path = published
     assert version == 1 and path == os.path.join(os.path.abspath(root), "1")
