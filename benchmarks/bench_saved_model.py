@@ -44,29 +44,23 @@ TEXTS = ["a gripping, funny and humane film.", "the plot goes nowhere and takes 
          "", "not bad at all"]
 
 
-def traced_before(model, path: str, max_seq_len: int) -> tuple[int, int, float]:
-    """The concrete functions traced first, then saved. Returns (traces of serve_ids,
-    of serve_text, seconds of the traces made before the save)."""
+def export(model, path: str, max_seq_len: int, trace_first: bool) -> tuple[int, int, float]:
+    """The SavedModel of `model` at `path`: with `trace_first`, its serving functions
+    traced before the save and handed over as concrete functions; without, the
+    tf.functions handed to the save, as `export_saved_model` does. Returns (traces of
+    serve_ids, of serve_text, seconds of the traces made before the save)."""
     with tempfile.TemporaryDirectory() as assets:
         module = saved_model.ServingModule(model, max_seq_len, False, assets)
-        start = time.perf_counter()
-        concrete = {k: f.get_concrete_function() for k, f in module.signatures().items()}
+        signatures, start = module.signatures(), time.perf_counter()
+        if trace_first:
+            signatures = {k: f.get_concrete_function() for k, f in signatures.items()}
         tracing = time.perf_counter() - start
-        tf.saved_model.save(module, path, signatures=concrete)
+        tf.saved_model.save(module, path, signatures=signatures)
     return (module.serve_ids.experimental_get_tracing_count(),
             module.serve_text.experimental_get_tracing_count(), tracing)
 
 
-def traced_in_save(model, path: str, max_seq_len: int) -> tuple[int, int, float]:
-    """What `export_saved_model` does: the tf.functions handed to the save."""
-    with tempfile.TemporaryDirectory() as assets:
-        module = saved_model.ServingModule(model, max_seq_len, False, assets)
-        tf.saved_model.save(module, path, signatures=module.signatures())
-    return (module.serve_ids.experimental_get_tracing_count(),
-            module.serve_text.experimental_get_tracing_count(), 0.0)
-
-
-WAYS = {"traced before the save": traced_before, "traced in the save": traced_in_save}
+WAYS = {"traced before the save": True, "traced in the save": False}  # -> trace_first
 
 
 def outputs(path: str) -> tuple[list[str], dict[str, np.ndarray]]:
@@ -95,13 +89,13 @@ def main() -> None:
     traces, tracing = {}, []
     with tempfile.TemporaryDirectory() as root:
         for r in range(args.rounds + 1):  # round 0 warms both up and is not counted
-            for i, (name, way) in enumerate(WAYS.items()):
+            for i, (name, trace_first) in enumerate(WAYS.items()):
                 path = os.path.join(root, f"round{r}-way{i}")
                 start = time.perf_counter()
-                *traces[name], traced = way(model, path, args.max_seq_len)
+                *traces[name], traced = export(model, path, args.max_seq_len, trace_first)
                 if r:
                     seconds[name].append(time.perf_counter() - start)
-                    if traced:
+                    if trace_first:
                         tracing.append(traced)
         (names_a, out_a), (names_b, out_b) = (outputs(os.path.join(root, f"round0-way{i}"))
                                               for i in range(len(WAYS)))
