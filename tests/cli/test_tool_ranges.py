@@ -24,6 +24,10 @@ CASES = [
     ("pretokenize", ["--max_seq_len=2", "--pack=single"],
      "--max_seq_len=2: must be >= 3 with --pack=single (the special tokens and a word "
      "piece of text)."),
+    # 0 was taken as 128 (the default) without a word.
+    ("pretokenize", ["--max_seq_len=0"],
+     "--max_seq_len=0: must be >= 4 with --pack=pair (the special tokens and a word piece "
+     "of text)."),
     ("pretokenize", ["--num_workers=-1"], "--num_workers=-1: must be >= 0 (0 = all CPU cores)."),
 ]
 

@@ -33,7 +33,7 @@ def run() -> None:
         raise cli.UsageError("--output is required: the shard prefix (e.g. "
                              "--output=corpus/wiki128).")
     meta = pretokenize(FLAGS.corpus or None, FLAGS.vocab, FLAGS.output,
-                       num_shards=FLAGS.num_shards, max_seq_len=FLAGS.max_seq_len or 128,
+                       num_shards=FLAGS.num_shards, max_seq_len=FLAGS.max_seq_len,
                        pack=FLAGS.pack, fmt=FLAGS.corpus_format,
                        num_workers=FLAGS.num_workers, lower_case=FLAGS.lower_case,
                        tfds_data_dir=FLAGS.tfds_data_dir or None)
