@@ -53,6 +53,12 @@ def canonical(path: str) -> str:
     return str(path) if is_remote(path) else os.path.realpath(path)
 
 
+def is_within(path: str, folder: str) -> bool:
+    """Whether `path` is `folder` or lies under it, links resolved (`canonical`)."""
+    path, folder = canonical(path), canonical(folder).rstrip("/")
+    return path == folder or path.startswith(folder + "/")
+
+
 def _hint(path: str, error: tf.errors.OpError) -> str:
     scheme = str(path).split("://", 1)[0] if is_remote(path) else ""
     text = _reason(error)

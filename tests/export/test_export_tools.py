@@ -96,6 +96,42 @@ def test_bin_export_refuses_an_existing_serving_version_before_exporting(tmp_pat
     assert sorted(os.listdir(tmp_path / "out" / "export")) == ["serving"]
 
 
+def test_a_serving_version_below_the_latest_is_published_with_a_warning(tmp_path, tiny_vocab,
+                                                                        capsys):
+    """TF Serving serves the highest version by default: a lower one is not what it
+    serves, and the tool says so."""
+    src = model_dir(tmp_path, tiny_vocab, "classifier")
+    serving = tmp_path / "out" / "export" / "serving"
+    (serving / "3").mkdir(parents=True)
+    (serving / "3" / "saved_model.pb").write_bytes(b"served")
+    proc = run_tool("export", capsys, f"--model_dir={src}", f"--output_dir={tmp_path / 'out'}",
+                    "--max_seq_len=16", "--export_formats=saved_model", "--serving_version=2",
+                    "--export_latency_runs=1", "--task=polarity")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (f"bin/export: warning: --serving_version=2 is below {serving / '3'}: TF Serving's "
+            "default version policy (latest) keeps serving that one. Drop the flag to "
+            "publish 4, the next after it.") in proc.stderr
+    assert (serving / "2" / "saved_model.pb").is_file()
+    assert (serving / "3" / "saved_model.pb").read_bytes() == b"served"
+
+
+def test_an_output_dir_inside_the_model_directory_is_refused_before_writing(tmp_path,
+                                                                            tiny_vocab, capsys):
+    """Exports written into the model's folder changed the model a pipeline recorded, so
+    its next run trained the stage again."""
+    src = model_dir(tmp_path, tiny_vocab, "classifier")
+    before = sorted(os.listdir(src))
+    proc = run_tool("export", capsys, f"--model_dir={src}", f"--output_dir={src}/out",
+                    "--export_formats=float32", "--task=polarity")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"bin/export: error: --output_dir={src}/out: inside --model_dir={src}; the export "
+        "would be written into the model directory (and a pipeline that made the model "
+        "would find it changed and train it again). Choose an --output_dir outside it, "
+        "e.g. the run's folder.")
+    assert sorted(os.listdir(src)) == before
+
+
 @pytest.mark.numerics
 def test_bin_benchmark_quick(tmp_path, capsys):
     out = tmp_path / "bench"

@@ -209,6 +209,19 @@ def test_a_hand_deleted_model_is_found_before_anything_runs_or_is_deleted(base, 
         run(_with(ns, stages=["evaluate"]))
 
 
+def test_an_output_dir_inside_a_folder_the_run_reads_is_refused_before_writing(base, tmp_path):
+    """Everything under a folder input is fingerprinted: a run writing into its teacher's
+    folder found the teacher changed at every re-run and redid the stage."""
+    teacher = str(tmp_path / "teacher")
+    shutil.copytree(base.task_teacher, teacher)
+    out = os.path.join(teacher, "runs", "r1")
+    with pytest.raises(PreflightError) as info:
+        run(_with(base, output_dir=out, task_teacher=teacher, stages=["task"]))
+    assert f"--output_dir={out}: inside {teacher}, the task teacher the task stage reads" \
+        in str(info.value) and f"Choose an --output_dir outside {teacher}." in str(info.value)
+    assert not os.path.exists(os.path.join(teacher, "runs"))
+
+
 def test_a_redo_keeps_published_serving_versions_and_a_user_folder_is_never_deleted(
         base, tmp_path):
     state = RunState(str(tmp_path / "out"))

@@ -21,7 +21,8 @@ int8 student: int8 is converted from it with its learnt ranges, and int8_ptq (th
 float model's post-training int8) is exported beside it.
 
 The model must suit --task (head kind and label count: a 2-label model is refused
-for --task=mnli), and must not be the model of an unfinished pipeline stage.
+for --task=mnli), and must not be the model of an unfinished pipeline stage;
+--output_dir lies outside the model directories.
 --output_dir is locked while exporting (the same OUTPUT/.lock as bin/distill),
 so an export never mixes with a running pipeline or another export. Exit codes
 (as every bin/ tool): 0 done; 2 an error of the command, its data or its
@@ -37,6 +38,7 @@ from typing import Optional, Sequence
 
 from absl import logging
 
+from tinybert_tf import files
 from tinybert_tf.cli import tool as cli
 from tinybert_tf.export import FORMATS, ExportError, ExportRequest, check_formats, export_all
 from tinybert_tf.export.formats import format_problems
@@ -76,11 +78,23 @@ def run() -> dict:
                                   "a published version is never rewritten (TF Serving may serve "
                                   "it); drop the flag to publish the next version "
                                   f"({max(existing) + 1}), or pick an unused number.")
+            if existing and serving_version < max(existing):
+                print(f"bin/export: warning: --serving_version={serving_version} is below "
+                      f"{os.path.join(root, existing[max(existing)])}: TF Serving's default "
+                      "version policy (latest) keeps serving that one. Drop the flag to "
+                      f"publish {max(existing) + 1}, the next after it.", file=sys.stderr,
+                      flush=True)
     for flag, path in (("--model_dir", FLAGS.model_dir),
                        ("--quantized_model_dir", FLAGS.quantized_model_dir)):
         unfinished = unfinished_stage_output(path) if path else None
         if unfinished:
             raise ExportError(f"{flag}={path}: {unfinished}")
+        if path and files.isdir(path) and files.is_within(FLAGS.output_dir, path):
+            raise ExportError(f"--output_dir={FLAGS.output_dir}: inside {flag}={path}; the "
+                              "export would be written into the model directory (and a "
+                              "pipeline that made the model would find it changed and train "
+                              "it again). Choose an --output_dir outside it, e.g. the run's "
+                              "folder.")
     try:
         info = inspect_model(FLAGS.model_dir)  # config and head, no weights: checks first
     except CheckpointError as e:

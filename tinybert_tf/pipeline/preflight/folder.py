@@ -21,6 +21,7 @@ def check_folder(found: Checks, ctx: Context) -> set:
     reads; returns the stages that cannot read their inputs."""
     stages = found.stages
     found.errors.extend(output_dir_errors(ctx.state.output_dir))
+    found.errors.extend(inside_input_errors(ctx, stages))
     found.errors.extend(found.run(lambda: ctx.state.damaged_records(
         stages if ctx.config.run.overwrite else ())) or [])
     # What each stage reads must be there, unchanged (or come first in this run).
@@ -65,6 +66,32 @@ def output_dir_errors(output_dir: str) -> list[str]:
         return [f"--output_dir={output_dir}: {what} not writable by this user (read-only "
                 "or another owner); fix its permissions or choose another folder."]
     return []
+
+
+def inside_input_errors(ctx: Context, stages) -> list[str]:
+    """--output_dir must not lie in a folder the run reads (the teacher, a model given by
+    a flag, the task's data folder): a folder input is fingerprinted with everything
+    under it, so what the run writes there would change it, and each re-run would find
+    the input changed and redo its stages."""
+    errors, seen = [], set()
+    for stage in stages:
+        try:
+            reads = get_stage(stage).reads(ctx)
+        except Exception:  # noqa: BLE001  (a bad input: the other checks name it)
+            continue
+        for role, value in reads.items():
+            for item in value if isinstance(value, (list, tuple)) else [value]:
+                item = str(item or "")
+                if not item or item in seen or not files.isdir(item):
+                    continue
+                seen.add(item)
+                if files.is_within(ctx.state.output_dir, item):
+                    errors.append(
+                        f"--output_dir={ctx.state.output_dir}: inside {item}, the "
+                        f"{role.replace('_', ' ')} the {stage} stage reads; what the run "
+                        "writes there would change that input, so every re-run would redo "
+                        f"the stage. Choose an --output_dir outside {item}.")
+    return errors
 
 
 def _upstream_errors(found: Checks, ctx: Context) -> set:
