@@ -289,6 +289,13 @@ def test_bin_export_reads_the_task_and_length_the_model_records(tmp_path, tiny_v
     assert parity["max_seq_len"] == 32
     err = capsys.readouterr().err
     assert "warning: --max_seq_len=32 but" in err and "was trained at 24" in err
+    # A length the model cannot take: its error alone, naming the flag (no warning first).
+    with pytest.raises(ExportError, match=r"^--max_seq_len=65: must be an integer in \[3, 64\] "
+                       r"\(the model's max_position_embeddings\)\.$"):
+        _export_in_process(tool, f"--model_dir={recorded}", f"--output_dir={tmp_path / 'd'}",
+                           "--max_seq_len=65")
+    assert capsys.readouterr().err == ""
+    assert not (tmp_path / "d").exists()
     # An explicit --serving_version=0 is refused, not published as version 1.
     with pytest.raises(ExportError, match=r"--serving_version=0: must be a positive integer"):
         _export_in_process(tool, f"--model_dir={recorded}", f"--output_dir={tmp_path / 'c'}",

@@ -12,6 +12,7 @@ import numpy as np
 import tensorflow as tf
 
 from tinybert_tf import files
+from tinybert_tf.config import BertConfig
 from tinybert_tf.models.encoder import INPUT_NAMES, BertModel
 from tinybert_tf.models.tracing import any_shape_function
 from tinybert_tf.tasks import TaskType, task_type_of
@@ -96,7 +97,14 @@ def keras_outputs(model: BertModel, task: TaskType, inputs: dict[str, np.ndarray
 
 
 def check_seq_len(model: BertModel, max_seq_len: int, flag: str = "--max_seq_len") -> int:
-    limit = model.bert_config.max_position_embeddings
+    """`max_seq_len` as an int, when the model's position table holds it."""
+    return seq_len_within(model.bert_config, max_seq_len, flag)
+
+
+def seq_len_within(config: BertConfig, max_seq_len: int, flag: str = "--max_seq_len") -> int:
+    """`max_seq_len` as an int, when a model of `config` can take it: in [3,
+    max_position_embeddings] ([CLS], a piece, [SEP])."""
+    limit = config.max_position_embeddings
     if not isinstance(max_seq_len, (int, np.integer)) or not 3 <= int(max_seq_len) <= limit:
         raise ExportError(f"{flag}={max_seq_len!r}: must be an integer in [3, {limit}] "
                           f"(the model's max_position_embeddings).")

@@ -41,6 +41,7 @@ from absl import logging
 from tinybert_tf import files
 from tinybert_tf.cli import tool as cli
 from tinybert_tf.export import FORMATS, ExportError, ExportRequest, check_formats, export_all
+from tinybert_tf.export.common import seq_len_within
 from tinybert_tf.export.formats import format_problems
 from tinybert_tf.export.parity import check_quantized
 from tinybert_tf.export.serving import check_model_name, check_version, list_versions
@@ -146,6 +147,8 @@ def sequence_length(info: ModelInfo, task: Task) -> int:
     """--max_seq_len, or the length the model was trained at (recorded), or the task's
     default; a length other than the trained one is allowed with a warning."""
     trained = info.metadata.get("max_seq_len")
+    if FLAGS.max_seq_len:  # the length's own error first, not a warning before it
+        seq_len_within(info.config, FLAGS.max_seq_len)
     if FLAGS.max_seq_len and trained and FLAGS.max_seq_len != trained:
         print(f"bin/export: warning: --max_seq_len={FLAGS.max_seq_len} but {info.path} was "
               f"trained at {trained}; texts are cut (or padded) to another length than in "
