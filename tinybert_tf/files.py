@@ -87,12 +87,14 @@ def _reason(error: BaseException) -> str:
 
 
 @contextlib.contextmanager
-def translate_errors(path: str, action: str = "access") -> Iterator[None]:
-    """Turns `tf.errors.*` raised inside into FileMissingError / FileAccessError naming `path`."""
+def translate_errors(path: str, action: str = "access", missing: str = "not found"
+                     ) -> Iterator[None]:
+    """Turns `tf.errors.*` raised inside into FileMissingError / FileAccessError naming `path`
+    (`missing`: what a NotFoundError means for `action`)."""
     try:
         yield
     except tf.errors.NotFoundError as e:
-        raise FileMissingError(f"{path}: not found ({_reason(e)}).") from None
+        raise FileMissingError(f"{path}: {missing} ({_reason(e)}).") from None
     except tf.errors.OpError as e:
         raise FileAccessError(f"{path}: cannot {action} ({_reason(e)}); "
                               f"{_hint(path, e)}.") from None
@@ -126,7 +128,8 @@ def isfile(path: str) -> bool:
 def makedirs(path: str) -> None:
     """`path` and its parents; no error when it exists."""
     if path:
-        with translate_errors(path, "create the folder"):
+        # NotFound here: a parent that cannot hold folders (/proc, a file's path).
+        with translate_errors(path, "create the folder", missing="cannot be made"):
             tf.io.gfile.makedirs(path)
 
 

@@ -540,6 +540,9 @@ def test_bin_benchmark_quick_refuses_explicit_models(capsys):
     (["--benchmark_batch_sizes=-2"], r"--benchmark_batch_sizes=-2: every batch size must be"),
     (["--quick", "--benchmark_runs=50"], r"--quick .* would ignore --benchmark_runs; drop"),
     (["--benchmark_output={file}"], r"--benchmark_output=.*a_file: is a file; give a folder"),
+    # Made before the timing, named by its flag (it was an error without the flag).
+    (["--benchmark_output={file}/sub"], r"--benchmark_output=.*a_file/sub: .*a_file/sub: "
+                                        r"cannot create the folder .* Choose another folder\.$"),
     (["--benchmark_formats=keras,onnx"], r"--benchmark_formats=keras,onnx: unknown runtime"),
 ])
 def test_bin_benchmark_refuses_bad_flags_before_timing_anything(tmp_path, capsys, args,
@@ -567,6 +570,10 @@ def test_bin_augment_writes_a_task_in_its_own_format_only(tmp_path, capsys):
     assert re.search(r"^bin/augment: error: --output=.*train_aug\.tsv: the task's data is "
                      r"written back in its own format \(CSV, as train_aug\.csv\).*name it "
                      r"train_aug\.csv", err), err
+    rc, err = _bin_augment([*args, f"--output={tmp_path / 'aug' / 'train_aug'}"], capsys)
+    assert rc == 2 and err.strip().endswith(
+        "(CSV, as train_aug.csv), so a file without an extension would read back wrongly; "
+        "name it train_aug.csv."), err
     assert not (tmp_path / "aug").exists()
 
 

@@ -135,9 +135,9 @@ def check_output_format(output: str, augmented_name: str) -> None:
         stem = os.path.splitext(base)[0] or "train_aug"
         raise AugmentError(
             f"--output={output}: the task's data is written back in its own format "
-            f"({want[1:].upper()}, as {augmented_name}), so a file named *{got or ' without '}"
-            f"{'' if got else 'an extension'} would read back wrongly; name it "
-            f"{stem}{want}.")
+            f"({want[1:].upper()}, as {augmented_name}), so "
+            f"{f'a file named *{got}' if got else 'a file without an extension'} would read "
+            f"back wrongly; name it {stem}{want}.")
 
 
 def main(argv: list[str]) -> int:

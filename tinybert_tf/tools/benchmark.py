@@ -74,6 +74,10 @@ def check_flags() -> list[int]:
     if files.exists(out) and not files.isdir(out):
         raise ConfigError(f"--benchmark_output={out}: is a file; give a folder (new, or one "
                           "holding an earlier benchmark.json, which is replaced).")
+    try:  # now, not after the timing: a folder that cannot be made is known at once
+        files.makedirs(out)
+    except files.FileAccessError as e:
+        raise ConfigError(f"--benchmark_output={out}: {e} Choose another folder.") from e
     return batches
 
 
