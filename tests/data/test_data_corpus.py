@@ -513,6 +513,15 @@ def test_pretokenize_writes_the_metadata_last_and_cleans_up(tok, text_corpus, tm
     assert os.listdir(out) == []
     with pytest.raises(DataError, match=r"empty\.txt: the corpus holds no text"):
         corpus.count_sequences(str(empty), tok, 24)
+    # A folder is not a prefix: its shards went beside it (out-00000-of-00002.tfrecord).
+    for folder in (str(out), str(out) + "/"):
+        with pytest.raises(DataError, match=rf"^--output={re.escape(folder)}: a folder; "
+                           rf"--output is the shards' prefix: e\.g\. --output="
+                           rf"{re.escape(str(out / 'wiki'))} writes wiki-00000-of-"):
+            pretokenize.pretokenize(pattern, tok.vocab, folder, num_shards=2, max_seq_len=24,
+                                    num_workers=1, progress=False)
+    assert os.listdir(out) == [] and sorted(os.listdir(tmp_path)) == [
+        "bad.txt.gz", "empty.txt", "out"]
 
 
 def test_bin_pretokenize_reports_a_bad_corpus_in_one_line(tiny_vocab_file, tmp_path, capfd):

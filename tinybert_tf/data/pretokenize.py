@@ -111,6 +111,10 @@ def pretokenize(corpus_source: Optional[str], vocab: Union[str, Sequence[str]], 
     """
     if not output:
         raise DataError("--output is required: the shard prefix, e.g. --output=data/wiki.")
+    if output.endswith("/") or files.isdir(output):  # PREFIX-*.tfrecord would go beside it
+        raise DataError(f"--output={output}: a folder; --output is the shards' prefix: e.g. "
+                        f"--output={os.path.join(output, 'wiki')} writes wiki-00000-of-"
+                        "0000N.tfrecord ... and wiki.json in it.")
     if num_shards < 1:
         raise DataError(f"--num_shards={num_shards}: need at least 1.")
     if num_workers < 0:
