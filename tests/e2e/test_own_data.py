@@ -28,6 +28,7 @@ from pipeline_helpers import (
     shared_run,
     tiny_flags,
     write_conll,
+    write_reviews_csv,
 )
 
 SERVE = SERVER_SCRIPT_HEAD + r"""
@@ -346,6 +347,30 @@ def test_invalid_iob2_is_counted_and_warned_not_refused(tmp_path, tiny_vocab, ca
     assert plan["task"]["type"]["labels"] == ["O", "B-LOC", "B-PER", "I-LOC", "I-PER"]
     assert "1 I- tag(s) continue no entity of their type" in caplog.text
     assert "train.conll" in caplog.text
+
+
+def test_a_dev_file_that_is_the_training_file_is_warned_about(tmp_path, tiny_vocab):
+    """Dev metrics on the training rows, and every choice made on dev, measure nothing
+    held out: the plan warns (a smoke test may do it on purpose)."""
+    train = write_reviews_csv(tmp_path / "train.csv", 24, 1)
+    copy = tmp_path / "copy.csv"
+    copy.write_bytes(open(train, "rb").read())
+
+    def warnings(dev):
+        ns = tiny_flags(tmp_path / f"run_{os.path.basename(dev)}", tiny_vocab, **{
+            **FAST, "stages": ["finetune_teacher"], "task": "text_classification",
+            "dry_run": True, "teacher_batch_size": 2, "train_file": train,
+            "validation_file": str(dev)})
+        return [w for w in run(ns)["warnings"] if "split" in w]
+
+    assert warnings(train) == [
+        f"the dev split ({train}) is the same file as the train split ({train}): dev metrics "
+        "then score rows the models trained on, and the checkpoints and settings chosen on "
+        "dev are the ones that fit them; give held-out rows (e.g. --validation_file) for a "
+        "real measure."]
+    assert [w.split(":")[0] for w in warnings(copy)] == [
+        f"the dev split ({copy}) is a copy of the train split ({train})"]
+    assert warnings(write_reviews_csv(tmp_path / "dev.csv", 8, 2)) == []
 
 
 # --- augmentation of token tasks: one word for one word, tags copied ------------------------

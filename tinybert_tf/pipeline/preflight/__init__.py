@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Sequence
 
+from tinybert_tf import files
 from tinybert_tf.distill.terms import resolve_names
 from tinybert_tf.fields import range_error
 from tinybert_tf.pipeline import flag_ranges, stage_io
@@ -71,6 +72,7 @@ def check(ctx: Context, stages: Sequence[str], count_corpus: bool = False
         plan["reuse"] = {stage: "reused" if why is None else f"runs again: {why}"
                          for stage, why in (found.run(
                              lambda: stage_io.plan_reuse(ctx, stages)) or {}).items()}
+    found.warnings.extend(same_data_warnings(ctx))
     models.check_teachers(found, ctx, unreadable)
     models.check_students(found, ctx)
     models.check_lengths(found, ctx)
@@ -90,6 +92,35 @@ def check(ctx: Context, stages: Sequence[str], count_corpus: bool = False
         log.warning(w)
         print(f"warning: {w}", flush=True)
     return plan
+
+
+def same_data_warnings(ctx: Context) -> list[str]:
+    """A dev split read from the training file (or a copy of it): its metrics then score
+    the rows the models trained on, and every choice made on dev (the best checkpoint,
+    the teacher's grid cell) picks what fits them. Allowed, with a warning: a smoke test
+    may do it on purpose."""
+    try:
+        splits = {s: f["path"] for s, f in (ctx.task.source.describe().get("files") or
+                                             {}).items() if not f.get("missing")}
+    except Exception:  # noqa: BLE001  (a source that cannot say: the data checks report it)
+        return []
+    train = splits.get("train")
+    out = []
+    for split in ctx.task.dev_splits:
+        dev = splits.get(split)
+        if not train or not dev:
+            continue
+        if files.canonical(dev) == files.canonical(train):
+            how = "is the same file as the train split"
+        elif files.content_fingerprint(dev) == files.content_fingerprint(train):
+            how = "is a copy of the train split"
+        else:
+            continue
+        out.append(f"the {split} split ({dev}) {how} ({train}): dev "
+                   "metrics then score rows the models trained on, and the checkpoints and "
+                   "settings chosen on dev are the ones that fit them; give held-out rows "
+                   "(e.g. --validation_file) for a real measure.")
+    return out
 
 
 def _check_flags(found: Checks, ctx: Context) -> None:
