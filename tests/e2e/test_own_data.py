@@ -349,7 +349,7 @@ def test_invalid_iob2_is_counted_and_warned_not_refused(tmp_path, tiny_vocab, ca
     assert "train.conll" in caplog.text
 
 
-def test_a_dev_file_that_is_the_training_file_is_warned_about(tmp_path, tiny_vocab):
+def test_a_dev_file_that_is_the_training_file_is_warned_about(tmp_path, tiny_vocab, capsys):
     """Dev metrics on the training rows, and every choice made on dev, measure nothing
     held out: the plan warns (a smoke test may do it on purpose)."""
     train = write_reviews_csv(tmp_path / "train.csv", 24, 1)
@@ -368,6 +368,9 @@ def test_a_dev_file_that_is_the_training_file_is_warned_about(tmp_path, tiny_voc
         "then score rows the models trained on, and the checkpoints and settings chosen on "
         "dev are the ones that fit them; give held-out rows (e.g. --validation_file) for a "
         "real measure."]
+    said = [line for line in capsys.readouterr().err.splitlines() if "warning:" in line]
+    assert len(said) == 1 and said[0].startswith(  # once, on stderr
+        f"distill: warning: the dev split ({train}) is the same file as the train split")
     assert [w.split(":")[0] for w in warnings(copy)] == [
         f"the dev split ({copy}) is a copy of the train split ({train})"]
     assert warnings(write_reviews_csv(tmp_path / "dev.csv", 8, 2)) == []

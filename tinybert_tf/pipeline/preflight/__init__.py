@@ -14,7 +14,7 @@ the models the stages read by `Stage.needs` (models.py) and the phases' inputs
 """
 from __future__ import annotations
 
-import logging
+import sys
 from typing import Any, Sequence
 
 from tinybert_tf import files
@@ -31,8 +31,6 @@ from tinybert_tf.pipeline.stages import get_stage, in_order, stage_names
 
 __all__ = ["PreflightError", "auto_student_error", "check", "resolve_stages",
            "task_head_errors"]
-
-log = logging.getLogger("tinybert_tf")
 
 
 def resolve_stages(requested: Sequence[str], config: PipelineConfig) -> list[str]:
@@ -88,9 +86,8 @@ def check(ctx: Context, stages: Sequence[str], count_corpus: bool = False
     errors = found.final()
     if errors:
         raise PreflightError(errors)
-    for w in found.warnings:
-        log.warning(w)
-        print(f"warning: {w}", flush=True)
+    for w in found.warnings:  # once each, on stderr beside the errors, as every tool's
+        print(f"distill: warning: {w}", file=sys.stderr, flush=True)
     return plan
 
 
