@@ -209,6 +209,18 @@ def test_a_hand_deleted_model_is_found_before_anything_runs_or_is_deleted(base, 
         run(_with(ns, stages=["evaluate"]))
 
 
+def test_the_dry_runs_plan_says_which_done_stages_a_run_would_redo(base, tmp_path):
+    """--overwrite deletes every named stage's folder: the plan said "reused" for a done
+    stage that the run then started over."""
+    ns = _with(base, output_dir=str(tmp_path / "out"), stages=["task"])
+    _finished_task_stage(ns, base.task_teacher)
+    assert run(_with(ns, dry_run=True))["reuse"] == {"task": "reused"}
+    assert run(_with(ns, dry_run=True, overwrite=True))["reuse"] == {
+        "task": "runs again: --overwrite starts it over"}
+    # A dry run deletes nothing.
+    assert os.path.isfile(tmp_path / "out" / "task" / "stage_done.json")
+
+
 def test_an_output_dir_inside_a_folder_the_run_reads_is_refused_before_writing(base, tmp_path):
     """Everything under a folder input is fingerprinted: a run writing into its teacher's
     folder found the teacher changed at every re-run and redid the stage."""

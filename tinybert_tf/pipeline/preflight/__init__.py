@@ -66,7 +66,10 @@ def check(ctx: Context, stages: Sequence[str], count_corpus: bool = False
     unreadable = folder.check_folder(found, ctx)
     plan: dict[str, Any] = {"output_dir": ctx.state.output_dir, "stages": list(stages),
                             "replicas": ctx.replicas, "task": ctx.task.describe()}
-    if not found.errors:
+    if not found.errors and ctx.config.run.overwrite:  # every named stage's folder goes
+        plan["reuse"] = {stage: "runs again: --overwrite starts it over"
+                         for stage in stages if ctx.state.is_done(stage)}
+    elif not found.errors:
         plan["reuse"] = {stage: "reused" if why is None else f"runs again: {why}"
                          for stage, why in (found.run(
                              lambda: stage_io.plan_reuse(ctx, stages)) or {}).items()}
