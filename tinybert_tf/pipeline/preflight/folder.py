@@ -70,9 +70,9 @@ def output_dir_errors(output_dir: str) -> list[str]:
 
 def inside_input_errors(ctx: Context, stages) -> list[str]:
     """--output_dir must not lie in a folder the run reads (the teacher, a model given by
-    a flag, the task's data folder): a folder input is fingerprinted with everything
-    under it, so what the run writes there would change it, and each re-run would find
-    the input changed and redo its stages."""
+    a flag: any input of a stage's `reads` that is a folder): a folder input is
+    fingerprinted with everything under it, so what the run writes there would change
+    it, and each re-run would find the input changed and redo its stages."""
     errors, seen = [], set()
     for stage in stages:
         try:
