@@ -1,4 +1,5 @@
-"""Every benchmark and tool script loads: its imports of the package still resolve.
+"""Every benchmark and tool script loads: its imports of the package still resolve; and
+every bin/ tool starts TensorFlow through the start-up filter before the package.
 
 These scripts run for minutes to hours and no other test runs them, so a renamed or
 moved name in the package would break them unnoticed. Loading a script runs its
@@ -36,6 +37,21 @@ def test_script_loads_without_running_its_main(path):
     if name in TORCH_SCRIPTS:
         return
     assert callable(getattr(load_script(path), "main", None)), f"{name} has no main()"
+
+
+@pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(REPO, "bin", "*"))),
+                         ids=os.path.basename)
+def test_a_bin_tool_starts_tensorflow_through_the_filter_before_the_package(path):
+    """`start_tensorflow()` drops the CUDA probe's error on a machine without a GPU
+    (tests/cli/test_messages.py runs one tool to show it); a tool that imports the
+    package first printed `failed call to cuInit` (bin/reproduce did)."""
+    body = ast.parse(open(path, encoding="utf-8").read(), path).body
+    starts = [i for i, node in enumerate(body) if isinstance(node, ast.Expr)
+              and ast.unparse(node.value) == "start_tensorflow()"]
+    package = [i for i, node in enumerate(body) if isinstance(node, ast.ImportFrom)
+               and (node.module or "").startswith("tinybert_tf")
+               and node.module != "tinybert_tf.startup"]
+    assert starts and package and starts[0] < package[0], os.path.basename(path)
 
 
 def test_bench_quantize_counts_disagreements_by_the_float_top2_gap():
