@@ -30,9 +30,10 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from tinybert_tf.startup import use_project_environment  # noqa: E402
+from tinybert_tf.startup import start_tensorflow, use_project_environment  # noqa: E402
 
 use_project_environment()
+start_tensorflow()  # no CUDA probe error on a machine without a GPU
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402

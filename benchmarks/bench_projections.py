@@ -32,9 +32,10 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from tinybert_tf.startup import use_project_environment  # noqa: E402
+from tinybert_tf.startup import start_tensorflow, use_project_environment  # noqa: E402
 
 use_project_environment()
+start_tensorflow()  # no CUDA probe error on a machine without a GPU
 
 from tinybert_tf.pipeline.main import run_argv  # noqa: E402
 

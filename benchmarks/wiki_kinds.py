@@ -23,9 +23,10 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from tinybert_tf.startup import use_project_environment  # noqa: E402
+from tinybert_tf.startup import start_tensorflow, use_project_environment  # noqa: E402
 
 use_project_environment()
+start_tensorflow()  # no CUDA probe error on a machine without a GPU
 
 from tinybert_tf.data.corpus import iter_wiki_articles  # noqa: E402
 

@@ -25,9 +25,10 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from tinybert_tf.startup import use_project_environment  # noqa: E402
+from tinybert_tf.startup import start_tensorflow, use_project_environment  # noqa: E402
 
 use_project_environment()
+start_tensorflow()  # no CUDA probe error on a machine without a GPU
 
 import numpy as np  # noqa: E402
 from gensim.parsing.preprocessing import STOPWORDS  # noqa: E402
