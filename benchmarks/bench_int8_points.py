@@ -63,8 +63,8 @@ GROUPS = {
 
 def main(argv: list[str]) -> None:
     del argv
-    from tinybert_tf.startup import import_tensorflow
-    import_tensorflow()
+    from tinybert_tf.startup import start_tensorflow
+    start_tensorflow()  # no CUDA probe error on a machine without a GPU
     import numpy as np
     import tensorflow as tf
 

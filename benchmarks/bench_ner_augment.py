@@ -113,6 +113,8 @@ def write_fixture(directory: str, train: int = 150, dev: int = 60, seed: int = 1
 
 
 def distill(argv: list) -> dict:
+    from tinybert_tf.startup import start_tensorflow
+    start_tensorflow()  # as bin/distill: no CUDA probe error on a machine without a GPU
     from tinybert_tf.pipeline.main import run_argv
     return run_argv(["bin/distill", *argv])
 

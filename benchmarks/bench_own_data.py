@@ -82,6 +82,8 @@ def main() -> None:
     parser.add_argument("--tasks", default="csv_classification,jsonl_pairs,tsv_regression,"
                                            "conll_ner")
     args = parser.parse_args()
+    from tinybert_tf.startup import start_tensorflow
+    start_tensorflow()  # as bin/distill: no CUDA probe error on a machine without a GPU
     from tinybert_tf.pipeline.main import run_argv
 
     tasks = write_files(os.path.join(args.output_dir, "data"))
