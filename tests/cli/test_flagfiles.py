@@ -1,4 +1,5 @@
-"""Flagfiles: nested ones resolve against the including file, errors name file and line."""
+"""Flagfiles: nested ones resolve against the including file, errors name file and line;
+a value that starts with `~/` is the home folder's."""
 from __future__ import annotations
 
 import os
@@ -37,6 +38,19 @@ def test_a_nested_path_written_for_the_current_folder_still_works(tmp_path, monk
 def test_a_byte_order_mark_is_dropped(tmp_path):
     top = write(tmp_path / "bom.cfg", "--seed=7\n", bom=True)
     assert expand_flagfiles(["prog", f"--flagfile={top}"]) == ["prog", "--seed=7"]
+
+
+def test_a_value_starting_with_the_home_folder_is_expanded(tmp_path, monkeypatch):
+    """The shell leaves `--output_dir=~/runs` as it is (it expands `~` only at a word's
+    start), and the run wrote into a folder named `~` in the current one."""
+    monkeypatch.setenv("HOME", str(tmp_path / "me"))
+    home = str(tmp_path / "me")
+    top = write(tmp_path / "run.cfg", "--teacher=~/models/bert\n--corpus=~/a.txt,b.txt,~/c\n")
+    assert expand_flagfiles(["prog", f"--flagfile={top}", "--output_dir=~/runs/x",
+                             "--serving_model_name=~x", "--labels=a,~b", "-o=~"]) == [
+        "prog", f"--teacher={home}/models/bert", f"--corpus={home}/a.txt,b.txt,{home}/c",
+        f"--output_dir={home}/runs/x", "--serving_model_name=~x", "--labels=a,~b",
+        f"-o={home}"]
 
 
 def test_a_missing_nested_flagfile_names_the_file_and_line_that_named_it(tmp_path):

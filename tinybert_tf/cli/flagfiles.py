@@ -2,6 +2,11 @@
 one resolved against the including file's folder (then the current folder), so the
 shipped configs work from any folder. absl's own expansion resolves every path
 against the current folder, hence this module.
+
+A value that starts with `~/` (or an item of a comma list that does) is the home
+folder's, on the command line and in flagfiles: the shell expands `~` only at the
+start of a word, not in `--output_dir=~/runs`, and absl keeps it as it is, so such a
+run wrote into a folder named `~` in the current one.
 """
 from __future__ import annotations
 
@@ -46,11 +51,22 @@ def expand_flagfiles(argv: Sequence[str]) -> list[str]:
         if path is None and arg in ("--flagfile", "-flagfile") and i + 1 < len(args):
             path, i = args[i + 1], i + 1
         if path is None:
-            out.append(arg)
+            out.append(home_expanded(arg))
         else:
             out.extend(_read_flagfile(path, None, ()))
         i += 1
     return out
+
+
+def home_expanded(arg: str) -> str:
+    """`--name=~/x` -> `--name=/home/me/x`, each item of a comma list alike; anything
+    else unchanged."""
+    name, eq, value = arg.partition("=")
+    if not (eq and name.startswith("-") and "~" in value):
+        return arg
+    items = [os.path.expanduser(v) if v == "~" or v.startswith("~/") else v
+             for v in value.split(",")]
+    return f"{name}={','.join(items)}"
 
 
 def _flagfile_path(arg: str) -> Optional[str]:
@@ -108,5 +124,5 @@ def _read_flagfile(path: str, including: Optional[str], chain: tuple[str, ...],
         if nested is not None:
             flags_out.extend(_read_flagfile(nested, found, (*chain, found), n))
         else:
-            flags_out.append(line)
+            flags_out.append(home_expanded(line))
     return flags_out
