@@ -2,6 +2,7 @@
 bad-input errors, the demo task and the task tf.data pipeline."""
 import logging
 import os
+import re
 import shutil
 
 import numpy as np
@@ -163,6 +164,14 @@ def test_bad_input_errors_name_file_and_line(tmp_path):
         glue.load_examples("sst-2", d, "dev")
     with pytest.raises(DataError, match=r"train_aug\.tsv: file not found.*augment stage"):
         glue.load_examples("sst-2", d, "train_aug")
+    # The root of a GLUE download given as --data_dir: the task's folder in it is named.
+    _write(tmp_path / "glue" / "CoLA" / "train.tsv", b"tb\t1\t\tfine sentence\n")
+    _write(tmp_path / "glue" / "SST-2" / "train.tsv", b"sentence\tlabel\nfine\t1\n")
+    root = str(tmp_path / "glue")
+    with pytest.raises(DataError, match=r"glue/train\.tsv: file not found for split 'train' of "
+                       r"task sst-2; the directory holds no \.tsv files; --data_dir="
+                       rf"{re.escape(os.path.join(root, 'SST-2'))} holds it \(the GLUE "):
+        glue.load_examples("sst-2", root, "train")
     with pytest.raises(DataError, match="no split 'validation'"):
         glue.load_examples("sst-2", d, "validation")
     with pytest.raises(DataError, match="finite float"):

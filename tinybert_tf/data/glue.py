@@ -284,9 +284,23 @@ def _task_file(spec: TaskSpec, data_dir: str, split: str) -> tuple[str, FileLayo
     if not files.isfile(path):
         present = sorted(f for f in files.listdir(data_dir) if f.endswith(".tsv"))
         hint = (" (train_aug.tsv is written by the augment stage)" if split == "train_aug" else "")
+        inner = _task_folder_inside(spec, data_dir, layout.file)
+        where = (f"; --data_dir={inner} holds it (the GLUE download's folder of the task)"
+                 if inner else "")
         raise DataError(f"{path}: file not found for split '{split}' of task {spec.name}{hint}; "
-                        f"the directory holds {present or 'no .tsv files'}.")
+                        f"the directory holds {present or 'no .tsv files'}{where}.")
     return path, layout
+
+
+def _task_folder_inside(spec: TaskSpec, data_dir: str, name: str) -> Optional[str]:
+    """A folder in `data_dir` holding `name`, the task's own first (e.g. RTE/ in the root
+    of a GLUE download given as --data_dir), else None."""
+    def key(folder: str) -> str:
+        return folder.lower().replace("-", "")
+    folders = sorted(f.rstrip("/") for f in files.listdir(data_dir)
+                     if files.isfile(os.path.join(data_dir, f.rstrip("/"), name)))
+    folders.sort(key=lambda f: key(f) != key(spec.name))
+    return os.path.join(data_dir, folders[0]) if folders else None
 
 
 _CHUNK_BYTES = 1 << 20
