@@ -427,11 +427,14 @@ def test_text_tflite_of_a_pair_regressor_reads_text_and_text_b(pair_regressor):
 
 
 def test_re_export_publishes_the_next_version_and_never_touches_served_ones(exported,
-                                                                           tmp_path):
+                                                                           tmp_path, capsys):
     out = str(tmp_path / "export")
     shutil.copytree(exported["dir"], out)
     first = tree_digest(os.path.join(out, "serving", "1"))
     dev = exported["dev"][:8]
+    gone = sorted(f for f in os.listdir(out)
+                  if f.endswith(".tflite") and f != "model_float32.tflite")
+    capsys.readouterr()
     parity = export_all(ExportRequest(exported["model"], out, max_seq_len=L, dev_texts=dev,
                                       formats=["saved_model", "float32"], latency_runs=1,
                                       task_name="SST-2"))
@@ -439,6 +442,10 @@ def test_re_export_publishes_the_next_version_and_never_touches_served_ones(expo
     assert (row["path"], row["version"], row["versions"]) == ("serving/2", 2, [1, 2])
     assert tree_digest(os.path.join(out, "serving", "1")) == first
     assert sorted(os.listdir(out)) == ["model_float32.tflite", "parity.json", "serving"]
+    # The earlier export's other files are gone, and the export says which.
+    said = [line for line in capsys.readouterr().out.splitlines() if "removed" in line]
+    assert len(gone) >= 2 and len(said) == 1
+    assert sorted(said[0].split("export's ")[1].split(" from ")[0].split(", ")) == gone
     config = open(os.path.join(out, "serving", "models.config")).read()
     assert 'name: "sst-2"' in config and 'base_path: "/models/sst-2"' in config
     # An explicit version that exists is refused, naming it; nothing is marked complete.

@@ -148,7 +148,7 @@ def export_all(request: ExportRequest) -> dict[str, Any]:
                                                checked.dev_labels)[1]
         metric_name, rows["keras"]["metric"] = task_metric(
             checked.metric_task, _reorder(reference, checked.order), checked.dev_labels)
-    remove_stale(output_dir, checked.formats)
+    removed = remove_stale(output_dir, checked.formats)
     parity = {"task": checked.task_name, "task_type": ctx.task.kind,
               "labels": list(ctx.task.label_names), "max_seq_len": ctx.max_seq_len,
               "num_examples": len(ctx.dev_a), "is_pair": ctx.is_pair,
@@ -156,6 +156,10 @@ def export_all(request: ExportRequest) -> dict[str, Any]:
               "num_threads": ctx.num_threads, "formats": rows}
     write_json_atomic(parity_path, parity)
     print(format_table(parity), flush=True)
+    if removed:
+        print(f"removed the earlier export's {', '.join(removed)} from {output_dir}: formats "
+              "not asked for this time (parity.json describes this export; published "
+              "serving versions stay)", flush=True)
     return parity
 
 
@@ -309,9 +313,11 @@ def _reorder(outputs: np.ndarray, order: Optional[list[int]]) -> np.ndarray:
     return outputs if order is None else np.asarray(outputs)[..., order]
 
 
-def remove_stale(output_dir: str, formats: Sequence[str]) -> None:
+def remove_stale(output_dir: str, formats: Sequence[str]) -> list[str]:
     """Artefacts of table formats not exported this time would be stale: remove them
-    (not published ones: TF Serving may be serving their versions)."""
+    (not published ones: TF Serving may be serving their versions). Returns their
+    names."""
+    removed = []
     for name, fmt in fmts.FORMATS.items():
         stale = os.path.join(output_dir, fmt.artefact)
         if name in formats or fmt.published or not files.exists(stale):
@@ -320,6 +326,8 @@ def remove_stale(output_dir: str, formats: Sequence[str]) -> None:
             files.rmtree(stale)
         else:
             files.remove(stale)
+        removed.append(fmt.artefact)
+    return removed
 
 
 def _relative(path: str, root: str) -> str:
