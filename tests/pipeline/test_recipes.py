@@ -17,6 +17,7 @@ from tinybert_tf.models.checkpoint import load_model, save_model
 from tinybert_tf.models.hf_io import export_hf
 from tinybert_tf.pipeline.main import main, parse_argv, run_argv
 from tinybert_tf.pipeline.preflight import PreflightError, resolve_stages
+from tinybert_tf.pipeline.preflight.collect import Checks
 from tinybert_tf.pipeline.run.context import Context
 from tinybert_tf.pipeline.stages import common, finetune_teacher, general, stage_names
 from tinybert_tf.pipeline.training.phases import plan_phase, task_phase_specs
@@ -300,6 +301,33 @@ def test_dry_run_reports_every_problem_and_exits_2(tmp_path, tiny_vocab, capsys)
     with pytest.raises(PreflightError) as info:
         run_argv(["bin/distill", *argv(ns)])
     assert len(info.value.errors) >= 3
+
+
+def test_a_refused_value_is_the_only_error_not_echoed_by_the_checks_it_feeds(tmp_path,
+                                                                           tiny_vocab):
+    """The quantize stage sized its phase on 1 + (-1) rows per example and said: "the
+    augmented train split has 0 examples, not one full batch; lower
+    --quantize_batch_size"."""
+    ns = tiny_flags(tmp_path, tiny_vocab, dry_run=True, export_formats=["float32", "int8"],
+                    quantize_batch_size=4, num_aug=-1)
+    with pytest.raises(PreflightError) as info:
+        run_argv(["bin/distill", *argv(ns)])
+    assert info.value.errors == ["--num_aug=-1: must be >= 1."]
+
+
+def test_an_error_quoting_a_refused_value_is_an_echo_of_its_range_error():
+    """A library check words the value without the dashes (the tokenizer's "max_seq_len=-1
+    leaves no room for text"): dropped too; another flag's error stays."""
+    found = Checks()
+    found.range_error("--max_seq_len", "--max_seq_len=-1: must be >= 0 (0 = the task's "
+                      "default).")
+    found.errors += ["max_seq_len=-1 leaves no room for text; use >= 3.",
+                     "--max_seq_len=-1: the student's position table ...",
+                     "general_max_seq_len=-1 is another flag's value.",
+                     "max_seq_len=-10 is another value."]
+    assert found.final() == ["--max_seq_len=-1: must be >= 0 (0 = the task's default).",
+                             "general_max_seq_len=-1 is another flag's value.",
+                             "max_seq_len=-10 is another value."]
 
 
 def test_dry_run_finds_a_keras_hub_export_that_cannot_work(tmp_path, tiny_vocab):

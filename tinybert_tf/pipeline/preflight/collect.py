@@ -39,11 +39,20 @@ class Checks(Findings):
         return None
 
     def final(self) -> list[str]:
-        """The errors, each once, without echoes of an out-of-range flag."""
+        """The errors, each once, without echoes of an out-of-range flag: errors that
+        start with the flag, or quote its refused value (`name=value`, as a library
+        check words it)."""
+        refused = [m.group(1) for m in (re.match(r"--([a-z_]+=[^:\s]+):", e)
+                                        for e in self.range_errors) if m]
         out = []
         for e in self.errors:
+            if e in self.range_errors:
+                out.append(e)
+                continue
             m = re.match(r"(?:[a-z_ ]+: )?(--[a-z_]+)\b", e)
-            if m and m.group(1) in self.bad_flags and e not in self.range_errors:
+            if m and m.group(1) in self.bad_flags:
+                continue
+            if any(re.search(rf"(?<![a-z_]){re.escape(r)}(?![\w.])", e) for r in refused):
                 continue
             out.append(e)
         return list(dict.fromkeys(out))

@@ -59,9 +59,12 @@ def rows_per_example(ctx: Context, table: Optional[RowTable] = None) -> int:
     """At most how many rows augmentation writes per training example: the example, then
     N_a variants of each text field it varies, one field at a time (1 + 2 N_a for a
     pair; 1 + 3 N_a for SQuAD: the question, the context before and after the answer).
-    `table`: the source's augmentation table when read (else a pair counts two fields)."""
+    `table`: the source's augmentation table when read (else a pair counts two fields).
+    At least 1 (the example itself), whatever --num_aug says: a refused value is reported
+    by its range check, not again as an empty augmented set."""
     fields = len(table.text_columns) if table is not None else (2 if ctx.task.is_pair else 1)
-    return 1 + ctx.config.augment.num_aug * max(1, fields)
+    return 1 + max(0, ctx.config.augment.num_aug) * max(1, fields)
+
 
 def reads(ctx: Context) -> dict[str, Any]:
     m, a = ctx.config.models, ctx.config.augment
