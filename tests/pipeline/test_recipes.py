@@ -328,6 +328,13 @@ def test_an_error_quoting_a_refused_value_is_an_echo_of_its_range_error():
     assert found.final() == ["--max_seq_len=-1: must be >= 0 (0 = the task's default).",
                              "general_max_seq_len=-1 is another flag's value.",
                              "max_seq_len=-10 is another value."]
+    # A library names the value by the flag's last words (pretrain's max_seq_len).
+    found = Checks()
+    found.range_error("--general_max_seq_len", "--general_max_seq_len=-1: must be >= 4.")
+    found.errors += ["max_seq_len=-1 leaves no room for text (need >= 4).",
+                     "--max_seq_len=-1: another flag, not refused here."]
+    assert found.final() == ["--general_max_seq_len=-1: must be >= 4.",
+                             "--max_seq_len=-1: another flag, not refused here."]
 
 
 def test_dry_run_finds_a_keras_hub_export_that_cannot_work(tmp_path, tiny_vocab):

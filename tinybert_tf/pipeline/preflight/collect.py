@@ -40,10 +40,14 @@ class Checks(Findings):
 
     def final(self) -> list[str]:
         """The errors, each once, without echoes of an out-of-range flag: errors that
-        start with the flag, or quote its refused value (`name=value`, as a library
-        check words it)."""
-        refused = [m.group(1) for m in (re.match(r"--([a-z_]+=[^:\s]+):", e)
-                                        for e in self.range_errors) if m]
+        start with the flag, or quote its refused value as a library check words it
+        (`name=value`, or the name's last words: `max_seq_len=-1` for
+        --general_max_seq_len=-1)."""
+        refused = []
+        for m in filter(None, (re.match(r"--([a-z_]+)=([^:\s]+):", e)
+                               for e in self.range_errors)):
+            words = m.group(1).split("_")
+            refused += ["_".join(words[i:]) + "=" + m.group(2) for i in range(len(words))]
         out = []
         for e in self.errors:
             if e in self.range_errors:
@@ -52,7 +56,7 @@ class Checks(Findings):
             m = re.match(r"(?:[a-z_ ]+: )?(--[a-z_]+)\b", e)
             if m and m.group(1) in self.bad_flags:
                 continue
-            if any(re.search(rf"(?<![a-z_]){re.escape(r)}(?![\w.])", e) for r in refused):
+            if any(re.search(rf"(?<![\w-]){re.escape(r)}(?![\w.])", e) for r in refused):
                 continue
             out.append(e)
         return list(dict.fromkeys(out))
