@@ -7,6 +7,7 @@ import errno
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -575,6 +576,23 @@ def test_bin_augment_writes_a_task_in_its_own_format_only(tmp_path, capsys):
         "(CSV, as train_aug.csv), so a file without an extension would read back wrongly; "
         "name it train_aug.csv."), err
     assert not (tmp_path / "aug").exists()
+
+
+def test_bin_augment_never_writes_over_the_task_data_it_reads(tmp_path, capsys):
+    """The augmented file replaces --output when complete: given the training file as
+    --output, it replaced the user's training data (exit 0)."""
+    own = os.path.join(REPO, "tests", "fixtures", "own_data")
+    train = tmp_path / "data" / "train.csv"
+    os.makedirs(train.parent)
+    shutil.copy(os.path.join(own, "reviews_train.csv"), train)
+    before = train.read_bytes()
+    rc, err = _bin_augment(["--task=text_classification", f"--train_file={train}",
+                            f"--validation_file={own}/reviews_dev.csv", "--augment_fallback",
+                            f"--word_vectors={tmp_path / 'v.txt'}", f"--output={train}"], capsys)
+    assert rc == 2 and err.strip().splitlines()[-1] == (
+        f"bin/augment: error: --output={train}: is the task's data file {train}, which the "
+        f"augmented rows would replace; give a new file, e.g. {train.parent / 'train_aug.csv'}.")
+    assert train.read_bytes() == before and sorted(os.listdir(train.parent)) == ["train.csv"]
 
 
 _TOOLS_SCRIPT = r"""

@@ -76,6 +76,22 @@ class DataSource:
         """What was read: kind, paths, sizes and modification times."""
         raise NotImplementedError
 
+    def input_paths(self) -> list[str]:
+        """Every file the source reads: each "path" in `describe()`, sorted, once."""
+        found: list[str] = []
+
+        def walk(value: Any) -> None:
+            if isinstance(value, dict):
+                if isinstance(value.get("path"), str):
+                    found.append(value["path"])
+                for v in value.values():
+                    walk(v)
+            elif isinstance(value, (list, tuple)):
+                for v in value:
+                    walk(v)
+        walk(self.describe())
+        return sorted(set(found))
+
     def augment_table(self) -> RowTable:
         raise DataError(f"{self.kind} data cannot be augmented in place; write it as files "
                         "(e.g. GLUE TSV or CSV) or run with --nouse_augmented.")

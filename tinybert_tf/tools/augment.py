@@ -9,9 +9,10 @@ serve every word instead. Re-running after an interruption resumes;
 --shard=i/n splits the work. Prints a JSON summary (examples, rows written,
 words, examples/s, mode).
 
-One writer per --output: the file is locked while it is written (`.NAME.lock`
-next to it, naming host, pid, start and shard); a second writer is refused, a
-dead one's lock taken over. Each shard needs its own --output: a file (or an
+--output is a new file (one of the task's own data files is refused: the augmented
+rows would replace it). One writer per --output: the file is locked while it is
+written (`.NAME.lock` next to it, naming host, pid, start and shard); a second
+writer is refused, a dead one's lock taken over. Each shard needs its own --output: a file (or an
 interrupted partial file) of another shard is refused, with the way to join
 the shards: `cat train_aug.tsv.shard0 train_aug.tsv.shard1 > train_aug.tsv`
 (shard 0 alone writes the header). Exit codes as every bin/ tool: 0 done; 2 an
@@ -26,6 +27,7 @@ import sys
 
 from absl import logging
 
+from tinybert_tf import files
 from tinybert_tf.augment.augmenter import AugmentError, augment_source, parse_shard
 from tinybert_tf.cli import tool as cli
 from tinybert_tf.files import read_json, write_json_atomic
@@ -106,6 +108,7 @@ def run() -> None:
         shard = "" if n == 1 else f"{i}/{n}"
     task = resolve_task(TaskConfig.from_flags(FLAGS))
     check_output_format(output, task.source.augmented_name)
+    check_output_is_not_an_input(output, task.source.input_paths())
     with output_lock(output, shard):
         check_output_owner(output, shard)
         stats = augment_source(
@@ -138,6 +141,17 @@ def check_output_format(output: str, augmented_name: str) -> None:
             f"({want[1:].upper()}, as {augmented_name}), so "
             f"{f'a file named *{got}' if got else 'a file without an extension'} would read "
             f"back wrongly; name it {stem}{want}.")
+
+
+def check_output_is_not_an_input(output: str, inputs: list[str]) -> None:
+    """The augmented file replaces --output when complete: never one of the task's own
+    data files (it overwrote the training file it was made from)."""
+    for path in inputs:
+        if files.canonical(path) == files.canonical(output):
+            raise AugmentError(f"--output={output}: is the task's data file {path}, which "
+                               "the augmented rows would replace; give a new file, e.g. "
+                               f"{os.path.join(os.path.dirname(output), 'train_aug')}"
+                               f"{os.path.splitext(output)[1]}.")
 
 
 def main(argv: list[str]) -> int:

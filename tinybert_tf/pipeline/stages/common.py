@@ -124,21 +124,10 @@ def model_path(name: str) -> str:
 def task_data(ctx: Context) -> list[str]:
     """Every file the task's data source reads (from its `describe()`), or its name
     (TFDS)."""
-    found: list[str] = []
-
-    def walk(value: Any) -> None:
-        if isinstance(value, dict):
-            if isinstance(value.get("path"), str):
-                found.append(value["path"])
-            for v in value.values():
-                walk(v)
-        elif isinstance(value, (list, tuple)):
-            for v in value:
-                walk(v)
-    described = ctx.task.source.describe()
-    walk(described)
+    found = ctx.task.source.input_paths()
     if found:
-        return sorted(set(found))
+        return found
+    described = ctx.task.source.describe()
     return [f"{described.get('kind', 'data')}:{described.get('name') or ctx.task.name}"]
 
 
