@@ -295,11 +295,11 @@ def _task_file(spec: TaskSpec, data_dir: str, split: str) -> tuple[str, FileLayo
 def _task_folder_inside(spec: TaskSpec, data_dir: str, name: str) -> Optional[str]:
     """A folder in `data_dir` holding `name`, the task's own first (e.g. RTE/ in the root
     of a GLUE download given as --data_dir), else None."""
-    def key(folder: str) -> str:
-        return folder.lower().replace("-", "")
-    folders = sorted(f.rstrip("/") for f in files.listdir(data_dir)
-                     if files.isfile(os.path.join(data_dir, f.rstrip("/"), name)))
-    folders.sort(key=lambda f: key(f) != key(spec.name))
+    def other_task(folder: str) -> bool:
+        return folder.lower().replace("-", "") != spec.name.lower().replace("-", "")
+    folders = sorted((f.rstrip("/") for f in files.listdir(data_dir)
+                      if files.isfile(os.path.join(data_dir, f.rstrip("/"), name))),
+                     key=lambda f: (other_task(f), f))
     return os.path.join(data_dir, folders[0]) if folders else None
 
 
