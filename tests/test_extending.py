@@ -111,6 +111,75 @@ def test_a_plugin_term_is_accepted_by_bin_distill_flags(registries, tmp_path, mo
     assert [t.name for t in make_terms(config.loss.loss_terms)] == ["attn", "clscos"]
 
 
+def test_a_model_of_a_plugins_task_is_exported_with_its_plugins(registries, tmp_path,
+                                                               tiny_vocab, monkeypatch, capsys):
+    """bin/export, bin/augment and bin/benchmark take --plugins as bin/distill does. A task
+    model records its run's --plugins, so bin/export without them names the module to
+    pass (it said only "unknown task", and had no --plugins to pass)."""
+    import sys
+
+    from tinybert_tf import plugins
+    from tinybert_tf.config import BertConfig
+    from tinybert_tf.data import sources
+    from tinybert_tf.models import BertModel
+    from tinybert_tf.models.checkpoint import save_model
+    from tinybert_tf.pipeline.main import parse_argv
+    from tinybert_tf.pipeline.run.context import Context
+    from tinybert_tf.pipeline.run.state import RunState
+    from tinybert_tf.tasks import catalog
+
+    from pipeline_helpers import run_tool
+    name = "fasttext_plugin_for_tools"  # a module no other test imports
+    source_block = next(b for b in _blocks() if "class FastTextSource" in b)
+    (tmp_path / f"{name}.py").write_text(source_block.split("folder = tempfile")[0])
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(plugins, "_LOADED", dict(plugins._LOADED))
+    data = {}
+    for split in ("train", "dev"):
+        data[split] = tmp_path / f"{split}.txt"
+        data[split].write_text("__label__pos a great film\n__label__neg the plot was awful\n")
+    task_flags = ["--task=fasttext_sentiment", f"--train_file={data['train']}",
+                  f"--validation_file={data['dev']}"]
+    try:
+        config = parse_argv(["bin/distill", f"--output_dir={tmp_path / 'run'}",
+                             f"--plugins={name}", *task_flags, "--nouse_augmented",
+                             "--max_seq_len=16"])
+        record = Context(config, catalog.resolve_task(config.task),
+                         RunState(config.run.output_dir), None).trained_on()
+        assert record["plugins"] == [name] and record["task"]["task"] == "fasttext_sentiment"
+        vocab = list(dict.fromkeys(tiny_vocab))
+        bert = BertConfig(vocab_size=len(vocab), hidden_size=16, num_layers=1, num_heads=2,
+                          intermediate_size=32, max_position_embeddings=64)
+        model = save_model(BertModel(bert, head="classifier", label_names=["neg", "pos"],
+                                     vocab=vocab), str(tmp_path / "model"), metadata=record)
+        # A fresh bin/export process: the plugin's task and source are not registered.
+        del catalog.TASK_FACTORIES["fasttext_sentiment"], sources.SOURCES["fasttext"]
+        del sys.modules[name], plugins._LOADED[name]
+        export = [f"--model_dir={model}", f"--output_dir={tmp_path / 'out'}",
+                  "--export_formats=float32", "--export_latency_runs=1"]
+        capsys.readouterr()
+        assert run_tool("export", *export) == 2
+        err = capsys.readouterr().err
+        assert f"was trained on --task=fasttext_sentiment, which no module loaded here " \
+               f"registers: pass --plugins={name} as the training run did" in err, err
+        assert not (tmp_path / "out").exists()
+        assert run_tool("export", *export, f"--plugins={name}") == 0, capsys.readouterr().err
+        parity = json.loads((tmp_path / "out" / "export" / "parity.json").read_text())
+        assert parity["task"] == "fasttext_sentiment" and parity["num_examples"] == 2
+        # bin/augment resolves the plugin's task (whose source cannot be augmented).
+        capsys.readouterr()
+        assert run_tool("augment", f"--plugins={name}", *task_flags, "--augment_fallback",
+                        f"--output={tmp_path / 'aug' / 'train_aug.tsv'}") == 2
+        assert "fasttext data cannot be augmented in place" in capsys.readouterr().err
+        # bin/benchmark imports them before it checks its runtimes.
+        assert run_tool("benchmark", "--plugins=no_such_plugin_module", "--quick",
+                        f"--benchmark_output={tmp_path / 'bench'}") == 2
+        assert "--plugins=no_such_plugin_module: cannot import it: no such module" \
+            in capsys.readouterr().err
+    finally:
+        sys.modules.pop(name, None)
+
+
 # --- plugins may not replace built-ins silently, and their errors are theirs ----------------
 
 PLUGINS = {

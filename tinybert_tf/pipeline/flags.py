@@ -152,6 +152,13 @@ def define_run(fv: flags.FlagValues) -> None:
 
 
 @_group
+def define_plugins(fv: flags.FlagValues) -> None:
+    """--plugins: every tool that reads a registry (tasks, sources, export formats, ...)
+    takes it, so a model trained on a plugin's task can be augmented for and exported."""
+    define_flags(fv, RunOptions, "plugins")
+
+
+@_group
 def define_models(fv: flags.FlagValues) -> None:
     define_flags(fv, ModelsConfig)
 
@@ -215,8 +222,8 @@ def _first_time(fv: flags.FlagValues, what: str) -> bool:
     return True
 
 
-DISTILL_GROUPS = (define_run, define_numerics, define_distribution, define_task_data,
-                  define_models, define_general, define_finetune, define_augment,
+DISTILL_GROUPS = (define_run, define_plugins, define_numerics, define_distribution,
+                  define_task_data, define_models, define_general, define_finetune, define_augment,
                   define_task_distillation, define_losses, define_optimizer, define_quantize,
                   define_evaluation,
                   define_export)
@@ -271,6 +278,7 @@ def define_augment_tool_flags(fv: flags.FlagValues = FLAGS) -> None:
     """`bin/augment`: Algorithm 1 on one task, shardable."""
     if not _first_time(fv, "augment"):
         return
+    define_plugins(fv)
     define_task_data(fv)
     define_augment(fv)
     define_corpus(fv, "Corpus for the Word2Vec fallback (--augment_fallback without "
@@ -291,6 +299,7 @@ def define_export_tool_flags(fv: flags.FlagValues = FLAGS) -> None:
     """`bin/export`: SavedModel, TFLite, ... and parity from a model directory."""
     if not _first_time(fv, "export"):
         return
+    define_plugins(fv)
     define_task_data(fv)
     define_export(fv)
     _loose(flags.DEFINE_string, "model_dir", None, "The task model directory to export "
@@ -312,6 +321,7 @@ def define_benchmark_tool_flags(fv: flags.FlagValues = FLAGS) -> None:
     """`bin/benchmark`: the paper's Table 1 efficiency columns on this machine."""
     if not _first_time(fv, "benchmark"):
         return
+    define_plugins(fv)
     lst, i = flags.DEFINE_list, flags.DEFINE_integer
     _loose(lst, "benchmark_models", ["bert_base_uncased", "tinybert_4l_312d"],
            "Two config presets (or config JSON files): teacher, then student.", fv=fv)

@@ -156,6 +156,18 @@ def task_names() -> tuple[str, ...]:
     return tuple(TASK_FACTORIES) + glue.task_names()
 
 
+def is_known_task(name: str) -> bool:
+    """Whether `resolve_task` knows --task=name (as registered so far)."""
+    key = str(name).strip().lower()
+    if key in TASK_FACTORIES:
+        return True
+    try:
+        glue.get_task(key)
+    except DataError:
+        return False
+    return True
+
+
 def glue_task_type(spec: glue.TaskSpec) -> TaskType:
     """The task type of a task in the GLUE table (its labels and metrics)."""
     if spec.is_regression:
@@ -185,9 +197,8 @@ def resolve_task(config: TaskConfig) -> Task:
     key = str(config.task).strip().lower()
     if key in TASK_FACTORIES:
         return TASK_FACTORIES[key](config)
-    try:
-        glue.get_task(key)
-    except DataError:
+    if not is_known_task(key):
         raise DataError(f"--task={config.task}: unknown task; use one of "
-                        f"{', '.join(task_names())} (case-insensitive).") from None
+                        f"{', '.join(task_names())} (case-insensitive), or a task a "
+                        "--plugins module registers (docs/extending.md).")
     return _glue_task(config)

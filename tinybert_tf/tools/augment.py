@@ -27,7 +27,7 @@ import sys
 
 from absl import logging
 
-from tinybert_tf import files
+from tinybert_tf import files, plugins
 from tinybert_tf.augment.augmenter import AugmentError, augment_source, parse_shard
 from tinybert_tf.cli import tool as cli
 from tinybert_tf.files import read_json, write_json_atomic
@@ -85,6 +85,7 @@ def output_lock(output: str, shard: str) -> FileLock:
 
 def run() -> None:
     """Check the flags, then augment the task into --output (locked) and print the stats."""
+    plugins.load(FLAGS.plugins)  # a task or data source they register is a --task
     if not FLAGS.output:
         raise cli.UsageError("--output is required: the augmented file to write (e.g. "
                              "--output=aug/train_aug.tsv).")

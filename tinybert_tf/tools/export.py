@@ -38,7 +38,7 @@ from typing import Optional, Sequence
 
 from absl import logging
 
-from tinybert_tf import files
+from tinybert_tf import files, plugins
 from tinybert_tf.cli import tool as cli
 from tinybert_tf.export import FORMATS, ExportError, ExportRequest, check_formats, export_all
 from tinybert_tf.export.common import seq_len_within
@@ -50,6 +50,7 @@ from tinybert_tf.pipeline import flags as tflags
 from tinybert_tf.pipeline.preflight import task_head_errors
 from tinybert_tf.pipeline.run.state import RunState, unfinished_stage_output
 from tinybert_tf.tasks import Task, TaskConfig, resolve_task
+from tinybert_tf.tasks.catalog import is_known_task
 
 tflags.define_export_tool_flags()
 FLAGS = tflags.FLAGS
@@ -59,6 +60,7 @@ TASK_FLAGS = tuple(f.name for f in dataclasses.fields(TaskConfig))
 
 def run() -> dict:
     """Check the flags, the model and the task, then export with --output_dir locked."""
+    plugins.load(FLAGS.plugins)  # their tasks and formats are as valid as ours
     if not FLAGS.model_dir:
         raise ExportError("--model_dir is required: the task model directory to export.")
     if not FLAGS.output_dir:
@@ -100,7 +102,7 @@ def run() -> dict:
         info = inspect_model(FLAGS.model_dir)  # config and head, no weights: checks first
     except CheckpointError as e:
         raise ExportError(f"--model_dir={FLAGS.model_dir}: {e}") from e
-    task = resolve_task(task_config(info))
+    task = model_task(info)
     wrong = task_head_errors(info, task, "--model_dir") or label_errors(info, task)
     if wrong:
         raise ExportError(f"{wrong[0]} Pass the --task (and data flags) the model was "
@@ -130,6 +132,23 @@ def task_config(info: ModelInfo) -> TaskConfig:
     # Data flags given explicitly override the recorded ones (e.g. the data moved).
     return dataclasses.replace(config, **{f: getattr(TaskConfig.from_flags(FLAGS), f)
                                           for f in given})
+
+
+def model_task(info: ModelInfo) -> Task:
+    """The task of `task_config`; a recorded task no module here registers is one a
+    --plugins module of its training run registered: the error names that module."""
+    config = task_config(info)
+    if FLAGS["task"].present or is_known_task(config.task):
+        return resolve_task(config)
+    used = info.metadata.get("plugins") or []
+    if used and not all(name in plugins.loaded() for name in used):
+        fix = (f"pass --plugins={','.join(used)} as the training run did (each importable, "
+               "e.g. on PYTHONPATH)")
+    else:
+        fix = ("pass --plugins with the module that registers it, as the training run did "
+               "(bin/distill --plugins=...)")
+    raise ExportError(f"--model_dir={info.path} was trained on --task={config.task}, which "
+                      f"no module loaded here registers: {fix}.")
 
 
 def label_errors(info: ModelInfo, task: Task) -> list[str]:

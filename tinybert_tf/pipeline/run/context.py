@@ -79,8 +79,12 @@ class Context:
 
     def trained_on(self) -> dict[str, Any]:
         """What a task model records of its training: the task (its flags, data paths
-        absolute) and the sequence length, which bin/export defaults to."""
-        return {"task": self.config.task.to_record(), "max_seq_len": self.max_seq_len}
+        absolute), the sequence length, which bin/export defaults to, and the --plugins
+        modules, which bin/export names when the task is one of theirs."""
+        record = {"task": self.config.task.to_record(), "max_seq_len": self.max_seq_len}
+        if self.config.run.plugins:
+            record["plugins"] = list(self.config.run.plugins)
+        return record
 
     @property
     def student_task_type(self):

@@ -71,7 +71,7 @@ class RunOptions:
     plugins: tuple[str, ...] = setting(
         [], "Python modules to import first: your own loss terms, task types, data sources, "
         "export formats or strategies register themselves on import (docs/extending.md).",
-        group="run")
+        group="plugins")
     overwrite: bool = setting(False, "Start the named stages over: delete their folders "
                               "(later stages made from them are redone as stale).", group="run")
     dry_run: bool = setting(False, "Check everything and print the resolved plan as JSON; "
