@@ -167,6 +167,46 @@ def test_explicit_labels_must_cover_the_file_and_be_distinct():
         tabular.label_set(ex, "neutral,,positive")
 
 
+@pytest.mark.parametrize("rows,first,second,how", [
+    ("Great.,pos\nBad.,neg\nFine.,Pos\n", "pos", "Pos", "differ only in case"),
+    ("Great.,1\nBad.,0\nFine.,1.0\n", "1", "1.0", "are the same number"),
+    ("Great.,01\nBad.,0\nFine.,1\n", "01", "1", "are the same number"),
+])
+def test_one_class_written_two_ways_is_refused_not_trained_as_two(tmp_path, rows, first,
+                                                                  second, how):
+    """ "pos" and "Pos", or "1" and "1.0", were two classes, each with part of the rows
+    (a CSV's 1.0 is a string; a JSON 1.0 already names class "1")."""
+    path = write(tmp_path, "train.csv", "text,label\n" + rows)
+    with raises_at(path, 4, f"label {second!r} in column 'label' and label {first!r} "
+                   f"({path}:2) {how}, so they would be two classes", "--labels"):
+        tabular.label_set(tabular.load_examples(path))
+    # --labels listing both says they are two classes on purpose.
+    names = tabular.label_set(tabular.load_examples(path), [first, "0" if first != "pos"
+                                                            else "neg", second])
+    assert names[0] == first and names[2] == second
+
+
+@pytest.mark.parametrize("name,header,fix", [
+    ("train.csv", "text;label", "write it with commas (.csv) or tabs (.tsv)"),
+    ("train.csv", "text\tlabel", "name it .tsv (or pass --data_format=tsv)"),
+    ("train.tsv", "text,label", "name it .csv (or pass --data_format=csv)"),
+])
+def test_a_header_in_another_separator_names_the_separator_not_a_column_flag(
+        tmp_path, name, header, fix):
+    sep = ";" if ";" in header else "\t" if "\t" in header else ","
+    path = write(tmp_path, name, f"{header}\nGreat.{sep}pos\nBad.{sep}neg\n")
+    with pytest.raises(DataError) as err:
+        tabular.load_examples(path)
+    message = str(err.value)
+    assert message.startswith(f"{path}:1: no column 'text' (--text_column); the header is "
+                              f"one column, {header!r}, separated by ")
+    assert message.endswith(fix + ".") and "pass --text_column" not in message
+    # A header of one ordinary column still gets the column advice.
+    path = write(tmp_path, "one.csv", "review\nGreat.\n")
+    with raises_at(path, 1, "the header has the columns ['review']: pass --text_column"):
+        tabular.load_examples(path)
+
+
 def test_validation_labels_encode_with_the_training_names():
     names = tabular.label_set(tabular.load_examples(fixture("reviews_train.csv")))
     dev = tabular.load_examples(fixture("reviews_dev.csv"))

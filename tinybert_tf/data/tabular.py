@@ -145,11 +145,34 @@ def _csv_records(text: str, path: str, delimiter: str) -> Iterator[tuple[int, li
         yield start, fields
 
 
+# Separators a one-column header may hide (a spreadsheet's export in another locale).
+_OTHER_SEPARATORS = {";": "semicolons", "\t": "tabs", "|": "bars", ",": "commas"}
+
+
+def _separator_hint(header: list[str], path: str) -> str:
+    """When the header is one column holding another separator: what to do instead
+    ("" when it is not)."""
+    if len(header) != 1:
+        return ""
+    ext = os.path.splitext(path)[1].lower()
+    for sep, name in _OTHER_SEPARATORS.items():
+        if sep in header[0] and not (sep == "\t" and ext in (".tsv", ".tab")) \
+                and not (sep == "," and ext == ".csv"):
+            fix = ("name it .tsv (or pass --data_format=tsv)" if sep == "\t" else
+                   "write it with commas (.csv) or tabs (.tsv)" if sep != "," else
+                   "name it .csv (or pass --data_format=csv)")
+            return (f"the header is one column, {header[0][:60]!r}, separated by {name}, "
+                    f"which a {ext or 'file without an extension'} file is not split at: "
+                    f"{fix}.")
+    return ""
+
+
 def _column_index(header: list[str], column: str, flag: str, path: str, line: int) -> int:
     hits = [i for i, name in enumerate(header) if name == column]
     if not hits:
-        raise DataError(f"{path}:{line}: no column {column!r} ({flag}); the header has the "
-                        f"columns {header}: pass {flag}=NAME with one of them.")
+        raise DataError(f"{path}:{line}: no column {column!r} ({flag}); "
+                        + (_separator_hint(header, path) or f"the header has the columns "
+                           f"{header}: pass {flag}=NAME with one of them."))
     if len(hits) > 1:
         raise DataError(f"{path}:{line}: the header names column {column!r} {len(hits)} times "
                         f"(columns {[i + 1 for i in hits]}); rename all but one.")
@@ -420,9 +443,38 @@ def label_set(examples: Sequence[Example], explicit: Union[str, Sequence[str], N
                         "that is text or ids, not class labels; pass --label_column=NAME of "
                         "the column that holds the classes (or "
                         "--task=text_regression for numeric targets).")
+    _one_spelling_per_class(examples, seen)
     if all(_INT_NAME.match(n) for n in seen):
         return sorted(seen, key=lambda n: (int(n), n))
     return sorted(seen)
+
+
+def _class_key(name: str) -> tuple[str, str]:
+    """What two spellings of one class share: the number ("1", "1.0", "01") or the
+    letters up to case ("Pos", "pos"); with how the spellings differ."""
+    try:
+        number = float(name)
+    except ValueError:
+        number = math.nan
+    if math.isfinite(number):
+        return repr(number), "are the same number"
+    return name.casefold(), "differ only in case"
+
+
+def _one_spelling_per_class(examples: Sequence[Example], seen: dict[str, int]) -> None:
+    """Refuse a label set derived from the file where one class is written two ways
+    ("pos" and "Pos", "1" and "1.0"): they would train as two classes, each with part
+    of the rows. `--labels` listing both says they are two on purpose."""
+    first: dict[str, str] = {}
+    for name in seen:  # in the order of their first rows
+        key, how = _class_key(name)
+        other = first.setdefault(key, name)
+        if other != name:
+            raise DataError(
+                f"{_where(examples, seen[name], None)}: label {name!r}{_column_note(examples)} "
+                f"and label {other!r} ({_where(examples, seen[other], None)}) {how}, so they "
+                f"would be two classes; write the class one way in every row (e.g. {other!r}), "
+                f"or list both with --labels if they are different classes.")
 
 
 def _relabel(examples: Sequence[Example], labels: list, path: Optional[str]) -> TableExamples:
