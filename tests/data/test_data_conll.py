@@ -227,6 +227,33 @@ def test_tag_set_puts_o_first_and_completes_b_and_i():
     assert ids[2][:5] == [2, 6, 0, 4, 8]  # West/B-MISC Indian/I-MISC all-rounder/O Phil Simmons
 
 
+def test_iob2_in_lower_case_is_refused_not_scored_as_plain_tags(tmp_path):
+    """"b-per"/"o" was read as plain tags: token accuracy only, no entity scores."""
+    path = write(tmp_path, "lower.conll", "Peter b-per\nBlackburn i-per\nsaid o\n")
+    with raises_at(path, 1, "tag 'b-per' (word 'Peter') is IOB2 in lower case",
+                   "write the file's O, B- and I- so (here 'B-per')"):
+        conll.load_conll(path, scheme="auto")
+    # Lower-case plain tags (no B-/I-) stay plain tags.
+    path = write(tmp_path, "pos.conll", "Peter nnp\nsaid vbd\nso o\n")
+    assert conll.load_conll(path, scheme="auto").scheme is None
+
+
+def test_a_tag_set_of_one_tag_or_of_types_differing_in_case_is_refused(tmp_path):
+    """Every word 'O' was a ValueError of the task type (no file, no fix); 'PER' and
+    'Per' were two entity types, each with part of the names."""
+    path = write(tmp_path, "o.conll", "a O\nb O\n\nc O\n")
+    with pytest.raises(DataError, match=re.escape(
+            f"{path}: every word is tagged 'O'; a tagger needs at least two tags (list them "
+            "with --labels")):
+        conll.tag_set(conll.load_conll(path, scheme="auto"))
+    assert conll.tag_set(conll.load_conll(path, scheme="auto"), "O,B-PER,I-PER")[1] == "B-PER"
+    path = write(tmp_path, "case.conll", "Peter B-PER\nsaid O\n\nAnna B-Per\n")
+    with raises_at(path, 4, "tag 'B-Per' and tag 'B-PER' (" + path + ":1) name entity types "
+                   "that differ only in case", "--labels"):
+        conll.tag_set(conll.load_conll(path))
+    assert conll.tag_set(conll.load_conll(path), "O,B-PER,I-PER,B-Per,I-Per")[3] == "B-Per"
+
+
 def test_explicit_tag_order(tmp_path):
     train = conll.load_sentences(fixture("ner_train.jsonl"))
     order = "O,B-PER,I-PER,B-ORG,I-ORG,B-LOC,I-LOC,B-MISC,I-MISC"

@@ -20,7 +20,9 @@ tolerates it; `entities.py` decides what such a tag means when scoring. With
 (what `--task=token_classification` reads with) decides from the file: IOB2
 when every tag is, plain when no tag has a span prefix (B-, I-, E-, S-, L-,
 U- and a type: part of speech), and an error for span tags of another scheme
-(IOBES, BILOU), which would otherwise score as plain tags.
+(IOBES, BILOU) or IOB2 in lower case ("b-per"), which would otherwise score as
+plain tags. The tag set derived from a file needs two tags or more, and refuses
+entity types that differ only in case ("PER" and "Per").
 
 Alignment (`align_words`): a sentence becomes `[CLS] pieces [SEP] padding`. The
 FIRST word piece of each word carries the word's tag id; continuation pieces,
@@ -49,6 +51,8 @@ DOCSTART = "-DOCSTART-"
 SCHEMES = ("iob2", None, "auto")
 # A tag of a span scheme: IOB2's B-/I-, IOBES' E-/S-, BILOU's L-/U-, and a type.
 _SPAN_TAG = re.compile(r"^[BIESLU]-.+$")
+# IOB2 whatever the case of its prefixes ("b-per", "o"): a file written in lower case.
+_IOB2_ANY_CASE = re.compile(r"^(?:[oO]|[bBiI]-.+)$")
 _SPACES = re.compile(r"[ \t]+")
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")  # not str.splitlines: a word may hold U+2028
 _JSONL_EXTENSIONS = (".jsonl", ".json", ".ndjson")
@@ -276,7 +280,9 @@ def decide_scheme(sentences: Sequence[Sentence]) -> Optional[str]:
     tags = {t for s in sentences for t in (s.tags or ())}
     if all(is_iob2_tag(t) for t in tags):
         return "iob2"
-    return "iob2" if any(_SPAN_TAG.match(t) for t in tags) else None
+    lower_case_iob2 = (all(_IOB2_ANY_CASE.match(t) for t in tags)
+                       and any(t[:2] in ("b-", "i-") for t in tags))
+    return "iob2" if lower_case_iob2 or any(_SPAN_TAG.match(t) for t in tags) else None
 
 
 def _finish(sentences: list[Sentence], path: str, scheme: Optional[str], skipped: int
@@ -295,6 +301,12 @@ def _finish(sentences: list[Sentence], path: str, scheme: Optional[str], skipped
             if s.tags is None:
                 continue
             for i, tag in enumerate(s.tags):
+                if not is_iob2_tag(tag) and _IOB2_ANY_CASE.match(tag):
+                    capital = tag[0].upper() + tag[1:]
+                    raise DataError(
+                        f"{path}:{s.word_line(i)}: tag {tag!r} (word {s.words[i]!r}) is IOB2 "
+                        f"in lower case; entity scoring reads O, B-TYPE and I-TYPE in "
+                        f"capitals: write the file's O, B- and I- so (here {capital!r}).")
                 if not is_iob2_tag(tag):
                     plain = ("tags without span prefixes (part of speech) are read as plain "
                              "tags, scored by token accuracy" if auto else
@@ -349,10 +361,29 @@ def tag_set(sentences: Sequence[Sentence], explicit: Union[str, Sequence[str], N
     if not seen:
         raise DataError(f"{source}: no tags; a training file needs a tag per word.")
     if getattr(sentences, "scheme", "iob2") == "iob2":
-        types = {split_tag(t)[1] for t in seen if t != OUTSIDE}
-        return [OUTSIDE] + sorted(f"{p}-{k}" for k in types for p in "BI")
-    names = sorted(seen)
-    return ([OUTSIDE] + [n for n in names if n != OUTSIDE]) if OUTSIDE in seen else names
+        types: dict[str, str] = {}  # casefolded type -> the tag that first had it
+        for tag, (s, i) in seen.items():
+            if tag == OUTSIDE:
+                continue
+            other = types.setdefault(split_tag(tag)[1].casefold(), tag)
+            if split_tag(other)[1] != split_tag(tag)[1]:
+                first, j = seen[other]
+                raise DataError(
+                    f"{source}:{s.word_line(i)}: tag {tag!r} and tag {other!r} "
+                    f"({source}:{first.word_line(j)}) name entity types that differ only in "
+                    f"case, so they would be two types; write each type one way (e.g. "
+                    f"{split_tag(other)[1]!r}), or list both with --labels if they are "
+                    "different types.")
+        names = [OUTSIDE] + sorted(f"{p}-{k}" for k in {split_tag(t)[1] for t in types.values()}
+                                   for p in "BI")
+    else:
+        names = sorted(seen)
+        names = ([OUTSIDE] + [n for n in names if n != OUTSIDE]) if OUTSIDE in seen else names
+    if len(names) < 2:
+        raise DataError(f"{source}: every word is tagged {names[0]!r}; a tagger needs at least "
+                        "two tags (list them with --labels, e.g. --labels=O,B-PER,I-PER, if "
+                        "some never occur in training).")
+    return names
 
 
 def encode_tags(sentences: Sequence[Sentence], names: Sequence[str], path: Optional[str] = None
