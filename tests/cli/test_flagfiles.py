@@ -77,3 +77,24 @@ def test_bin_distill_reports_a_bad_nested_flagfile_in_one_line(tmp_path, capsys)
         ln for ln in err.splitlines() if ln.startswith("distill: error: Unable to open "
                                                        "flagfile missing.cfg (named at ")]
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("line,fix", [
+    ('--output_dir="runs/x"', "the quotes would be part of the value; write "
+                              "--output_dir=runs/x."),
+    ("--output_dir='runs/x'", "write --output_dir=runs/x."),
+    ("--output_dir=runs/x  # the run's folder", "the comment would be part of it; put the "
+                                                "comment on a line of its own."),
+])
+def test_a_flagfile_line_in_a_shells_habits_names_its_line_not_a_folder_with_quotes(
+        tmp_path, line, fix):
+    """absl takes quotes and a trailing comment as part of the value: such a run wrote
+    into a folder named `"runs` (or `runs/x  # the run's folder`)."""
+    cfg = write(tmp_path / "run.cfg", f"--seed=1\n# a comment line\n{line}\n")
+    with pytest.raises(FlagfileError) as err:
+        expand_flagfiles(["prog", f"--flagfile={cfg}"])
+    assert str(err.value).startswith(f"{cfg}:3: {line}: ") and str(err.value).endswith(fix)
+    # Quotes inside a value, an apostrophe, a '#' not after a space: values as written.
+    ok = write(tmp_path / "ok.cfg", "--labels=it's,\"a\"b\n--text_column=col#1\n")
+    assert expand_flagfiles(["prog", f"--flagfile={ok}"]) == [
+        "prog", "--labels=it's,\"a\"b", "--text_column=col#1"]

@@ -7,11 +7,16 @@ A value that starts with `~/` (or an item of a comma list that does) is the home
 folder's, on the command line and in flagfiles: the shell expands `~` only at the
 start of a word, not in `--output_dir=~/runs`, and absl keeps it as it is, so such a
 run wrote into a folder named `~` in the current one.
+
+A flagfile line in a shell's habits (a quoted value, a comment after the value) is
+refused naming the file and line: absl would take the quotes or the comment as part
+of the value.
 """
 from __future__ import annotations
 
 import os
 import posixpath
+import re
 from typing import Optional, Sequence
 
 from tinybert_tf import files
@@ -120,9 +125,31 @@ def _read_flagfile(path: str, including: Optional[str], chain: tuple[str, ...],
         line = raw.strip()
         if not line or line.startswith("#") or line.startswith("//"):
             continue
+        problem = _shell_habit(line)
+        if problem:
+            raise FlagfileError(f"{found}:{n}: {line}: {problem}")
         nested = _flagfile_path(line)
         if nested is not None:
             flags_out.extend(_read_flagfile(nested, found, (*chain, found), n))
         else:
             flags_out.append(home_expanded(line))
     return flags_out
+
+
+_COMMENT = re.compile(r"\s#")
+
+
+def _shell_habit(line: str) -> str:
+    """What is wrong with a flagfile line written as for a shell ("" when nothing): no
+    shell reads a flagfile, so quotes and a trailing `# comment` were part of the value
+    (`--output_dir="runs/x"` wrote into a folder named `"runs`)."""
+    name, eq, value = line.partition("=")
+    if not (eq and name.startswith("-")):
+        return ""
+    if _COMMENT.search(value):
+        return ("a flagfile value runs to the end of its line, so the comment would be part "
+                "of it; put the comment on a line of its own.")
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+        return (f"no shell reads a flagfile, so the quotes would be part of the value; write "
+                f"{name}={value[1:-1]}.")
+    return ""
