@@ -128,6 +128,12 @@ CASES = {
     "unknown task": (dict(task="sst3"), None, r"^--task=sst3: unknown task", None),
     "missing teacher": (dict(teacher="/nonexistent", stages=["general"]), None,
                         r"--teacher=/nonexistent: ", None),
+    # ORG/NAME is a Hugging Face hub id: the download advice, not "no such folder".
+    "hub id as teacher": (dict(teacher="google/bert_uncased_L-2_H-128_A-2",
+                               stages=["general"]), None,
+                          r"--teacher=google/bert_uncased_L-2_H-128_A-2: .*no such directory\. "
+                          r"If it is a .*Hugging Face.*preset name, it needs a download.*"
+                          r"snapshot_download", "no such folder"),
     "missing student config": (dict(student_config="/nonexistent.json", stages=["general"]),
                                None, r"^--student_config: /nonexistent\.json", None),
     "missing corpus": (dict(corpus="/nonexistent.txt", stages=["general"]), None,

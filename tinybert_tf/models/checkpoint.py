@@ -265,8 +265,7 @@ def resolve(path_or_name: str) -> str:
     if files.exists(path_or_name):
         raise CheckpointError(f"{path_or_name}: is a file; load_model expects a model "
                               "directory (config.json, vocab.txt, weights).")
-    if path_or_name.startswith(("/", ".", "~")) or path_or_name.count("/") > 1:
-        # A path, not a preset name (those are NAME or ORG/NAME): no download story.
+    if not could_be_preset_name(path_or_name):  # a path: no download story
         raise CheckpointError(f"{path_or_name}: no such folder; give the path of a model "
                               "directory (config.json, vocab.txt, weights).")
     raise CheckpointError(_hub_message(path_or_name))
@@ -275,11 +274,18 @@ def resolve(path_or_name: str) -> str:
 _HUB_SCHEMES = ("hf://", "kaggle://")
 
 
+def could_be_preset_name(path_or_name: str) -> bool:
+    """NAME or ORG/NAME (a keras-hub, Hugging Face or Kaggle preset), not a path."""
+    return not (path_or_name.startswith(("/", ".", "~")) or path_or_name.count("/") > 1
+                or files.is_remote(path_or_name))
+
+
 def _hub_message(path_or_name: str) -> str:
     return (f"{path_or_name!r}: no such directory. If it is a keras-hub / Hugging Face / "
             "Kaggle preset name, it needs a download, which this offline tool does not do: "
-            "download it on a connected machine (e.g. keras_hub.models.BertBackbone."
-            "from_preset(name).save_to_preset(dir)), copy the directory here (or to gs://) "
+            "download it on a connected machine (keras-hub: keras_hub.models.BertBackbone."
+            "from_preset(name).save_to_preset(dir); Hugging Face: huggingface_hub."
+            "snapshot_download(name, local_dir=dir)), copy the directory here (or to gs://) "
             f"and pass its path. Short names that work offline: {sorted(SHORT_NAMES)}.")
 
 

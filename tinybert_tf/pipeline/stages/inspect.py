@@ -8,7 +8,7 @@ from tinybert_tf import files
 from tinybert_tf.config import BertConfig
 from tinybert_tf.distill.mapping import layer_map
 from tinybert_tf.distill.terms import layer_weights, resolve_names
-from tinybert_tf.models.checkpoint import ModelInfo, inspect_model
+from tinybert_tf.models.checkpoint import ModelInfo, could_be_preset_name, inspect_model
 from tinybert_tf.pipeline.run.context import Context
 from tinybert_tf.pipeline.run.state import unfinished_stage_output
 from tinybert_tf.pipeline.stages.base import Findings
@@ -18,8 +18,8 @@ from tinybert_tf.tokenizer import SPECIAL_TOKENS
 def inspect_flag(found: Findings, path: str, flag: str) -> Optional[ModelInfo]:
     """The model `flag` names, read without weights; None (and an error naming the flag
     and the fix) when it is missing, unfinished, or lacks a usable vocab."""
-    if path and ("/" in path or path.startswith(".")):  # a path, not a short or hub name
-        if not files.exists(path):
+    if path and ("/" in path or path.startswith(".")):  # a path or an ORG/NAME hub name
+        if not files.exists(path) and not could_be_preset_name(path):  # (the hub's advice)
             found.errors.append(f"{flag}={path}: no such folder; give a model directory "
                                 "(config.json, vocab.txt and weights).")
             return None
