@@ -131,9 +131,9 @@ CASES = {
     # ORG/NAME is a Hugging Face hub id: the download advice, not "no such folder".
     "hub id as teacher": (dict(teacher="google/bert_uncased_L-2_H-128_A-2",
                                stages=["general"]), None,
-                          r"--teacher=google/bert_uncased_L-2_H-128_A-2: .*no such directory\. "
-                          r"If it is a .*Hugging Face.*preset name, it needs a download.*"
-                          r"snapshot_download", "no such folder"),
+                          r"--teacher=google/bert_uncased_L-2_H-128_A-2: no such folder; .*"
+                          r"If .* is a Hugging Face model id \(ORG/NAME\), it needs a "
+                          r"download.*snapshot_download", None),
     "missing student config": (dict(student_config="/nonexistent.json", stages=["general"]),
                                None, r"^--student_config: /nonexistent\.json", None),
     "missing corpus": (dict(corpus="/nonexistent.txt", stages=["general"]), None,

@@ -18,10 +18,14 @@ from tinybert_tf.tokenizer import SPECIAL_TOKENS
 def inspect_flag(found: Findings, path: str, flag: str) -> Optional[ModelInfo]:
     """The model `flag` names, read without weights; None (and an error naming the flag
     and the fix) when it is missing, unfinished, or lacks a usable vocab."""
-    if path and ("/" in path or path.startswith(".")):  # a path or an ORG/NAME hub name
-        if not files.exists(path) and not could_be_preset_name(path):  # (the hub's advice)
+    if path and ("/" in path or path.startswith(".")):  # a path, not a short or hub name
+        if not files.exists(path):
+            hub = (f" If {path} is a Hugging Face model id (ORG/NAME), it needs a download, "
+                   "which this offline tool does not do: on a connected machine run "
+                   f"huggingface_hub.snapshot_download({path!r}, local_dir=DIR), copy DIR "
+                   "here and pass its path." if could_be_preset_name(path) else "")
             found.errors.append(f"{flag}={path}: no such folder; give a model directory "
-                                "(config.json, vocab.txt and weights).")
+                                f"(config.json, vocab.txt and weights).{hub}")
             return None
         unfinished = unfinished_stage_output(path)
         if unfinished:
