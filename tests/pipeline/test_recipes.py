@@ -393,3 +393,24 @@ def test_fine_tuning_a_teacher_keeps_its_head_only_when_it_is_for_the_tasks_labe
         fresh, old = teacher.weight_dict()[path].numpy(), source.weight_dict()[path].numpy()
         assert fresh.shape != old.shape or not np.allclose(fresh, old)
         assert "fresh head" in line and str(stored) in line
+
+
+def test_the_plan_shows_the_student_as_built_and_each_warning_once(tmp_path, tiny_vocab,
+                                                                   capsys):
+    """A --student_config's own vocab_size is not what runs: the student tokenises as its
+    teacher, and the plan now shows the teacher's size (it showed the file's). The
+    head-count warning, found for the general and the task pair alike, appeared twice."""
+    from pipeline_helpers import write_teacher
+    ns = tiny_flags(tmp_path, tiny_vocab, dry_run=True, stages=["general", "task"],
+                    use_augmented=False, task_teacher=write_teacher(
+                        str(tmp_path / "task_teacher"), tiny_vocab, head="classifier"))
+    config = BertConfig(vocab_size=7, hidden_size=16, num_layers=1, num_heads=2,
+                        intermediate_size=32, max_position_embeddings=64)
+    (tmp_path / "two_heads.json").write_text(config.to_json())
+    capsys.readouterr()
+    plan = run(type(ns)(**{**vars(ns), "student_config": str(tmp_path / "two_heads.json")}))
+    assert plan["models"]["student_config"]["vocab_size"] == len(tiny_vocab) != 7
+    heads = [w for w in plan["warnings"] if "student has 2 heads, teacher 4" in w]
+    assert len(heads) == 1, plan["warnings"]
+    err = capsys.readouterr().err
+    assert err.count("student has 2 heads, teacher 4") == 1, err

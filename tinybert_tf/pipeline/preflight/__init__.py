@@ -85,6 +85,8 @@ def check(ctx: Context, stages: Sequence[str], count_corpus: bool = False
         plan["phases"] = plan_phases(found, ctx, count_corpus)
     folder.check_disk(found, ctx, plan)
     plan["models"] = models.describe(found)
+    # Once each: stages that check the same pair (general, task) find the same thing.
+    found.warnings[:] = list(dict.fromkeys(found.warnings))
     plan["warnings"] = found.warnings
     errors = found.final()
     if errors:

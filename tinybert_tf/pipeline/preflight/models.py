@@ -96,6 +96,12 @@ def check_students(found: Checks, ctx: Context) -> None:
     if reads_student_config(ctx.config, found.stages):
         models.student_cfg = found.run(lambda: get_config(m.student_config),
                                        "--student_config: ")
+        # As the stage builds it: with the vocab size and casing of the teacher it
+        # tokenises as (the plan showed a config's own vocab_size, which no run uses).
+        source = models.teacher if builds else models.vocab_model
+        if models.student_cfg is not None and source is not None and source.vocab:
+            models.student_cfg = models.student_cfg.replace(
+                vocab_size=len(source.vocab), lower_case=source.config.lower_case)
     if m.general_model and not m.random_student and distils:
         models.general_model = inspect_flag(found, m.general_model, "--general_model")
         vocab_model = models.vocab_model
