@@ -172,6 +172,12 @@ def test_bad_input_errors_name_file_and_line(tmp_path):
                        r"task sst-2; the directory holds no \.tsv files; --data_dir="
                        rf"{re.escape(os.path.join(root, 'SST-2'))} holds it \(the GLUE "):
         glue.load_examples("sst-2", root, "train")
+    # Another task's folder: its header names that task.
+    with pytest.raises(DataError, match=r"RTE/train\.tsv:1: missing or unexpected header; "
+                       r".*\(the GLUE sst-2 layout\).* The header is the GLUE rte / wnli "
+                       r"layout: is --data_dir another task's folder\? Give --task=rte or "
+                       r"the sst-2 folder\.$"):
+        glue.load_examples("sst-2", fixture_dir("rte"), "train")
     with pytest.raises(DataError, match="no split 'validation'"):
         glue.load_examples("sst-2", d, "validation")
     with pytest.raises(DataError, match="finite float"):

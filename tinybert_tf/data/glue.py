@@ -357,6 +357,26 @@ def _looks_like_header(fields: list[str], layout: FileLayout) -> bool:
     return True
 
 
+def _other_task_hint(fields: list[str], split: str, spec: TaskSpec) -> str:
+    """When a file's header is another GLUE task's: which (the --data_dir of one task
+    given with --task of another)."""
+    others = []
+    for other in _TASKS.values():
+        if other.name == spec.name:
+            continue
+        try:
+            layout = other.layout(split)
+        except (DataError, KeyError):
+            continue
+        if layout.has_header and len(fields) == layout.num_columns \
+                and _looks_like_header(fields, layout):
+            others.append(other.name)
+    if not others:
+        return ""
+    return (f" The header is the GLUE {' / '.join(others)} layout: is --data_dir another "
+            f"task's folder? Give --task={others[0]} or the {spec.name} folder.")
+
+
 def _read(spec: TaskSpec, data_dir: str, split: str
           ) -> tuple[str, FileLayout, Optional[list], Iterator[tuple[int, list]]]:
     path, layout = _task_file(spec, data_dir, split)
@@ -375,7 +395,7 @@ def _read(spec: TaskSpec, data_dir: str, split: str
             raise DataError(
                 f"{path}:{no}: missing or unexpected header; expected a {layout.num_columns}-"
                 f"column header row naming {want} (the GLUE {spec.name} layout), got "
-                f"{fields[:layout.num_columns + 1]!r}.")
+                f"{fields[:layout.num_columns + 1]!r}.{_other_task_hint(fields, split, spec)}")
         header = fields
 
         def rows():
