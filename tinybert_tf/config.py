@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import posixpath
 from typing import Any
 
 from tinybert_tf import files
@@ -239,9 +240,13 @@ PRESETS: dict[str, BertConfig] = {
 
 
 def get_config(name_or_path: str, **overrides: Any) -> BertConfig:
-    """A preset by name, or a JSON file (ours or Hugging Face's)."""
+    """A preset by name, a JSON file (ours or Hugging Face's), or a model directory
+    (its config.json)."""
     if name_or_path in PRESETS:
         config = PRESETS[name_or_path]
+    elif files.isdir(name_or_path) and files.isfile(posixpath.join(name_or_path,
+                                                                   "config.json")):
+        return get_config(posixpath.join(name_or_path, "config.json"), **overrides)
     elif name_or_path.endswith(".json") or files.isfile(name_or_path):
         data = read_json(name_or_path)
         if "bert_config" in data:
@@ -252,5 +257,6 @@ def get_config(name_or_path: str, **overrides: Any) -> BertConfig:
             config = BertConfig.from_dict(data, source=name_or_path)
     else:
         raise ConfigError(f"unknown model config {name_or_path!r}: use a preset "
-                          f"({', '.join(sorted(PRESETS))}) or a path to a config JSON file.")
+                          f"({', '.join(sorted(PRESETS))}), a path to a config JSON file, "
+                          "or a model directory.")
     return config.replace(**overrides) if overrides else config

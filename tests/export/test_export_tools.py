@@ -158,6 +158,22 @@ def test_bin_benchmark_quick(tmp_path, capsys):
 
 
 @pytest.mark.numerics
+def test_bin_benchmark_takes_model_directories_and_short_names(tmp_path, tiny_vocab):
+    """The demo's teacher and student as they are: `--benchmark_models=minilm-l6,
+    OUTPUT/task/model` (only presets and JSON files were taken)."""
+    from tinybert_tf.config import ConfigError
+    tool = load_tool("benchmark")
+    src = model_dir(tmp_path, tiny_vocab, "classifier")
+    config = tool.model_config(src + "/")
+    assert (config.hidden_size, config.num_layers) == (32, 2)
+    teacher = tool.model_config("minilm-l6")
+    assert (teacher.hidden_size, teacher.num_layers, teacher.num_heads) == (384, 6, 12)
+    assert tool._label(src + "/").endswith("model_classifier") and len(tool._label(src)) <= 24
+    with pytest.raises(ConfigError, match=r"^--benchmark_models: unknown model config "
+                       r"'nope': .*or a model directory\.$"):
+        tool.model_config("nope")
+
+
 def test_bin_export_writes_hugging_face_and_keras_hub_directories(tmp_path, tiny_vocab,
                                                                    capsys):
     """The format table's model-directory rows through the tool: each directory loads

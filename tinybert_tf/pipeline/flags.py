@@ -324,7 +324,8 @@ def define_benchmark_tool_flags(fv: flags.FlagValues = FLAGS) -> None:
     define_plugins(fv)
     lst, i = flags.DEFINE_list, flags.DEFINE_integer
     _loose(lst, "benchmark_models", ["bert_base_uncased", "tinybert_4l_312d"],
-           "Two config presets (or config JSON files): teacher, then student.", fv=fv)
+           "Teacher, then student: each a config preset, a config JSON file, a model "
+           "directory (e.g. OUTPUT/task/model) or a model's short name (minilm-l6).", fv=fv)
     _loose(i, "benchmark_seq_len", 128, "Sequence length.", fv=fv)
     _loose(lst, "benchmark_batch_sizes", ["1", "32"], "Batch sizes to time.", fv=fv)
     _loose(lst, "benchmark_formats", ["keras", "saved_model", "float32", "float16",

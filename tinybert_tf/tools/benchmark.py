@@ -13,7 +13,6 @@ bad flag (one line `bin/benchmark: error: ...` naming it); 1 an internal error.
 """
 from __future__ import annotations
 
-import os
 import sys
 
 from absl import logging
@@ -22,6 +21,7 @@ from tinybert_tf import files, plugins
 from tinybert_tf.cli import tool as cli
 from tinybert_tf.config import BertConfig, ConfigError, get_config
 from tinybert_tf.export.benchmark import run_benchmark, runtime_names
+from tinybert_tf.models.checkpoint import SHORT_NAMES, CheckpointError, resolve
 from tinybert_tf.pipeline import flags as tflags
 
 tflags.define_benchmark_tool_flags()
@@ -94,11 +94,32 @@ def run() -> None:
                                                max_position_embeddings=64))]
         seq_len, batches, runs, budget = 16, [1, 2], 2, 1.0
     else:
-        configs = [(os.path.basename(n), get_config(n)) for n in FLAGS.benchmark_models]
+        configs = [(_label(n), model_config(n)) for n in FLAGS.benchmark_models]
         seq_len, runs = FLAGS.benchmark_seq_len, FLAGS.benchmark_runs
         budget = FLAGS.benchmark_seconds
     run_benchmark(configs, seq_len, batches, FLAGS.benchmark_formats, runs,
                   FLAGS.benchmark_output, FLAGS.benchmark_threads or None, budget)
+
+
+def _label(name: str) -> str:
+    """A model's name in the table: as given, its start cut to fit the column (a model
+    directory's basename alone is 'model')."""
+    name = name.rstrip("/")
+    return name if len(name) <= 24 else "..." + name[-21:]
+
+
+def model_config(name: str) -> BertConfig:
+    """A --benchmark_models entry: a preset, a config JSON file, a model directory, or a
+    model's short name (minilm-l6: the installed teacher)."""
+    if name.lower() in SHORT_NAMES and not files.exists(name):
+        try:
+            name = resolve(name)
+        except CheckpointError as e:
+            raise ConfigError(f"--benchmark_models: {e}") from e
+    try:
+        return get_config(name)
+    except ConfigError as e:
+        raise ConfigError(f"--benchmark_models: {e}") from e
 
 
 def main(argv: list[str]) -> int:
