@@ -414,3 +414,30 @@ def test_the_plan_shows_the_student_as_built_and_each_warning_once(tmp_path, tin
     assert len(heads) == 1, plan["warnings"]
     err = capsys.readouterr().err
     assert err.count("student has 2 heads, teacher 4") == 1, err
+
+
+def test_the_plan_counts_the_examples_cut_at_max_seq_len_and_warns_past_a_fifth(
+        tmp_path, tiny_vocab, capsys):
+    """--max_seq_len=8 on the demo cut 98% of its sentences without a word: the plan now
+    says how many examples of each split are longer, and warns past a fifth."""
+    from tinybert_tf.data.sentences import packed_lengths
+    from tinybert_tf.tasks import resolve_task
+    from tinybert_tf.tokenizer import Tokenizer
+    ns = tiny_flags(tmp_path, tiny_vocab, dry_run=True, stages=["finetune_teacher"])
+    plan = run(ns)
+    tok = Tokenizer(tiny_vocab)
+    task = resolve_task(parse_argv(["bin/distill", *argv(ns)]).task)
+    assert sorted(plan["cut_at_max_seq_len"]) == ["dev", "train"]
+    for split, counted in plan["cut_at_max_seq_len"].items():
+        examples = task.examples(split)
+        lengths = packed_lengths(examples, tok, 512)  # unpacked: every piece counted
+        assert counted == {"cut": int(np.sum(lengths > ns.max_seq_len)), "of": len(examples)}
+    assert not any("are longer than --max_seq_len" in w for w in plan["warnings"])
+    short = int(np.percentile(packed_lengths(task.examples("train"), tok, 512), 10))
+    capsys.readouterr()
+    plan = run(type(ns)(**{**vars(ns), "max_seq_len": max(short - 1, 3)}))
+    (warning,) = [w for w in plan["warnings"] if "are longer than --max_seq_len" in w]
+    assert warning.startswith(f"{plan['cut_at_max_seq_len']['train']['cut']} of "
+                              f"{len(task.examples('train'))} train examples")
+    assert "the teacher takes up to 64" in warning
+    assert capsys.readouterr().err.count("are longer than --max_seq_len") == 1

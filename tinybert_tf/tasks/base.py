@@ -186,6 +186,13 @@ class TaskType:
         order; what length buckets group by. Only where `supports_length_buckets`."""
         raise NotImplementedError(f"{type(self).__name__} does not batch by length.")
 
+    def cut_examples(self, examples: Sequence[Any], tokenizer, max_seq_len: int
+                     ) -> Optional[int]:
+        """How many of `examples` are longer than `max_seq_len` pieces and lose their
+        ends; None where a longer example loses nothing silently (QA windows cover the
+        context; token tasks count and warn about the words cut off)."""
+        return None
+
     def dataset_rows(self, examples: Sequence[Any], tokenizer, max_seq_len: int) -> int:
         """Rows `dataset` yields for `examples` (what an epoch's steps are sized on):
         one per example, unless an example becomes several (QA windows)."""

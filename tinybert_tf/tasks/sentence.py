@@ -30,6 +30,12 @@ class _SentenceTask(TaskType):
     def row_lengths(self, examples, tokenizer, max_seq_len) -> np.ndarray:
         return packed_lengths(examples, tokenizer, max_seq_len)
 
+    def cut_examples(self, examples, tokenizer, max_seq_len) -> int:
+        """Packed one piece longer, a cut example fills every position."""
+        if not len(examples):
+            return 0
+        return int(np.sum(packed_lengths(examples, tokenizer, max_seq_len + 1) > max_seq_len))
+
     def logits(self, model, examples, tokenizer, max_seq_len, batch_size,
                length_buckets=()) -> np.ndarray:
         """Float32 logits [N, outputs] in example order (bucketed: rows sorted by length)."""

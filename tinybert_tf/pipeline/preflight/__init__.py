@@ -83,6 +83,7 @@ def check(ctx: Context, stages: Sequence[str], count_corpus: bool = False
     plan.update(found.plan)
     if "--layer_weights" not in found.bad_flags:
         plan["phases"] = plan_phases(found, ctx, count_corpus)
+        plan.update(found.plan)  # what the phases' plan adds (the share cut at the length)
     folder.check_disk(found, ctx, plan)
     plan["models"] = models.describe(found)
     # Once each: stages that check the same pair (general, task) find the same thing.

@@ -38,6 +38,8 @@ def plan_phases(found: Checks, ctx: Context, count_corpus: bool) -> list[dict[st
         # Sizing needs the task tokenizer; only the stages that train on it need sizes.
         if inputs.train is not None and tokenizer_ok and found.needed(TASK_ROWS):
             inputs.n_train = found.run(lambda: rows(ctx, inputs.train))
+            if inputs.n_train is not None:
+                found.run(lambda: note_cut_examples(found, ctx, inputs))
         # The augmented rows, read once for the run's stages that train on them.
         if inputs.n_train is not None and found.needed(AUGMENTED_ROWS) \
                 and P.reads_augmented(ctx.config) and augment.written(ctx):
@@ -51,6 +53,41 @@ def plan_phases(found: Checks, ctx: Context, count_corpus: bool) -> list[dict[st
     for name in found.stages:
         specs.extend(get_stage(name).phases(ctx, found, inputs) or [])
     return [d for d in (_checked(found, spec) for spec in specs) if d]
+
+
+# The train examples measured for the share cut at --max_seq_len: the first ones (a
+# large task's count would cost seconds; the share is what the plan reports).
+CUT_SAMPLE = 20_000
+# The share past which the plan warns: a length meant for another task, or a typo
+# (RTE's pairs at the paper's 128 pieces: 13% cut, a deliberate choice).
+CUT_WARNING = 0.2
+
+
+def note_cut_examples(found: Checks, ctx: Context, inputs: PlanInputs) -> None:
+    """The plan's `cut_at_max_seq_len` ({split: {"cut", "of"}}: examples longer than
+    --max_seq_len pieces, whose ends no model sees), and a warning past CUT_WARNING."""
+    cut = {}
+    for split, examples in (("train", inputs.train), (ctx.task.dev_splits[0], inputs.dev)):
+        if examples is None:
+            continue
+        sample = examples[:CUT_SAMPLE]
+        n = ctx.task.type.cut_examples(sample, ctx.tokenizer, ctx.max_seq_len)
+        if n is None:
+            return
+        cut[split] = {"cut": n, "of": len(sample)}
+    found.plan["cut_at_max_seq_len"] = cut
+    worst = max(cut, key=lambda s: cut[s]["cut"] / max(cut[s]["of"], 1), default=None)
+    if worst is None or cut[worst]["cut"] <= CUT_WARNING * cut[worst]["of"]:
+        return
+    limit = found.models.vocab_model.config.max_position_embeddings \
+        if found.models.vocab_model is not None else None
+    found.warnings.append(
+        f"{cut[worst]['cut']} of {cut[worst]['of']} {worst} examples "
+        f"({cut[worst]['cut'] / cut[worst]['of']:.0%}) are longer than "
+        f"--max_seq_len={ctx.max_seq_len} word pieces and are cut (a text keeps its start; "
+        f"a pair loses pieces from the longer text): no model sees their ends. Raise "
+        f"--max_seq_len{f' (the teacher takes up to {limit})' if limit else ''} unless "
+        "that is meant.")
 
 
 def _saved_projections(found: Checks, ctx: Context) -> Optional[dict]:
