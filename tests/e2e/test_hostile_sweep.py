@@ -197,6 +197,17 @@ CASES = {
     "train file is a folder": (dict(_OWN, train_file="{tmp}/reviews"), None,
                                r"^--train_file=.*reviews: is a folder; give the file itself",
                                "extension"),
+    # A config's --test_file (td_conll2003.cfg names conll2003/eng.testb): its flag named.
+    "test file missing": (dict(_OWN, test_file="{tmp}/gone/test.csv"), None,
+                          r"^--test_file=.*gone/test\.csv: file not found; fix the path, or "
+                          r"give --test_file= \(empty: no test split\)\.$", None),
+    "conll file for a text task": (dict(_OWN, train_file="{tmp}/train.conll"),
+                                   lambda tmp, out, vocab: (
+                                       (tmp / "train.conll").write_text("EU B-ORG\n"), {})[-1],
+                                   r"train\.conll: cannot tell the format from the extension "
+                                   r"'\.conll'; .*--data_format=csv\|tsv\|jsonl \(a CoNLL file "
+                                   r"of tagged words is read by --task=token_classification\)",
+                                   None),
     "negative seed": (dict(seed=-1), None, r"^--seed=-1: must be in \[0, 2\*\*32 - 1\]",
                       "Seed must be"),
     "sts-b score out of range": (dict(task="sts-b", data_dir="{tmp}/stsb",

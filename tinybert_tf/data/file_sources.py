@@ -59,6 +59,9 @@ def _split_file(files: Mapping[str, str], split: str) -> str:
     if tf_files.isdir(files[split]):
         raise DataError(f"{flag or split}={files[split]}: is a folder; give the file itself "
                         "(.csv, .tsv, .jsonl, or a CoNLL file).")
+    if not tf_files.exists(files[split]):  # named by its flag (a config may have set it)
+        raise DataError(f"{flag or split}={files[split]}: file not found; fix the path"
+                        f"{f', or give {flag}= (empty: no test split)' if flag == '--test_file' else ''}.")
     return files[split]
 
 

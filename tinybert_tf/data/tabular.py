@@ -107,9 +107,11 @@ def detect_format(path: str, data_format: Optional[str] = None) -> str:
         return fmt
     ext = os.path.splitext(path)[1].lower()
     if ext not in _EXTENSIONS:
+        conll = (" (a CoNLL file of tagged words is read by --task=token_classification)"
+                 if ext in (".conll", ".conllu", ".iob", ".bio") else "")
         raise DataError(f"{path}: cannot tell the format from the extension {ext or '(none)'!r}; "
-                        f"name the file .csv, .tsv or .jsonl, or pass data_format="
-                        f"{'|'.join(FORMATS)}.")
+                        f"name the file .csv, .tsv or .jsonl, or pass --data_format="
+                        f"{'|'.join(FORMATS)}{conll}.")
     return _EXTENSIONS[ext]
 
 
