@@ -180,6 +180,15 @@ def test_duplicate_ids_missing_files_and_bad_utf8(tmp_path):
         squad.read_squad(str(path), "1.1")
     with pytest.raises(DataError, match=r"nope\.json: file not found; give the SQuAD JSON"):
         squad.read_squad(str(tmp_path / "nope.json"), "1.1")
+    # Through the task, a missing file is named by its flag (a config may have set it).
+    from tinybert_tf.tasks import TaskConfig, resolve_task
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps(_doc()), encoding="utf-8")
+    task = resolve_task(TaskConfig(task="squad1.1", train_file=str(tmp_path / "gone.json"),
+                                   validation_file=str(good)))
+    with pytest.raises(DataError, match=r"^--train_file=.*gone\.json: file not found; give "
+                       r"the SQuAD v1\.1 JSON file \(such as train-v1\.1\.json\)\.$"):
+        task.examples("train")
     latin1 = tmp_path / "latin1.json"
     latin1.write_bytes(json.dumps(_doc(context="café au lait"), ensure_ascii=False)
                        .encode("latin-1"))

@@ -79,7 +79,12 @@ class SquadSource(DataSource):
             flag = _FLAGS.get(split, f"the {split} file")
             raise DataError(f"--task=squad{self.version}: no {split} data; give {flag}=FILE "
                             f"(an official SQuAD v{self.version} JSON file).")
-        return self.files[split]
+        path = self.files[split]
+        if split in _FLAGS and not files.exists(path):  # named by its flag (a config's)
+            raise DataError(f"{_FLAGS[split]}={path}: file not found; give the SQuAD "
+                            f"v{self.version} JSON file (such as "
+                            f"{'train' if split == 'train' else 'dev'}-v{self.version}.json).")
+        return path
 
     def load(self, split: str) -> Examples:
         """`SquadExample`s of `split`; read once per file version (cached by size, mtime)."""
