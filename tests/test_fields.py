@@ -82,3 +82,24 @@ def test_the_stage_names_settings_may_name_are_the_built_in_stages():
     declared) cannot drift from the registered built-ins."""
     from tinybert_tf.pipeline.stages import BUILT_IN
     assert fields.STAGES == tuple(module.NAME for module in BUILT_IN)
+
+
+def test_a_float_flag_given_as_inf_or_nan_is_out_of_range_with_or_without_a_check():
+    """absl's float flags take inf and nan: `--pred_lr=inf` passed "> 0", and a float
+    without a range took either."""
+    @dataclasses.dataclass(frozen=True)
+    class Rates:
+        lr: float = setting(1e-3, "Lr.", check=fields.positive())
+        weight: float = setting(0.5, "Weight.")
+
+    checks = {name: (ok(value), allowed) for name, value, ok, allowed
+              in fields.range_checks(Rates(lr=float("inf"), weight=float("nan")))}
+    assert checks == {"--lr": (False, "a finite number > 0"),
+                      "--weight": (False, "a finite number")}
+    assert [(name, ok(value)) for name, value, ok, _ in fields.range_checks(Rates())] == [
+        ("--lr", True)]
+    fv = flags.FlagValues()
+    fields.define_flags(fv, Rates)
+    fv(["prog", "--lr=-inf", "--weight=nan"])
+    assert fields.flag_range_errors(fv, [Rates]) == [
+        "--lr=-inf: must be a finite number > 0.", "--weight=nan: must be a finite number."]

@@ -15,6 +15,7 @@ build on it.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, Callable, Iterator, Optional, Sequence, Union
 
 from absl import flags
@@ -153,23 +154,30 @@ def from_flags(cls: type, values: Any) -> Any:
     return cls(**kwargs)
 
 
-def _ranged(cls_or_part: Any) -> Iterator[tuple[dataclasses.Field, Check]]:
-    """(field, Check) of each field of a config class or instance with a range."""
-    for f in dataclasses.fields(cls_or_part):
-        check = f.metadata.get("check")
-        if check is not None:
-            yield f, check
-
-
 def range_error(flag: str, value: Any, allowed: str) -> str:
     """The one line a value outside its range gets: `--flag=value: must be ...`."""
     return f"{flag}={value}: must be {allowed}."
 
 
+def _not_finite(value: Any) -> bool:
+    return isinstance(value, float) and not math.isfinite(value)
+
+
+def _finite_text(check: Optional[Check]) -> str:
+    """What a float flag given as inf or nan must be: a finite number (in its range)."""
+    return f"a finite number {check.allowed}" if check is not None else "a finite number"
+
+
 def range_checks(part: Any) -> Iterator[tuple[str, Any, Callable[[Any], bool], str]]:
-    """(--flag, value, ok, what is allowed) for each field of `part` with a range."""
-    for f, check in _ranged(part):
-        yield f"--{flag_name(f)}", getattr(part, f.name), check.ok, check.allowed
+    """(--flag, value, ok, what is allowed) for each field of `part` with a range, and for
+    every float field given as inf or nan (absl's float flags take both: `--pred_lr=inf`
+    passed "> 0")."""
+    for f in dataclasses.fields(part):
+        check, value = f.metadata.get("check"), getattr(part, f.name)
+        if f.metadata.get("declared") and _not_finite(value):
+            yield f"--{flag_name(f)}", value, lambda v: False, _finite_text(check)
+        elif check is not None:
+            yield f"--{flag_name(f)}", value, check.ok, check.allowed
 
 
 def flag_range_errors(fv: flags.FlagValues, classes: Sequence[type]) -> list[str]:
@@ -177,9 +185,18 @@ def flag_range_errors(fv: flags.FlagValues, classes: Sequence[type]) -> list[str
     whose value lies outside it: the range checks of the tools that read their flags
     without building a config (bin/distill's preflight checks the config's
     `range_checks`, in the same words)."""
-    names = [(flag_name(f), check) for cls in classes for f, check in _ranged(cls)]
-    return [range_error(f"--{name}", fv[name].value, check.allowed)
-            for name, check in names if name in fv and not check.ok(fv[name].value)]
+    errors = []
+    for cls in classes:
+        for f in dataclasses.fields(cls):
+            name, check = flag_name(f), f.metadata.get("check")
+            if name not in fv or not f.metadata.get("declared"):
+                continue
+            value = fv[name].value
+            if _not_finite(value):
+                errors.append(range_error(f"--{name}", value, _finite_text(check)))
+            elif check is not None and not check.ok(value):
+                errors.append(range_error(f"--{name}", value, check.allowed))
+    return errors
 
 
 def stage_fields(part: Any, stage: str) -> Iterator[tuple[str, Any]]:

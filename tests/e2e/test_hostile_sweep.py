@@ -208,6 +208,12 @@ CASES = {
                                    r"'\.conll'; .*--data_format=csv\|tsv\|jsonl \(a CoNLL file "
                                    r"of tagged words is read by --task=token_classification\)",
                                    None),
+    # absl's float flags take inf and nan: the range check refuses both, by name.
+    "infinite learning rate": (dict(pred_lr=float("inf")), None,
+                               r"^--pred_lr=inf: must be a finite number > 0\.$", None),
+    "nan warm-up": (dict(general_warmup=float("nan")), None,
+                    r"^--general_warmup=nan: must be a finite number in \[0, 1\]\.$",
+                    "convert float NaN"),
     "negative seed": (dict(seed=-1), None, r"^--seed=-1: must be in \[0, 2\*\*32 - 1\]",
                       "Seed must be"),
     "sts-b score out of range": (dict(task="sts-b", data_dir="{tmp}/stsb",

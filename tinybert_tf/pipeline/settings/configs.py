@@ -242,9 +242,11 @@ class LossConfig:
                                        "prediction phase (0 = the paper).",
                                        check=non_negative(), stages=(TASK,))
     pkd_alpha: float = setting(0.7, "Patient KD: weight alpha of the soft targets (1 - alpha "
-                               "weighs the ground truth); T is --temperature.", stages=(TASK,))
+                               "weighs the ground truth); T is --temperature.", check=FRACTION,
+                               stages=(TASK,))
     pkd_beta: float = setting(500.0, "Patient KD: weight beta of the patient loss on the "
-                              "normalised [CLS] states of the mapped layers.", stages=(TASK,))
+                              "normalised [CLS] states of the mapped layers.",
+                              check=non_negative(), stages=(TASK,))
     layer_mapping: str = setting(
         "uniform", "Student->teacher layer map: uniform, top, bottom, or a comma list of "
         "teacher layers (1-based) for student layers 1..M.", stages=STUDENT)
@@ -390,9 +392,9 @@ class TaskDistillConfig:
     pred_lr: float = setting(3e-5, "Learning rate of the prediction-layer phase.",
                              check=positive(), stages=(TASK,))
     pkd_epochs: float = setting(4, "Epochs of the pkd phase (Patient KD; its code's default "
-                                "4).", stages=(TASK,))
+                                "4).", check=non_negative(), stages=(TASK,))
     pkd_lr: float = setting(1e-5, "Learning rate of the pkd phase (the PKD code's patient-KD "
-                            "setting).", stages=(TASK,))
+                            "setting).", check=positive(), stages=(TASK,))
     finetune_epochs: float = setting(
         3, "Epochs of the finetune phase (ground-truth labels, no teacher; on the augmented "
         "set with --use_augmented, as the prediction phase).", check=non_negative(),

@@ -143,6 +143,8 @@ class PhaseSpec:
 
     @property
     def warmup_steps(self) -> int:
+        if not math.isfinite(self.warmup_fraction):  # refused, naming its flag, by preflight
+            return 0
         return int(self.warmup_fraction * self.total_steps)
 
     @property
