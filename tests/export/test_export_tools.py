@@ -59,7 +59,8 @@ def load_bin_export():
 
 @pytest.mark.parametrize("head,args,message", [
     ("classifier", ["--export_formats=float32,onnx"], "unknown export format 'onnx'"),
-    (None, [], "head=None"),
+    # Before --task or the task's head check: bin/export exports task models.
+    (None, [], "has no task head (an encoder); bin/export exports task models"),
     ("classifier", ["--representative_examples=0"], "--representative_examples"),
 ])
 def test_bin_export_errors(tmp_path, tiny_vocab, head, args, message):
@@ -293,6 +294,12 @@ def test_bin_export_reads_the_task_and_length_the_model_records(tmp_path, tiny_v
     with pytest.raises(ExportError, match=r"--task is required: .*bare does not record the "
                        r"task it was trained on"):
         _export_in_process(tool, f"--model_dir={bare}", f"--output_dir={tmp_path / 'o'}")
+    # A general stage's model (no head, no task): named as what it is, not asked for --task.
+    encoder = save_model(BertModel(config, vocab=vocab), str(tmp_path / "general"),
+                         metadata={"stage": "general"})
+    with pytest.raises(ExportError, match=r"general: has no task head \(an encoder, the "
+                       r"general stage's output\); bin/export exports task models"):
+        _export_in_process(tool, f"--model_dir={encoder}", f"--output_dir={tmp_path / 'g'}")
     recorded = save_model(model, str(tmp_path / "recorded"), metadata={
         "task": TaskConfig(task="polarity").to_record(), "max_seq_len": 24})
     parity = _export_in_process(tool, f"--model_dir={recorded}", f"--output_dir={tmp_path / 'a'}",

@@ -102,6 +102,13 @@ def run() -> dict:
         info = inspect_model(FLAGS.model_dir)  # config and head, no weights: checks first
     except CheckpointError as e:
         raise ExportError(f"--model_dir={FLAGS.model_dir}: {e}") from e
+    if info.head is None:  # before asking for --task, which would not help
+        stage = info.metadata.get("stage")
+        what = f"an encoder, the {stage} stage's output" if stage else "an encoder"
+        raise ExportError(f"--model_dir={FLAGS.model_dir}: has no task head ({what}); "
+                          "bin/export exports task models: give one, e.g. OUTPUT/task/model "
+                          "(a general model is where task distillation starts: "
+                          "bin/distill --general_model).")
     task = model_task(info)
     wrong = task_head_errors(info, task, "--model_dir") or label_errors(info, task)
     if wrong:
