@@ -18,6 +18,13 @@ CASES = [
     ("augment", ["--num_aug=0"], "--num_aug=0: must be >= 1."),
     ("augment", ["--max_seq_len=-5"],
      "--max_seq_len=-5: must be >= 0 (0 = the task's default)."),
+    # --vocab is read only beside --mlm_model: alone, even a missing file was ignored.
+    ("augment", ["--vocab=/nonexistent/vocab.txt"],
+     "--vocab=/nonexistent/vocab.txt: only --mlm_model's vocab is checked against it; "
+     "without --mlm_model it would be ignored: drop it, or give --mlm_model."),
+    ("augment", ["--vocab=/nonexistent/vocab.txt", "--mlm_model=/nonexistent/mlm"],
+     "--vocab=/nonexistent/vocab.txt: file not found; give the task tokenizer's vocab.txt "
+     "(the teacher's)."),
     ("pretokenize", ["--max_seq_len=3"],
      "--max_seq_len=3: must be >= 4 with --pack=pair (the special tokens and a word piece "
      "of text)."),

@@ -97,6 +97,13 @@ def run() -> None:
             "trained on --corpus serve every word.")
     if FLAGS.seed < 0:
         raise cli.UsageError(f"--seed={FLAGS.seed}: must be >= 0.")
+    if FLAGS.vocab and not FLAGS.mlm_model:  # it was ignored, even when missing
+        raise cli.UsageError(f"--vocab={FLAGS.vocab}: only --mlm_model's vocab is checked "
+                             "against it; without --mlm_model it would be ignored: drop it, "
+                             "or give --mlm_model.")
+    if FLAGS.vocab and not files.isfile(FLAGS.vocab):
+        raise cli.UsageError(f"--vocab={FLAGS.vocab}: file not found; give the task "
+                             "tokenizer's vocab.txt (the teacher's).")
     tflags.check_tool_ranges(FLAGS)
     output = os.path.abspath(FLAGS.output)
     cache = FLAGS.vector_cache or os.path.join(os.path.dirname(output), "vectors")
