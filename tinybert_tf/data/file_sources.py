@@ -60,8 +60,9 @@ def _split_file(files: Mapping[str, str], split: str) -> str:
         raise DataError(f"{flag or split}={files[split]}: is a folder; give the file itself "
                         "(.csv, .tsv, .jsonl, or a CoNLL file).")
     if not tf_files.exists(files[split]):  # named by its flag (a config may have set it)
+        drop = f", or give {flag}= (empty: no test split)" if split == "test" else ""
         raise DataError(f"{flag or split}={files[split]}: file not found; fix the path"
-                        f"{f', or give {flag}= (empty: no test split)' if flag == '--test_file' else ''}.")
+                        f"{drop}.")
     return files[split]
 
 
