@@ -172,6 +172,16 @@ def test_bad_input_errors_name_file_and_line(tmp_path):
                        r"task sst-2; the directory holds no \.tsv files; --data_dir="
                        rf"{re.escape(os.path.join(root, 'SST-2'))} holds it \(the GLUE "):
         glue.load_examples("sst-2", root, "train")
+    # Own-data flags on a GLUE task were ignored without a word.
+    from tinybert_tf.tasks import TaskConfig, resolve_task
+    for flag, value in (("labels", ("neg", "pos")), ("text_column", "sentence"),
+                        ("tag_column", 2), ("data_format", "csv")):
+        with pytest.raises(DataError, match=rf"^--{flag}=.*: describes your own files .*"
+                           r"--task=sst-2 has its own columns and labels, so it would be "
+                           r"ignored: drop it\.$"):
+            resolve_task(TaskConfig(task="sst-2", data_dir=fixture_dir("sst-2"),
+                                    **{flag: value}))
+    assert resolve_task(TaskConfig(task="sst-2", data_dir=fixture_dir("sst-2"))).name == "sst-2"
     # Another task's folder: its header names that task.
     with pytest.raises(DataError, match=r"RTE/train\.tsv:1: missing or unexpected header; "
                        r".*\(the GLUE sst-2 layout\).* The header is the GLUE rte / wnli "

@@ -180,6 +180,15 @@ def task_type(name: str) -> TaskType:
     return glue_task_type(glue.get_task(name))
 
 
+# TaskConfig fields that say how to read your own files (columns, labels, format).
+OWN_DATA_LAYOUT = ("data_format", "text_column", "text_pair_column", "label_column",
+                   "tag_column", "labels")
+
+
+def _flag_text(value) -> str:
+    return ",".join(value) if isinstance(value, (list, tuple)) else str(value)
+
+
 def _glue_task(config: TaskConfig) -> Task:
     spec = glue.get_task(config.task)
     own = [f for f in ("train_file", "validation_file", "test_file") if getattr(config, f)]
@@ -187,6 +196,15 @@ def _glue_task(config: TaskConfig) -> Task:
         raise DataError(f"--{own[0]} is for your own data (--task=text_classification, "
                         f"text_regression, token_classification, squad1.1, squad2.0); "
                         f"--task={config.task} reads --data_dir.")
+    # Flags that describe your own files: a GLUE task's columns and labels are its own,
+    # so a value given here would be ignored without a word.
+    defaults = {f.name: f.default for f in dataclasses.fields(TaskConfig)}
+    columns = [f for f in OWN_DATA_LAYOUT if getattr(config, f) != defaults[f]]
+    if columns:
+        raise DataError(f"--{columns[0]}={_flag_text(getattr(config, columns[0]))}: describes "
+                        f"your own files (--task=text_classification, ...); --task="
+                        f"{config.task} has its own columns and labels, so it would be "
+                        "ignored: drop it.")
     source = glue_source(spec, config.data_dir, config.tfds_data_dir or None)
     return Task(spec.name, glue_task_type(spec), source, spec.is_pair,
                 spec.default_max_seq_len, tuple(spec.dev_splits))
