@@ -182,6 +182,10 @@ def test_bad_input_errors_name_file_and_line(tmp_path):
             resolve_task(TaskConfig(task="sst-2", data_dir=fixture_dir("sst-2"),
                                     **{flag: value}))
     assert resolve_task(TaskConfig(task="sst-2", data_dir=fixture_dir("sst-2"))).name == "sst-2"
+    # A flag only another task type reads (TaskType.own_flags): SQuAD's windows here.
+    with pytest.raises(DataError, match=r"^--doc_stride=64: only tasks of type span_qa read "
+                       r"it, and --task=sst-2 is classification, so it would be ignored"):
+        resolve_task(TaskConfig(task="sst-2", data_dir=fixture_dir("sst-2"), doc_stride=64))
     # Another task's folder: its header names that task.
     with pytest.raises(DataError, match=r"RTE/train\.tsv:1: missing or unexpected header; "
                        r".*\(the GLUE sst-2 layout\).* The header is the GLUE rte / wnli "

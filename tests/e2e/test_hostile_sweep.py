@@ -214,6 +214,11 @@ CASES = {
     "nan warm-up": (dict(general_warmup=float("nan")), None,
                     r"^--general_warmup=nan: must be a finite number in \[0, 1\]\.$",
                     "convert float NaN"),
+    # Read by token_classification only: a text task ignored it.
+    "tag column for a text task": (dict(_OWN, tag_column=1), None,
+                                   r"^--tag_column=1: only tasks of type token_classification "
+                                   r"read it, and --task=text_classification is "
+                                   r"classification", None),
     "negative seed": (dict(seed=-1), None, r"^--seed=-1: must be in \[0, 2\*\*32 - 1\]",
                       "Seed must be"),
     "sts-b score out of range": (dict(task="sts-b", data_dir="{tmp}/stsb",

@@ -88,6 +88,9 @@ class TaskType:
     # batches padded to a bucket, not max_seq_len. Off for kinds that do not (span
     # QA's windows, task types written before buckets existed).
     supports_length_buckets: ClassVar[bool] = False
+    # TaskConfig fields (flags) that only tasks of this kind read, e.g. SQuAD's
+    # --doc_stride: `resolve_task` refuses them, set, for a task of another kind.
+    own_flags: ClassVar[tuple[str, ...]] = ()
     # --classifier_head style -> the head trained in its place ("pooler", BERT's
     # head on the pooled output, is `head`); e.g. {"pre_classifier": ...}, DistilBERT's.
     head_styles: ClassVar[dict[str, str]] = {}

@@ -17,7 +17,7 @@ from tinybert_tf.data.examples import DataError, Examples
 from tinybert_tf.data.sources import AUGMENTED_SPLIT, DataSource, glue_source
 from tinybert_tf.fields import TASK_STAGES as _STAGES
 from tinybert_tf.fields import at_least, non_negative, setting
-from tinybert_tf.tasks.base import TaskType
+from tinybert_tf.tasks.base import TASK_TYPES, TaskType
 from tinybert_tf.tasks.sentence import Classification, Regression
 
 
@@ -214,9 +214,24 @@ def resolve_task(config: TaskConfig) -> Task:
     """The `Task` for `config` (raises DataError naming --task for an unknown name)."""
     key = str(config.task).strip().lower()
     if key in TASK_FACTORIES:
-        return TASK_FACTORIES[key](config)
+        return _reads_its_flags(TASK_FACTORIES[key](config), config)
     if not is_known_task(key):
         raise DataError(f"--task={config.task}: unknown task; use one of "
                         f"{', '.join(task_names())} (case-insensitive), or a task a "
                         "--plugins module registers (docs/extending.md).")
-    return _glue_task(config)
+    return _reads_its_flags(_glue_task(config), config)
+
+
+def _reads_its_flags(task: Task, config: TaskConfig) -> Task:
+    """`task`, unless `config` sets a flag that only tasks of another kind read (a task
+    type's `own_flags`, e.g. --doc_stride for SQuAD): it would be ignored."""
+    defaults = {f.name: f.default for f in dataclasses.fields(TaskConfig)}
+    for kind in TASK_TYPES.values():
+        if isinstance(task.type, kind):
+            continue
+        for name in kind.own_flags:
+            if name not in task.type.own_flags and getattr(config, name) != defaults[name]:
+                raise DataError(f"--{name}={_flag_text(getattr(config, name))}: only "
+                                f"tasks of type {kind.kind} read it, and --task={config.task} "
+                                f"is {task.type.kind}, so it would be ignored: drop it.")
+    return task

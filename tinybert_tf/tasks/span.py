@@ -95,6 +95,7 @@ class SpanQA(TaskType):
 
     kind = "span_qa"
     head = "span"
+    own_flags = ("max_query_len", "doc_stride", "n_best_size", "max_answer_len")
     output_name = "logits"
     predict_on_original_data = True  # paper, Appendix B
     named_outputs = False  # start / end are positions of the head, not labels to reorder

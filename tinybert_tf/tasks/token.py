@@ -92,6 +92,7 @@ class TokenClassification(TaskType):
 
     kind = "token_classification"
     head = "token_classifier"
+    own_flags = ("tag_column",)
     output_name = "probabilities"
     # The text signature answers per word, the Keras reference per piece: parity
     # compares the ids signature, and `agreement` maps both to words.
