@@ -189,6 +189,14 @@ def test_duplicate_ids_missing_files_and_bad_utf8(tmp_path):
     with pytest.raises(DataError, match=r"^--train_file=.*gone\.json: file not found; give "
                        r"the SQuAD v1\.1 JSON file \(such as train-v1\.1\.json\)\.$"):
         task.examples("train")
+    # Flags of other tasks' files were ignored without a word.
+    files = dict(train_file=str(good), validation_file=str(good))
+    with pytest.raises(DataError, match=r"^--text_column=question: describes your own files "
+                       r".*--task=squad1\.1 reads SQuAD JSON, whose fields are fixed"):
+        resolve_task(TaskConfig(task="squad1.1", text_column="question", **files))
+    with pytest.raises(DataError, match=r"^--data_dir=.* is for GLUE tasks; --task=squad2\.0 "
+                       r"reads --train_file and --validation_file"):
+        resolve_task(TaskConfig(task="squad2.0", data_dir=str(tmp_path), **files))
     latin1 = tmp_path / "latin1.json"
     latin1.write_bytes(json.dumps(_doc(context="café au lait"), ensure_ascii=False)
                        .encode("latin-1"))

@@ -185,6 +185,17 @@ OWN_DATA_LAYOUT = ("data_format", "text_column", "text_pair_column", "label_colu
                    "tag_column", "labels")
 
 
+def refuse_layout_flags(config: TaskConfig, why: str) -> None:
+    """A task whose files have a fixed layout (GLUE's, SQuAD's) refuses the flags that
+    describe your own files: a value given would be ignored without a word."""
+    defaults = {f.name: f.default for f in dataclasses.fields(TaskConfig)}
+    given = [f for f in OWN_DATA_LAYOUT if getattr(config, f) != defaults[f]]
+    if given:
+        raise DataError(f"--{given[0]}={_flag_text(getattr(config, given[0]))}: describes "
+                        f"your own files (--task=text_classification, ...); --task="
+                        f"{config.task} {why}, so it would be ignored: drop it.")
+
+
 def _flag_text(value) -> str:
     return ",".join(value) if isinstance(value, (list, tuple)) else str(value)
 
@@ -196,15 +207,7 @@ def _glue_task(config: TaskConfig) -> Task:
         raise DataError(f"--{own[0]} is for your own data (--task=text_classification, "
                         f"text_regression, token_classification, squad1.1, squad2.0); "
                         f"--task={config.task} reads --data_dir.")
-    # Flags that describe your own files: a GLUE task's columns and labels are its own,
-    # so a value given here would be ignored without a word.
-    defaults = {f.name: f.default for f in dataclasses.fields(TaskConfig)}
-    columns = [f for f in OWN_DATA_LAYOUT if getattr(config, f) != defaults[f]]
-    if columns:
-        raise DataError(f"--{columns[0]}={_flag_text(getattr(config, columns[0]))}: describes "
-                        f"your own files (--task=text_classification, ...); --task="
-                        f"{config.task} has its own columns and labels, so it would be "
-                        "ignored: drop it.")
+    refuse_layout_flags(config, "has its own columns and labels")
     source = glue_source(spec, config.data_dir, config.tfds_data_dir or None)
     return Task(spec.name, glue_task_type(spec), source, spec.is_pair,
                 spec.default_max_seq_len, tuple(spec.dev_splits))

@@ -60,7 +60,7 @@ from tinybert_tf.distill import losses
 from tinybert_tf.files import write_json_atomic
 from tinybert_tf.tasks import span_graph
 from tinybert_tf.tasks.base import TaskType, forward_fn, register_task_type
-from tinybert_tf.tasks.catalog import Task, TaskConfig, register_task
+from tinybert_tf.tasks.catalog import Task, TaskConfig, refuse_layout_flags, register_task
 from tinybert_tf.tokenizer import INPUT_NAMES
 
 DEFAULT_MAX_SEQ_LEN = 384  # BERT's SQuAD length (and the only one the Task Library feeds)
@@ -391,6 +391,11 @@ def _examples_and_features(questions: Sequence[str], contexts: Sequence[str],
 # --- --task=squad1.1 | squad2.0 ------------------------------------------------------------
 
 def _squad_task(config: TaskConfig, version: str) -> Task:
+    refuse_layout_flags(config, "reads SQuAD JSON, whose fields are fixed")
+    if config.data_dir:
+        raise DataError(f"--data_dir={config.data_dir} is for GLUE tasks; --task={config.task} "
+                        "reads --train_file and --validation_file (SQuAD JSON): drop "
+                        "--data_dir.")
     length = int(config.max_seq_len) or DEFAULT_MAX_SEQ_LEN
     if length - 3 - int(config.max_query_len) < 1:
         raise ValueError(f"--max_seq_len={length} leaves no room for context after "
