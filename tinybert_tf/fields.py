@@ -159,24 +159,24 @@ def range_error(flag: str, value: Any, allowed: str) -> str:
     return f"{flag}={value}: must be {allowed}."
 
 
-def _not_finite(value: Any) -> bool:
-    return isinstance(value, float) and not math.isfinite(value)
-
-
-def _finite_text(check: Optional[Check]) -> str:
-    """What a float flag given as inf or nan must be: a finite number (in its range)."""
-    return f"a finite number {check.allowed}" if check is not None else "a finite number"
+def _range_of(f: dataclasses.Field, value: Any) -> Optional[Check]:
+    """The range `value` of field `f` must lie in: its `check`, or, for a float given
+    as inf or nan (absl's float flags take both: `--pred_lr=inf` passed "> 0"), none at
+    all; None when the field has no range."""
+    check = f.metadata.get("check")
+    if f.metadata.get("declared") and isinstance(value, float) and not math.isfinite(value):
+        return Check(lambda v: False, f"a finite number {check.allowed}" if check is not None
+                     else "a finite number")
+    return check
 
 
 def range_checks(part: Any) -> Iterator[tuple[str, Any, Callable[[Any], bool], str]]:
     """(--flag, value, ok, what is allowed) for each field of `part` with a range, and for
-    every float field given as inf or nan (absl's float flags take both: `--pred_lr=inf`
-    passed "> 0")."""
+    every float field given as inf or nan (`_range_of`)."""
     for f in dataclasses.fields(part):
-        check, value = f.metadata.get("check"), getattr(part, f.name)
-        if f.metadata.get("declared") and _not_finite(value):
-            yield f"--{flag_name(f)}", value, lambda v: False, _finite_text(check)
-        elif check is not None:
+        value = getattr(part, f.name)
+        check = _range_of(f, value)
+        if check is not None:
             yield f"--{flag_name(f)}", value, check.ok, check.allowed
 
 
@@ -188,13 +188,12 @@ def flag_range_errors(fv: flags.FlagValues, classes: Sequence[type]) -> list[str
     errors = []
     for cls in classes:
         for f in dataclasses.fields(cls):
-            name, check = flag_name(f), f.metadata.get("check")
+            name = flag_name(f)
             if name not in fv or not f.metadata.get("declared"):
                 continue
             value = fv[name].value
-            if _not_finite(value):
-                errors.append(range_error(f"--{name}", value, _finite_text(check)))
-            elif check is not None and not check.ok(value):
+            check = _range_of(f, value)
+            if check is not None and not check.ok(value):
                 errors.append(range_error(f"--{name}", value, check.allowed))
     return errors
 

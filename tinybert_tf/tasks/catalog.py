@@ -9,7 +9,7 @@ looks the name up among the registered task factories (own-data kinds such as
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 from tinybert_tf import fields, files, plugins
 from tinybert_tf.data import glue
@@ -188,12 +188,17 @@ OWN_DATA_LAYOUT = ("data_format", "text_column", "text_pair_column", "label_colu
 def refuse_layout_flags(config: TaskConfig, why: str) -> None:
     """A task whose files have a fixed layout (GLUE's, SQuAD's) refuses the flags that
     describe your own files: a value given would be ignored without a word."""
-    defaults = {f.name: f.default for f in dataclasses.fields(TaskConfig)}
-    given = [f for f in OWN_DATA_LAYOUT if getattr(config, f) != defaults[f]]
+    given = _set_fields(config, OWN_DATA_LAYOUT)
     if given:
         raise DataError(f"--{given[0]}={_flag_text(getattr(config, given[0]))}: describes "
                         f"your own files (--task=text_classification, ...); --task="
                         f"{config.task} {why}, so it would be ignored: drop it.")
+
+
+def _set_fields(config: TaskConfig, names: Sequence[str]) -> list[str]:
+    """Of `names` (TaskConfig fields), those `config` sets to other than the default."""
+    defaults = {f.name: f.default for f in dataclasses.fields(TaskConfig)}
+    return [name for name in names if getattr(config, name) != defaults[name]]
 
 
 def _flag_text(value) -> str:
@@ -228,12 +233,11 @@ def resolve_task(config: TaskConfig) -> Task:
 def _reads_its_flags(task: Task, config: TaskConfig) -> Task:
     """`task`, unless `config` sets a flag that only tasks of another kind read (a task
     type's `own_flags`, e.g. --doc_stride for SQuAD): it would be ignored."""
-    defaults = {f.name: f.default for f in dataclasses.fields(TaskConfig)}
     for kind in TASK_TYPES.values():
         if isinstance(task.type, kind):
             continue
-        for name in kind.own_flags:
-            if name not in task.type.own_flags and getattr(config, name) != defaults[name]:
+        for name in _set_fields(config, kind.own_flags):
+            if name not in task.type.own_flags:
                 raise DataError(f"--{name}={_flag_text(getattr(config, name))}: only "
                                 f"tasks of type {kind.kind} read it, and --task={config.task} "
                                 f"is {task.type.kind}, so it would be ignored: drop it.")
