@@ -7,7 +7,7 @@ import os
 import pytest
 
 from tinybert_tf.cli.flagfiles import FlagfileError, expand_flagfiles
-from tinybert_tf.pipeline.main import main
+from tinybert_tf.pipeline.main import main, parse_argv
 
 
 def write(path, text: str, bom: bool = False) -> str:
@@ -98,3 +98,45 @@ def test_a_flagfile_line_in_a_shells_habits_names_its_line_not_a_folder_with_quo
     ok = write(tmp_path / "ok.cfg", "--labels=it's,\"a\"b\n--text_column=col#1\n")
     assert expand_flagfiles(["prog", f"--flagfile={ok}"]) == [
         "prog", "--labels=it's,\"a\"b", "--text_column=col#1"]
+
+
+# --- a flag typed on the command line that no stage of the run reads ---
+
+@pytest.mark.parametrize("typed,named,switch", [
+    (["--noquantize", "--quantize_steps=50"], "--quantize_steps: only the quantize stage",
+     "--noquantize"),
+    (["--export_formats=float32", "--quantize_lr=1e-4"], "--quantize_lr: only the quantize",
+     "--export_formats=float32"),
+    (["--task_teacher=t", "--teacher_epochs=2"], "--teacher_epochs: only the finetune_teacher",
+     "--task_teacher=t"),
+    (["--general_model=g", "--init_from_teacher"], "--init_from_teacher: only the general",
+     "--general_model=g"),
+    (["--nouse_augmented", "--num_aug=3"], "--num_aug: only the augment stage",
+     "--nouse_augmented"),
+])
+def test_a_typed_flag_that_only_a_skipped_stage_reads_is_named_with_the_switch(
+        typed, named, switch, tmp_path, capsys):
+    config = parse_argv(["bin/distill", f"--output_dir={tmp_path / 'out'}", *typed])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"distill: warning: {named}"), err
+    assert f"skips that stage ({switch}), so it is ignored" in err[0], err[0]
+    assert err[0].endswith(f"drop it, or {switch}."), err[0]
+    assert config.run.stages == ("all",)
+
+
+def test_a_flagfiles_setting_of_a_stage_the_command_line_skips_is_taken_quietly(
+        tmp_path, capsys):
+    """demo.cfg sets the quantize and augment stages' flags; the documented
+    `--flagfile=configs/demo.cfg --noquantize` must say nothing of them. Nor of a typed
+    flag at its default, nor of any flag when --stages names the stages (a re-run
+    repeats the whole command); bin/reproduce's cells share one command line."""
+    cfg = write(tmp_path / "q.cfg", "--quantize_steps=50\n--num_aug=3\n--teacher_epochs=2\n")
+    out = f"--output_dir={tmp_path / 'out'}"
+    for argv in ([f"--flagfile={cfg}", "--noquantize", "--nouse_augmented", "--task_teacher=t"],
+                 ["--noquantize", "--quantize_steps=300"],
+                 ["--stages=task,evaluate", "--noquantize", "--quantize_steps=50"]):
+        config = parse_argv(["bin/distill", out, *argv])
+        assert config.quantize.enabled is False, argv
+        assert capsys.readouterr().err == "", argv
+    parse_argv(["bin/distill", out, "--noquantize", "--quantize_steps=50"], warn_unread=False)
+    assert capsys.readouterr().err == ""

@@ -246,8 +246,10 @@ def test_hostile_command_ends_in_one_named_error_with_exit_code_2(name, base, tm
     if name == "busy output dir":
         lock = FileLock(str(out / ".lock"), f"--output_dir={out}").acquire()
     try:
-        code = main(["bin/distill", *argv(type(ns)(**{**vars(ns), **values})),
-                     *EXTRA_ARGS.get(name, [])])
+        # The shared settings in a flagfile, as a user keeps them; the case's typed after.
+        base_file = write_flagfile(ns, str(tmp_path / "base.cfg"))
+        code = main(["bin/distill", f"--flagfile={base_file}",
+                     *argv(type(ns)(**values)), *EXTRA_ARGS.get(name, [])])
     finally:
         if lock is not None:
             lock.release()

@@ -63,6 +63,19 @@ def expand_flagfiles(argv: Sequence[str]) -> list[str]:
     return out
 
 
+def command_line_names(argv: Sequence[str]) -> set[str]:
+    """The flag names argv gives itself, not through a flagfile, as typed (`noquantize`
+    for `--noquantize`); argv[0] is the program name, and nothing after `--` counts."""
+    names: set[str] = set()
+    for arg in argv[1:]:
+        if arg == "--":
+            break
+        if (arg.startswith("-") and _flagfile_path(arg) is None
+                and arg not in ("--flagfile", "-flagfile")):
+            names.add(arg.lstrip("-").partition("=")[0])
+    return names
+
+
 def home_expanded(arg: str) -> str:
     """`--name=~/x` -> `--name=/home/me/x`, each item of a comma list alike; anything
     else unchanged."""

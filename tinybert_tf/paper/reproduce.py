@@ -332,7 +332,7 @@ def start_flags(cell: Cell, argv: list[str], opts: Options) -> list[str]:
     if not opts.general_model:
         return []
     config = _checked(lambda: distill_main.parse_argv(argv + [
-        f"--output_dir={opts.output_dir}"]))
+        f"--output_dir={opts.output_dir}"], warn_unread=False))
     if config.general.recipe != "tinybert" or config.models.random_student:
         return []
     _check_general_shape(cell, config, opts)
@@ -378,7 +378,7 @@ def plan(opts: Options) -> tuple[list[SharedRun], list[CellRun]]:
             argv = cell_argv(cell, task, opts)
             directory = posixpath.join(opts.output_dir, task, cell.name)
             config = _checked(lambda: distill_main.parse_argv(
-                argv + [f"--output_dir={directory}"]))
+                argv + [f"--output_dir={directory}"], warn_unread=False))
             stages = _checked(lambda: preflight.resolve_stages(["all"], config))
             run = CellRun(cell, task, directory, argv,
                           stages=tuple(s for s in stages if s in own))
@@ -415,13 +415,13 @@ def shared_argv(run: SharedRun) -> list[str]:
 
 def _distill(argv: list[str], what: str) -> dict[str, Any]:
     print(f"== reproduce: {what}", flush=True)
-    return distill_main.run_argv(argv)
+    return distill_main.run_argv(argv, warn_unread=False)
 
 
 def _quiet_plan(argv: list[str]) -> dict[str, Any]:
     """A --dry_run plan with its printing kept off stdout (ours prints one JSON)."""
     with contextlib.redirect_stdout(io.StringIO()):
-        return distill_main.run_argv(argv + ["--dry_run"])
+        return distill_main.run_argv(argv + ["--dry_run"], warn_unread=False)
 
 
 def dry_run_plan(opts: Options) -> dict[str, Any]:

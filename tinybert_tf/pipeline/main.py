@@ -33,13 +33,14 @@ from absl import flags
 
 from tinybert_tf import plugins
 from tinybert_tf.cli import tool as cli
-from tinybert_tf.cli.flagfiles import expand_flagfiles
+from tinybert_tf.cli.flagfiles import command_line_names, expand_flagfiles
 from tinybert_tf.cli.tool import UsageError, environment_message  # noqa: F401
 from tinybert_tf.config import ConfigError
 from tinybert_tf.data.examples import DataError
 from tinybert_tf.models.checkpoint import CheckpointError
 from tinybert_tf.pipeline import autosize, preflight, stage_io
 from tinybert_tf.pipeline import flags as tb_flags
+from tinybert_tf.pipeline.preflight.unread import unread_flag_warnings
 from tinybert_tf.pipeline.run.context import Context
 from tinybert_tf.pipeline.run.lock import FileLock, LockError, read_holder
 from tinybert_tf.pipeline.run.state import LOCK_FILE, OutputDirError, RunState
@@ -64,8 +65,12 @@ the flag or file and the fix); 1 an internal error; 75 preempted (re-run to resu
 130 interrupted."""
 
 
-def parse_argv(argv: Sequence[str]) -> PipelineConfig:
-    """argv (argv[0] = program name, --flagfile allowed) -> the typed configs."""
+def parse_argv(argv: Sequence[str], warn_unread: bool = True) -> PipelineConfig:
+    """argv (argv[0] = program name, --flagfile allowed) -> the typed configs.
+
+    warn_unread: warn of each flag typed in argv (not in a flagfile) that only stages
+    this run skips read (preflight/unread.py); bin/reproduce turns it off, as its
+    cells share the user's flags and each skips other stages."""
     fv = tb_flags.distill_flags()
     try:
         rest = fv(expand_flagfiles(argv))
@@ -90,7 +95,13 @@ def parse_argv(argv: Sequence[str]) -> PipelineConfig:
                          f"shape, so {they} would be ignored: drop {it}, or use "
                          "--student_config=auto.")
     load_plugins(fv.plugins)
-    return PipelineConfig.from_flags(fv)
+    config = PipelineConfig.from_flags(fv)
+    if warn_unread:
+        typed = {n[2:] if n not in fv and n.startswith("no") else n
+                 for n in command_line_names(argv)}
+        for warning in unread_flag_warnings(config, typed, fv):
+            print(f"distill: warning: {warning}", file=sys.stderr, flush=True)
+    return config
 
 
 def load_plugins(modules: Sequence[str]) -> None:
@@ -99,14 +110,14 @@ def load_plugins(modules: Sequence[str]) -> None:
     plugins.load(modules)
 
 
-def run_argv(argv: Sequence[str]) -> dict[str, Any]:
+def run_argv(argv: Sequence[str], warn_unread: bool = True) -> dict[str, Any]:
     """Run the pipeline for a command line, in-process, exactly as `bin/distill` does.
 
     Returns {stage: info} for the stages run or skipped; with --dry_run, the plan.
     Raises our errors (UsageError, PreflightError, OutputDirError, DataError, ...)
     instead of exiting; `main` turns them into exit code 2.
     """
-    return run(parse_argv(argv))
+    return run(parse_argv(argv, warn_unread))
 
 
 def run(config: PipelineConfig) -> dict[str, Any]:

@@ -1,0 +1,102 @@
+"""Flags typed on the command line that no stage of the run reads, named in a warning.
+
+A setting's `stages` (configs.py) are the stages that read it. Under `--stages=all` a
+switch skips a stage (--noquantize, --task_teacher, --general_model,
+--augmented_file, --nouse_augmented, --export_formats without int8), and that
+stage's own settings are then read by nothing: `--noquantize --quantize_steps=50`
+trained no int8 student and said nothing of the 50.
+
+A warning, not a refusal: one command line often serves several flagfiles (the
+paper's cells take the same `--mlm_model` and `--word_vectors`, and the no-DA
+ablation reads neither). Only flags given on the command line itself are named: a
+flagfile sets a stage's settings for whoever turns the stage off after it, as the
+documented `--flagfile=configs/demo.cfg --noquantize` does. With an explicit
+`--stages` nothing is named: a re-run of one stage repeats the whole command.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Collection, Iterator
+
+from absl import flags
+
+from tinybert_tf import fields
+from tinybert_tf.pipeline.settings.configs import PART_TYPES, PipelineConfig
+from tinybert_tf.pipeline.stages import get_stage, stage_names
+
+
+def unread_flag_warnings(config: PipelineConfig, given: Collection[str],
+                         fv: flags.FlagValues) -> list[str]:
+    """One warning per flag in `given` (names typed on the command line) set to other than
+    its default whose every reading stage this run skips; [] when none or when
+    --stages names the stages."""
+    if tuple(config.run.stages) != ("all",):
+        return []
+    skipped = {s: _switches(config, s, fv) for s in stage_names()
+               if get_stage(s).skipped(config)}
+    readers = _readers()
+    warnings = []
+    for name in sorted(given):
+        stages = readers.get(name, set())
+        if not stages or not stages <= set(skipped) or not _set(fv, name):
+            continue
+        if any(name in skipped[s] for s in stages):  # the switch itself
+            continue
+        ordered = [s for s in stage_names() if s in stages]
+        switches = " and ".join(_spelled(fv, w) for w in
+                                sorted({w for s in ordered for w in skipped[s]}))
+        it = "that stage" if len(ordered) == 1 else "those stages"
+        warnings.append(
+            f"--{name}: only the {' and '.join(ordered)} stage{'s' * (len(ordered) > 1)} "
+            f"read{'s' * (len(ordered) == 1)} it, and this run skips {it}"
+            f"{f' ({switches})' if switches else ''}, so it is ignored: drop it, or "
+            f"{switches or f'the flag that skips {it}'}.")
+    return warnings
+
+
+def _readers() -> dict[str, set[str]]:
+    """flag -> the stages that read it, over every config that declares or reads it."""
+    out: dict[str, set[str]] = {}
+    for cls in PART_TYPES.values():
+        for f in dataclasses.fields(cls):
+            out.setdefault(fields.flag_name(f), set()).update(f.metadata.get("stages", ()))
+    return out
+
+
+def _set(fv: flags.FlagValues, name: str) -> bool:
+    return name in fv and fv[name].present and fv[name].value != fv[name].default
+
+
+def _switches(config: PipelineConfig, stage: str, fv: flags.FlagValues) -> set[str]:
+    """The flags set to other than their default without which `stage` would run."""
+    skipped = get_stage(stage).skipped
+    return {name for name, default in _declared_defaults()
+            if _set(fv, name) and not skipped(_with_value(config, name, default))}
+
+
+def _declared_defaults() -> Iterator[tuple[str, Any]]:
+    for cls in PART_TYPES.values():
+        for f in dataclasses.fields(cls):
+            if f.metadata.get("declared"):
+                yield fields.flag_name(f), f.default
+
+
+def _with_value(config: PipelineConfig, name: str, value: Any) -> PipelineConfig:
+    """`config` with every field read from flag `name` set to `value`."""
+    parts = {}
+    for part_name in PART_TYPES:
+        part = getattr(config, part_name)
+        changed = {f.name: value for f in dataclasses.fields(part)
+                   if fields.flag_name(f) == name}
+        parts[part_name] = dataclasses.replace(part, **changed) if changed else part
+    return dataclasses.replace(config, **parts)
+
+
+def _spelled(fv: flags.FlagValues, name: str) -> str:
+    """A flag as the command line gives it: --name / --noname for a bool."""
+    value = fv[name].value
+    if isinstance(value, bool):
+        return f"--{name}" if value else f"--no{name}"
+    if isinstance(value, (list, tuple)):
+        value = ",".join(map(str, value))
+    return f"--{name}={value}"
