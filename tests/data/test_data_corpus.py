@@ -561,3 +561,23 @@ def test_in_graph_encoding_writes_the_examples_the_protobuf_library_writes():
     np.testing.assert_array_equal(parsed["input_mask"].numpy()[:, :20], mask)
     assert parsed["input_word_ids"].shape == (40, 24)
     assert not parsed["input_mask"].numpy()[:, 20:].any()
+
+
+def test_bin_pretokenize_warns_of_shards_left_empty(tiny_vocab_file, tmp_path, capfd):
+    """Documents are dealt round-robin: two documents into four shards leave two empty,
+    and a worker given only those has nothing to train on. The shards are still written."""
+    corpus_file = tmp_path / "two_docs.txt"
+    corpus_file.write_text("the cat sat on the mat .\nit was good .\n\n"
+                           "a dog ran .\nthe end .\n", encoding="utf-8")
+    out = tmp_path / "out"
+    capfd.readouterr()
+    code = run_tool("pretokenize", f"--corpus={corpus_file}", f"--vocab={tiny_vocab_file}",
+                    f"--output={out / 'c'}", "--num_shards=4", "--num_workers=1",
+                    "--max_seq_len=24")
+    captured = capfd.readouterr()
+    assert code == 0, captured.err
+    ours = [ln for ln in captured.err.splitlines() if ln.startswith("bin/pretokenize:")]
+    assert len(ours) == 1 and ours[0].startswith(
+        "bin/pretokenize: warning: 2 of 4 shards hold no sequence (c-0000"), ours
+    assert "fewer documents than --num_shards=4" in ours[0]
+    assert json.loads(captured.out)["num_sequences"] >= 2

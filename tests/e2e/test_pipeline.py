@@ -187,6 +187,19 @@ def test_overwrite_starts_over(finished, tmp_path):
     assert os.path.isfile(copy / "report.json")
 
 
+def test_a_hand_deleted_loss_plot_redoes_the_evaluate_stage_saying_why(finished, tmp_path,
+                                                                       capsys):
+    tmp, ns, _ = finished
+    copy = tmp_path / "copy"
+    shutil.copytree(ns.output_dir, copy)
+    os.remove(copy / "loss_curves.png")
+    capsys.readouterr()
+    run(type(ns)(**{**vars(ns), "output_dir": str(copy), "stages": ["evaluate"]}))
+    assert (f"== evaluate: its output {copy / 'loss_curves.png'} is missing (deleted since "
+            "the stage finished); it runs again") in capsys.readouterr().out
+    assert os.path.getsize(copy / "loss_curves.png") > 1000
+
+
 def _student_like_teacher(path, vocab_size: int, layers: int) -> str:
     """A student config of the tiny teacher's width (see pipeline_helpers.write_teacher)."""
     from tinybert_tf.config import BertConfig

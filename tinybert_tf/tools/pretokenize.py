@@ -37,6 +37,13 @@ def run() -> None:
                        pack=FLAGS.pack, fmt=FLAGS.corpus_format,
                        num_workers=FLAGS.num_workers, lower_case=FLAGS.lower_case,
                        tfds_data_dir=FLAGS.tfds_data_dir or None)
+    empty = [s["file"] for s in meta["shards"] if not s["num_sequences"]]
+    if empty:  # documents are dealt round-robin: fewer documents than shards
+        print(f"bin/pretokenize: warning: {len(empty)} of {len(meta['shards'])} shards hold "
+              f"no sequence ({empty[0]}{', ...' if len(empty) > 1 else ''}): the corpus has "
+              f"fewer documents than --num_shards={len(meta['shards'])}, and a worker given "
+              "only empty shards has nothing to train on; use fewer shards.",
+              file=sys.stderr, flush=True)
     print(json.dumps({k: v for k, v in meta.items() if k != "shards"}, indent=2))
 
 

@@ -129,17 +129,21 @@ def load_histories(output_dir: str) -> dict[str, list[dict[str, float]]]:
     return out
 
 
-def plot_loss_curves(output_dir: str, path: str) -> str | None:
-    """One panel per phase with every `*loss` series against the step; PNG."""
+def plot_loss_curves(output_dir: str, path: str) -> str:
+    """One panel per phase with every `*loss` series against the step; PNG. Written even
+    with no history in `output_dir` (a panel saying so): it is one of the evaluate
+    stage's outputs, which a re-run checks for."""
     histories = load_histories(output_dir)
-    if not histories:
-        return None
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(histories), figsize=(4.5 * len(histories), 3.6),
-                             squeeze=False)
+    fig, axes = plt.subplots(1, max(len(histories), 1),
+                             figsize=(4.5 * max(len(histories), 1), 3.6), squeeze=False)
+    if not histories:
+        axes[0][0].text(0.5, 0.5, f"no training history in\n{output_dir}", ha="center",
+                        va="center")
+        axes[0][0].set_axis_off()
     for ax, (name, rows) in zip(axes[0], histories.items()):
         keys = sorted({k for row in rows for k in row if k.endswith("loss")})
         for key in keys:

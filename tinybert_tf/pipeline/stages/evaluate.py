@@ -98,6 +98,7 @@ STAGE = Stage(
     reads=lambda ctx: {"data": task_data(ctx),
                        "task_teacher": model_path(ctx.config.models.task_teacher)},
     outputs=lambda ctx: {ctx.state.path("report.json"): "exists",
+                         ctx.state.path("loss_curves.png"): "exists",
                          ctx.state.path(NAME, "metrics.json"): "content"},
     upstream=upstream, chief_only=True, checks=checks,
     needs=frozenset({TASK_TEACHER, TEACHER_VOCAB, TASK_DATA, TASK_LENGTH}),
