@@ -130,6 +130,22 @@ def test_read_write_rows_round_trip_and_train_aug(tmp_path):
     assert not (tmp_path / "x.tsv").exists()
 
 
+def test_an_augmented_file_is_read_by_its_own_name_not_as_train_aug_beside_it(tmp_path):
+    """bin/augment --output may name any .tsv; --augmented_file=aug/small.tsv read
+    aug/train_aug.tsv when both were there (another augmentation), without a word."""
+    d = tmp_path / "aug"
+    shutil.copytree(fixture_dir("sst-2"), d)
+    header, rows = glue.read_rows("sst-2", str(d), "train")
+    rows = [fields for _, fields in rows]
+    glue.write_rows(str(d / "train_aug.tsv"), header, rows * 3)
+    glue.write_rows(str(d / "small.tsv"), header, rows[:1])
+    read = sources.glue_source("sst-2", str(d)).augmented(str(d / "small.tsv")).load(
+        "train_aug")
+    assert [(e.text_a, e.label) for e in read] == [(rows[0][0], int(rows[0][1]))]
+    with pytest.raises(DataError, match=r"none\.tsv: no such file"):
+        sources.glue_source("sst-2", str(d)).augmented(str(d / "none.tsv")).load("train_aug")
+
+
 def _write(path, text: bytes):
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(text)

@@ -377,9 +377,9 @@ def _other_task_hint(fields: list[str], split: str, spec: TaskSpec) -> str:
             f"task's folder? Give --task={others[0]} or the {spec.name} folder.")
 
 
-def _read(spec: TaskSpec, data_dir: str, split: str
-          ) -> tuple[str, FileLayout, Optional[list], Iterator[tuple[int, list]]]:
-    path, layout = _task_file(spec, data_dir, split)
+def _read(spec: TaskSpec, path: str, layout: FileLayout, split: str
+          ) -> tuple[Optional[list], Iterator[tuple[int, list]]]:
+    """(header fields or None, rows) of the TSV file `path` in `layout`."""
     lines = iter_lines(path)
     header = None
     first = next(lines, None)
@@ -407,7 +407,7 @@ def _read(spec: TaskSpec, data_dir: str, split: str
             yield no, text.split("\t")
             for n, text in lines:
                 yield n, text.split("\t")
-    return path, layout, header, rows()
+    return header, rows()
 
 
 def read_rows(task: Union[str, TaskSpec], data_dir: str, split: str
@@ -417,7 +417,9 @@ def read_rows(task: Union[str, TaskSpec], data_dir: str, split: str
     Rows are raw (every column, text exactly as in the file); the header is
     checked, rows are not (augmentation copies them to train_aug.tsv).
     """
-    _, _, header, rows = _read(get_task(task), data_dir, split)
+    spec = get_task(task)
+    path, layout = _task_file(spec, data_dir, split)
+    header, rows = _read(spec, path, layout, split)
     return header, rows
 
 
@@ -476,7 +478,22 @@ def load_examples(task: Union[str, TaskSpec], data_dir: str, split: str,
     spec = get_task(task)
     if data_dir == TFDS:
         return load_tfds_examples(spec, split, tfds_data_dir)
-    path, layout, _, rows = _read(spec, data_dir, split)
+    path, layout = _task_file(spec, data_dir, split)
+    return _examples(spec, path, layout, split, skip_bad_rows)
+
+
+def load_file(task: Union[str, TaskSpec], path: str, split: str) -> Examples:
+    """Examples of the TSV file `path` in the layout of `split`, whatever the file's name:
+    an augmented training file (bin/augment --output=aug/my_aug.tsv, read as train_aug)."""
+    spec = get_task(task)
+    if not files.isfile(path):
+        raise DataError(f"{path}: no such file.")
+    return _examples(spec, path, spec.layout(split), split, skip_bad_rows=False)
+
+
+def _examples(spec: TaskSpec, path: str, layout: FileLayout, split: str,
+              skip_bad_rows: bool) -> Examples:
+    _, rows = _read(spec, path, layout, split)
     out, bad = [], 0
     first_bad = None
     for no, fields in rows:

@@ -186,7 +186,8 @@ class GlueTsvSource(DataSource):
 
 
 class _AugmentedTsv(AugmentedFile):
-    """The augmented split of a GLUE-layout task: `train_aug.tsv` in its own folder."""
+    """The augmented split of a GLUE-layout task: a TSV in the task's train layout (the
+    augment stage's `train_aug.tsv`, or bin/augment's output under any name)."""
 
     kind = "glue_tsv_augmented"
 
@@ -195,7 +196,7 @@ class _AugmentedTsv(AugmentedFile):
         self.spec = spec
 
     def read(self):
-        return glue.load_examples(self.spec, os.path.dirname(self.path), AUGMENTED_SPLIT)
+        return glue.load_file(self.spec, self.path, AUGMENTED_SPLIT)
 
     def describe(self):
         return {**super().describe(), "task": self.spec.name}
