@@ -151,6 +151,27 @@ def test_same_seed_same_bytes_and_resume_and_shards(single_dir, tmp_path, model,
     assert parts[0].startswith(b"sentence\tlabel\n") and not parts[1].startswith(b"sentence")
 
 
+def test_vectors_that_hold_none_of_the_tasks_words_are_warned_about(single_dir, tmp_path, kv,
+                                                                     caplog):
+    """A vectors file of another language or casing replaces no word: the augmented file
+    is the original rows, which task distillation would take for augmented data."""
+    from gensim.models import KeyedVectors
+    foreign = KeyedVectors(vector_size=4)
+    foreign.add_vectors(["katze", "hund", "baum"], [[1, 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0]])
+    out = str(tmp_path / "none" / "train_aug.tsv")
+    with caplog.at_level(logging.WARNING):
+        stats = _run(single_dir, out, None, foreign)
+    assert stats["skipped_words"] == stats["eligible_words"] > 0
+    assert stats["written"] == len(SENTENCES)
+    said = [r.getMessage() for r in caplog.records if "found a replacement" in r.getMessage()]
+    assert len(said) == 1 and f"no word of {stats['eligible_words']} found" in said[0]
+    assert out in said[0] and "original rows only" in said[0]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        _run(single_dir, str(tmp_path / "some" / "train_aug.tsv"), None, kv)
+    assert not [r for r in caplog.records if "found a replacement" in r.getMessage()]
+
+
 def test_vectors_only_mode_says_so(single_dir, tmp_path, kv, caplog):
     out = str(tmp_path / "v" / "train_aug.tsv")
     with caplog.at_level(logging.WARNING):
