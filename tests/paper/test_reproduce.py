@@ -87,8 +87,9 @@ def test_help_prints_the_flags_and_exits_0(flag, capsys, monkeypatch):
 
 
 def test_missing_task_data_is_one_short_line_naming_the_reproduce_flag(tmp_path, capsys):
-    """No --glue_dir (or one without the task's folder), no --squad_dir: one line naming
-    bin/reproduce's flag and what is missing, not bin/distill's --data_dir."""
+    """No --glue_dir (or one without the task's folder), no --squad_dir, a task given
+    twice: one line naming bin/reproduce's flag and what is wrong, not bin/distill's
+    --data_dir."""
     glue = tmp_path / "glue"
     (glue / "MRPC").mkdir(parents=True)
     (glue / "MRPC" / "train.tsv").write_text("x\n")
@@ -97,7 +98,8 @@ def test_missing_task_data_is_one_short_line_naming_the_reproduce_flag(tmp_path,
               f"--glue_dir={glue}: no {glue}/MNLI/, {glue}/MRPC/dev.tsv, {glue}/CoLA/;"),
              (["--table=6", "--tasks=squad1.1"], "--squad_dir is required for squad1.1"),
              (["--table=6", "--tasks=squad2.0", f"--squad_dir={tmp_path}"],
-              f"no {tmp_path}/train-v2.0.json, {tmp_path}/dev-v2.0.json;")]
+              f"no {tmp_path}/train-v2.0.json, {tmp_path}/dev-v2.0.json;"),
+             (["--table=2", "--tasks=rte,RTE"], "--tasks=rte,RTE: rte is given twice")]
     for extra, message in cases:
         code = reproduce.main(["bin/reproduce", f"--output_dir={tmp_path / 'o'}", "--dry_run",
                                *extra])

@@ -197,6 +197,10 @@ def parse(argv: Sequence[str], config_dir: str = CONFIG_DIR) -> Options:
                                  f"cells are {', '.join(c.name for c in table.cells)}.")
         cells = [c for c in cells if c.name in fv.cells]
     tasks = tuple(t.strip().lower() for t in fv.tasks if t.strip()) or table.tasks
+    twice = sorted({t for t in tasks if tasks.count(t) > 1})
+    if twice:  # each would run, and be a row of the table, twice
+        raise ReproduceError(f"--tasks={','.join(fv.tasks)}: {', '.join(twice)} is given "
+                             "twice; name each task once.")
     distill_main.load_plugins(fv.plugins)  # the tasks they register are --tasks too
     unknown = [t for t in tasks if t not in task_names()]
     if unknown:
