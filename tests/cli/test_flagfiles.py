@@ -120,8 +120,30 @@ def test_a_typed_flag_that_only_a_skipped_stage_reads_is_named_with_the_switch(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"distill: warning: {named}"), err
     assert f"skips that stage ({switch}), so it is ignored" in err[0], err[0]
-    assert err[0].endswith(f"drop it, or {switch}."), err[0]
+    assert err[0].endswith(f"drop it, or drop {switch}."), err[0]
     assert config.run.stages == ("all",)
+
+
+@pytest.mark.parametrize("typed,said", [
+    (["--pkd_lr=1e-4"], "--pkd_lr: only the pkd phase of the task stage reads it, and "
+     "--task_phases=intermediate,prediction has none, so it is ignored: drop it, or add pkd"),
+    (["--task_phases=prediction", "--intermediate_epochs=5"], "--intermediate_epochs: only "
+     "the intermediate phase of the task stage reads it, and --task_phases=prediction has "
+     "none"),
+    (["--alpha_ce=2"], "--alpha_ce: only --recipe=distilbert reads it, and this run's "
+     "general stage has --recipe=tinybert, so it is ignored"),
+])
+def test_a_typed_flag_of_a_phase_or_recipe_the_run_does_not_use_is_named(typed, said, tmp_path,
+                                                                         capsys):
+    """A phase kind's epochs and learning-rate flags, and a recipe's own flags, are read
+    only when --task_phases lists the kind or --recipe names the recipe."""
+    parse_argv(["bin/distill", f"--output_dir={tmp_path / 'out'}", *typed])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"distill: warning: {said}"), err
+    for used in (["--task_phases=pkd,prediction", "--pkd_lr=1e-4"],
+                 ["--recipe=distilbert", "--alpha_ce=2"]):
+        parse_argv(["bin/distill", f"--output_dir={tmp_path / 'out'}", *used])
+        assert capsys.readouterr().err == "", used
 
 
 def test_a_flagfiles_setting_of_a_stage_the_command_line_skips_is_taken_quietly(

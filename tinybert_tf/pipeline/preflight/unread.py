@@ -6,6 +6,11 @@ switch skips a stage (--noquantize, --task_teacher, --general_model,
 stage's own settings are then read by nothing: `--noquantize --quantize_steps=50`
 trained no int8 student and said nothing of the 50.
 
+The same holds within a stage for the flags only some registered objects read: a
+phase kind's `epochs_flag` and `lr_flag` (`--pkd_lr` without a pkd phase in
+--task_phases) and a general recipe's `own_flags` (`--alpha_ce` under
+--recipe=tinybert).
+
 A warning, not a refusal: one command line often serves several flagfiles (the
 paper's cells take the same `--mlm_model` and `--word_vectors`, and the no-DA
 ablation reads neither). Only flags given on the command line itself are named: a
@@ -16,13 +21,15 @@ documented `--flagfile=configs/demo.cfg --noquantize` does. With an explicit
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Collection, Iterator
+from typing import Any, Callable, Collection, Iterable, Iterator, Sequence
 
 from absl import flags
 
 from tinybert_tf import fields
 from tinybert_tf.pipeline.settings.configs import PART_TYPES, PipelineConfig
 from tinybert_tf.pipeline.stages import get_stage, stage_names
+from tinybert_tf.pipeline.training.phases import PHASE_KINDS
+from tinybert_tf.pipeline.training.recipes import RECIPES
 
 
 def unread_flag_warnings(config: PipelineConfig, given: Collection[str],
@@ -34,11 +41,55 @@ def unread_flag_warnings(config: PipelineConfig, given: Collection[str],
         return []
     skipped = {s: _switches(config, s, fv) for s in stage_names()
                if get_stage(s).skipped(config)}
+    given = sorted(n for n in given if _set(fv, n))
+    return (_skipped_stage_warnings(skipped, given, fv)
+            + _unused_owner_warnings(config, given, "general" in skipped))
+
+
+def _unused_owner_warnings(config: PipelineConfig, given: Sequence[str],
+                           general_skipped: bool) -> list[str]:
+    """Flags in `given` that only phase kinds not in --task_phases, or recipes other than
+    --recipe, read."""
+    phases = config.distill.task_phases
+    owners: list[tuple[dict[str, set[str]], bool, Callable[[str, set[str]], str]]] = [
+        (_owners((k.name, (k.epochs_flag, k.lr_flag)) for k in PHASE_KINDS.values()),
+         False,
+         lambda name, kinds: (
+             f"--{name}: only the {' and '.join(sorted(kinds))} phase of the task stage "
+             f"reads it, and --task_phases={','.join(phases)} has none, so it is ignored: "
+             f"drop it, or add {sorted(kinds)[0]} to --task_phases.")),
+        (_owners((r.name, r.own_flags) for r in RECIPES.values()), general_skipped,
+         lambda name, recipes: (
+             f"--{name}: only --recipe={' or '.join(sorted(recipes))} reads it, and this "
+             f"run's general stage has --recipe={config.general.recipe}, so it is ignored: "
+             "drop it, or change --recipe.")),
+    ]
+    used = set(phases) | {config.general.recipe}
+    warnings = []
+    for owned, skipped, message in owners:
+        for name in given:
+            if name in owned and not skipped and not owned[name] & used:
+                warnings.append(message(name, owned[name]))
+    return warnings
+
+
+def _owners(members: Iterable[tuple[str, Iterable[str]]]) -> dict[str, set[str]]:
+    """flag -> the names of the registered objects that read it."""
+    out: dict[str, set[str]] = {}
+    for owner, flag_names in members:
+        for flag_name in flag_names:
+            if flag_name:
+                out.setdefault(flag_name.removeprefix("--"), set()).add(owner)
+    return out
+
+
+def _skipped_stage_warnings(skipped: dict[str, set[str]], given: Sequence[str],
+                            fv: flags.FlagValues) -> list[str]:
     readers = _readers()
     warnings = []
-    for name in sorted(given):
+    for name in given:
         stages = readers.get(name, set())
-        if not stages or not stages <= set(skipped) or not _set(fv, name):
+        if not stages or not stages <= set(skipped):
             continue
         if any(name in skipped[s] for s in stages):  # the switch itself
             continue
@@ -49,7 +100,7 @@ def unread_flag_warnings(config: PipelineConfig, given: Collection[str],
         warnings.append(
             f"--{name}: only the {' and '.join(ordered)} stage{'s' * (len(ordered) > 1)} "
             f"read{'s' * (len(ordered) == 1)} it, and this run skips {it}"
-            f"{f' ({switches})' if switches else ''}, so it is ignored: drop it, or "
+            f"{f' ({switches})' if switches else ''}, so it is ignored: drop it, or drop "
             f"{switches or f'the flag that skips {it}'}.")
     return warnings
 

@@ -71,6 +71,9 @@ class GeneralRecipe:
     trains: ClassVar[bool] = True
     # Appended to the "needs a teacher with a ... head" error: another way out.
     teacher_head_hint: ClassVar[str] = ""
+    # Flags (no "--") that only this recipe reads: typed under another --recipe, they
+    # get a warning (pipeline/preflight/unread.py).
+    own_flags: ClassVar[tuple[str, ...]] = ()
 
     def terms(self, config) -> list[LossTerm]:
         """The loss terms of the stage (config: the run's `PipelineConfig`)."""
@@ -176,6 +179,8 @@ class DistilBertRecipe(GeneralRecipe):
     pack = "single"
     masking = True
     teacher_head_hint = " (or --alpha_ce=0)"
+    own_flags = ("alpha_ce", "alpha_mlm", "alpha_cos", "distil_temperature",
+                 "restrict_ce_to_mask")
 
     def terms(self, config) -> list[LossTerm]:
         c = config.general
