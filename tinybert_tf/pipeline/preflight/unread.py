@@ -21,7 +21,7 @@ documented `--flagfile=configs/demo.cfg --noquantize` does. With an explicit
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Collection, Iterable, Iterator, Sequence
+from typing import Any, Collection, Iterable, Iterator, Sequence
 
 from absl import flags
 
@@ -35,8 +35,9 @@ from tinybert_tf.pipeline.training.recipes import RECIPES
 def unread_flag_warnings(config: PipelineConfig, given: Collection[str],
                          fv: flags.FlagValues) -> list[str]:
     """One warning per flag in `given` (names typed on the command line) set to other than
-    its default whose every reading stage this run skips; [] when none or when
-    --stages names the stages."""
+    its default that this run does not read: every stage reading it is skipped, or only
+    unlisted phase kinds or another recipe read it; [] when none or when --stages
+    names the stages."""
     if tuple(config.run.stages) != ("all",):
         return []
     skipped = {s: _switches(config, s, fv) for s in stage_names()
@@ -48,28 +49,25 @@ def unread_flag_warnings(config: PipelineConfig, given: Collection[str],
 
 def _unused_owner_warnings(config: PipelineConfig, given: Sequence[str],
                            general_skipped: bool) -> list[str]:
-    """Flags in `given` that only phase kinds not in --task_phases, or recipes other than
-    --recipe, read."""
+    """Flags in `given` that only phase kinds --task_phases does not list, or only recipes
+    other than --recipe, read."""
     phases = config.distill.task_phases
-    owners: list[tuple[dict[str, set[str]], bool, Callable[[str, set[str]], str]]] = [
-        (_owners((k.name, (k.epochs_flag, k.lr_flag)) for k in PHASE_KINDS.values()),
-         False,
-         lambda name, kinds: (
-             f"--{name}: only the {' and '.join(sorted(kinds))} phase of the task stage "
-             f"reads it, and --task_phases={','.join(phases)} has none, so it is ignored: "
-             f"drop it, or add {sorted(kinds)[0]} to --task_phases.")),
-        (_owners((r.name, r.own_flags) for r in RECIPES.values()), general_skipped,
-         lambda name, recipes: (
-             f"--{name}: only --recipe={' or '.join(sorted(recipes))} reads it, and this "
-             f"run's general stage has --recipe={config.general.recipe}, so it is ignored: "
-             "drop it, or change --recipe.")),
-    ]
-    used = set(phases) | {config.general.recipe}
+    by_kind = _owners((k.name, (k.epochs_flag, k.lr_flag)) for k in PHASE_KINDS.values())
+    by_recipe = _owners((r.name, r.own_flags) for r in RECIPES.values())
     warnings = []
-    for owned, skipped, message in owners:
-        for name in given:
-            if name in owned and not skipped and not owned[name] & used:
-                warnings.append(message(name, owned[name]))
+    for name in given:
+        kinds = sorted(by_kind.get(name, ()))
+        if kinds and not set(kinds) & set(phases):
+            warnings.append(
+                f"--{name}: only the {' and '.join(kinds)} phase of the task stage reads it, "
+                f"and --task_phases={','.join(phases)} has none, so it is ignored: drop it, "
+                f"or add {kinds[0]} to --task_phases.")
+        recipes = sorted(by_recipe.get(name, ()))
+        if recipes and not general_skipped and config.general.recipe not in recipes:
+            warnings.append(
+                f"--{name}: only --recipe={' or '.join(recipes)} reads it, and this run's "
+                f"general stage has --recipe={config.general.recipe}, so it is ignored: drop "
+                "it, or change --recipe.")
     return warnings
 
 
