@@ -472,14 +472,24 @@ def augment_source(source: sources.DataSource, output_path: str, *,
               "vector_words": totals.vector_words, "skipped_words": totals.skipped}
     if mlm is not None:
         result["mlm_forward_calls"] = mlm.forward_calls
-    if complete and totals.eligible and totals.skipped >= totals.eligible:
-        logger.warning(
-            "augment: no word of %d found a replacement: the word vectors (%s) hold none of "
-            "the task's words, so %s holds the original rows only and task distillation "
-            "sees no augmentation; give vectors of the task's language and casing.",
-            totals.eligible, word_vectors if isinstance(word_vectors, str) else
-            "trained on --corpus" if word_vectors is None else "given", output_path)
+    _warn_if_nothing_replaced(complete, totals, word_vectors, output_path)
     return result
+
+
+def _warn_if_nothing_replaced(complete: bool, totals: ChunkStats, word_vectors: Any,
+                              output_path: str) -> None:
+    """A warning when the finished file is the original rows: vectors of another
+    language or casing replaced no word, and task distillation would take the file for
+    augmented data."""
+    if not (complete and totals.eligible and totals.skipped >= totals.eligible):
+        return
+    eligible = totals.eligible
+    logger.warning(
+        "augment: no word of %d found a replacement: the word vectors (%s) hold none of the "
+        "task's words, so %s holds the original rows only and task distillation sees no "
+        "augmentation; give vectors of the task's language and casing.", eligible,
+        word_vectors if isinstance(word_vectors, str) else
+        "trained on --corpus" if word_vectors is None else "given", output_path)
 
 
 def _identity(source: sources.DataSource, table: Any, total: int,

@@ -43,12 +43,13 @@ def unread_flag_warnings(config: PipelineConfig, given: Collection[str],
     skipped = {s: _switches(config, s, fv) for s in stage_names()
                if get_stage(s).skipped(config)}
     given = sorted(n for n in given if _set(fv, n))
-    return (_skipped_stage_warnings(skipped, given, fv)
-            + _unused_owner_warnings(config, given, "general" in skipped))
+    readers = _readers()
+    unread = [n for n in given if readers.get(n) and readers[n] <= set(skipped)]
+    return (_skipped_stage_warnings(skipped, unread, readers, fv)
+            + _unused_owner_warnings(config, [n for n in given if n not in unread]))
 
 
-def _unused_owner_warnings(config: PipelineConfig, given: Sequence[str],
-                           general_skipped: bool) -> list[str]:
+def _unused_owner_warnings(config: PipelineConfig, given: Sequence[str]) -> list[str]:
     """Flags in `given` that only phase kinds --task_phases does not list, or only recipes
     other than --recipe, read."""
     phases = config.distill.task_phases
@@ -63,7 +64,7 @@ def _unused_owner_warnings(config: PipelineConfig, given: Sequence[str],
                 f"and --task_phases={','.join(phases)} has none, so it is ignored: drop it, "
                 f"or add {kinds[0]} to --task_phases.")
         recipes = sorted(by_recipe.get(name, ()))
-        if recipes and not general_skipped and config.general.recipe not in recipes:
+        if recipes and config.general.recipe not in recipes:
             warnings.append(
                 f"--{name}: only --recipe={' or '.join(recipes)} reads it, and this run's "
                 f"general stage has --recipe={config.general.recipe}, so it is ignored: drop "
@@ -81,14 +82,13 @@ def _owners(members: Iterable[tuple[str, Iterable[str]]]) -> dict[str, set[str]]
     return out
 
 
-def _skipped_stage_warnings(skipped: dict[str, set[str]], given: Sequence[str],
-                            fv: flags.FlagValues) -> list[str]:
-    readers = _readers()
+def _skipped_stage_warnings(skipped: dict[str, set[str]], unread: Sequence[str],
+                            readers: dict[str, set[str]], fv: flags.FlagValues) -> list[str]:
+    """For each flag in `unread` (only skipped stages read it), a warning naming the
+    flags that skip them."""
     warnings = []
-    for name in given:
-        stages = readers.get(name, set())
-        if not stages or not stages <= set(skipped):
-            continue
+    for name in unread:
+        stages = readers[name]
         if any(name in skipped[s] for s in stages):  # the switch itself
             continue
         ordered = [s for s in stage_names() if s in stages]
