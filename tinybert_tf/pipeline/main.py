@@ -68,9 +68,10 @@ the flag or file and the fix); 1 an internal error; 75 preempted (re-run to resu
 def parse_argv(argv: Sequence[str], warn_unread: bool = True) -> PipelineConfig:
     """argv (argv[0] = program name, --flagfile allowed) -> the typed configs.
 
-    warn_unread: warn of each flag typed in argv (not in a flagfile) that only stages
-    this run skips read (preflight/unread.py); bin/reproduce turns it off, as its
-    cells share the user's flags and each skips other stages."""
+    warn_unread: warn of each flag typed in argv (not in a flagfile) that this run
+    reads nowhere: only skipped stages, unlisted phases or another recipe read it
+    (preflight/unread.py). bin/reproduce turns it off: its cells share the user's
+    flags, and each cell reads its own share of them."""
     fv = tb_flags.distill_flags()
     try:
         rest = fv(expand_flagfiles(argv))
