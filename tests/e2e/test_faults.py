@@ -545,6 +545,12 @@ def test_bin_benchmark_quick_refuses_explicit_models(capsys):
     (["--benchmark_output={file}/sub"], r"--benchmark_output=.*a_file/sub: .*a_file/sub: "
                                         r"cannot create the folder .* Choose another folder\.$"),
     (["--benchmark_formats=keras,onnx"], r"--benchmark_formats=keras,onnx: unknown runtime"),
+    # Each would be timed twice and be two rows of the table.
+    (["--benchmark_batch_sizes=1,32,1"], r"--benchmark_batch_sizes=1,32,1: 1 given twice"),
+    (["--benchmark_formats=keras,int8,keras"], r"--benchmark_formats=keras,int8,keras: keras "
+                                               r"given twice"),
+    (["--benchmark_models=tinybert_4l_312d"], r"--benchmark_models=tinybert_4l_312d: give two "
+                                              r"models, .* a model directory"),
 ])
 def test_bin_benchmark_refuses_bad_flags_before_timing_anything(tmp_path, capsys, args,
                                                                 pattern):

@@ -63,10 +63,16 @@ def check_flags() -> list[int]:
     if unknown or not FLAGS.benchmark_formats:
         raise ConfigError(f"--benchmark_formats={','.join(FLAGS.benchmark_formats)}: unknown "
                           f"runtime(s) {unknown}; use any of {', '.join(runtime_names())}.")
+    for name, values in (("benchmark_batch_sizes", batches),
+                         ("benchmark_formats", list(FLAGS.benchmark_formats))):
+        twice = sorted({str(v) for v in values if values.count(v) > 1})
+        if twice:  # each would be timed, and be a row of the table, twice
+            raise ConfigError(f"--{name}={','.join(FLAGS[name].value)}: "
+                              f"{', '.join(twice)} given twice; name each once.")
     if not FLAGS.quick and len(FLAGS.benchmark_models) != 2:
         raise ConfigError(f"--benchmark_models={','.join(FLAGS.benchmark_models)}: give two "
-                          "configs, the teacher then the student (preset names or config "
-                          "JSON files).")
+                          "models, the teacher then the student (each a config preset, a "
+                          "config JSON file, a model directory or a model's short name).")
     out = FLAGS.benchmark_output
     if not out:
         raise ConfigError("--benchmark_output is empty: give the folder for benchmark.json "
