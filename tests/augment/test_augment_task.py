@@ -274,6 +274,25 @@ def test_bin_augment(single_dir, tmp_path, kv, capsys):
     assert len(errors) == 1 and "task directory not found" in errors[0]
 
 
+def test_bin_augment_warns_of_a_shard_that_holds_no_example(single_dir, tmp_path, kv, capsys):
+    """Seven examples make one chunk: of two shards the first holds none (its output is
+    the header, and still concatenates before the second's to the whole)."""
+    vec = str(tmp_path / "vec.txt")
+    kv.save_word2vec_format(vec, binary=False)
+    base = ["--task=sst-2", f"--data_dir={single_dir}", f"--word_vectors={vec}",
+            "--num_aug=2", "--vector_vocab_limit=0", "--augment_fallback"]
+    said = {}
+    for i in (0, 1):
+        rc, stdout, stderr = _bin_augment(
+            [*base, f"--output={tmp_path / 'sh' / f'part{i}.tsv'}", f"--shard={i}/2"], capsys)
+        assert rc == 0, stderr
+        said[i] = [ln for ln in stderr.splitlines() if ln.startswith("bin/augment: warning:")]
+    assert said[1] == [] and len(said[0]) == 1, said
+    assert said[0][0].startswith("bin/augment: warning: --shard=0/2 holds no example: "
+                                 "the task's training set makes fewer chunks of 128")
+    assert (tmp_path / "sh" / "part0.tsv").read_text() == "sentence\tlabel\n"  # the header
+
+
 def test_a_pair_tasks_plan_counts_up_to_one_plus_two_n_a_rows_per_example(
         tmp_path, model, kv, tiny_vocab):
     """Algorithm 1 varies each sentence of a pair in turn, so a pair gives up to 1 + 2 N_a

@@ -28,7 +28,12 @@ import sys
 from absl import logging
 
 from tinybert_tf import files, plugins
-from tinybert_tf.augment.augmenter import AugmentError, augment_source, parse_shard
+from tinybert_tf.augment.augmenter import (
+    CHUNK_SIZE,
+    AugmentError,
+    augment_source,
+    parse_shard,
+)
 from tinybert_tf.cli import tool as cli
 from tinybert_tf.files import read_json, write_json_atomic
 from tinybert_tf.pipeline import flags as tflags
@@ -131,6 +136,11 @@ def run() -> None:
     if stats["mode"] == "vectors-only":
         print("bin/augment: no --mlm_model: word-vector neighbours served every word "
               "(single-piece words included).", file=sys.stderr)
+    if shard and not stats["examples"]:  # more shards than chunks of the task's examples
+        print(f"bin/augment: warning: --shard={shard} holds no example: the task's training "
+              f"set makes fewer chunks of {CHUNK_SIZE} examples than {shard.split('/')[1]} "
+              "shards, so this shard's output holds no row (the shards' outputs still "
+              "concatenate to the whole); use fewer shards.", file=sys.stderr)
     print(json.dumps(stats, indent=1))
 
 
