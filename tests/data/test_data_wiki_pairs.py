@@ -187,6 +187,10 @@ def test_task_flag_builds_the_pair_task_and_refuses_data_flags():
     assert task.max_seq_len() == 128 and task.source.kind == "wiki_pairs"
     with pytest.raises(DataError, match="--data_dir: --task=wiki_pairs builds its data"):
         resolve_task(TaskConfig(task="wiki_pairs", data_dir="glue/RTE"))
+    # Flags that describe your own files were ignored without a word.
+    with pytest.raises(DataError, match=r"--labels=a,b: describes your own files .*"
+                                        r"--task=wiki_pairs builds its own pairs and labels"):
+        resolve_task(TaskConfig(task="wiki_pairs", labels=("a", "b")))
 
 
 def test_the_embedded_split_has_the_documented_sizes():

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from tinybert_tf.data import wiki_pairs
 from tinybert_tf.data.examples import DataError
-from tinybert_tf.tasks.catalog import Task, TaskConfig, register_task
+from tinybert_tf.tasks.catalog import Task, TaskConfig, refuse_layout_flags, register_task
 from tinybert_tf.tasks.sentence import Classification
 
 
@@ -20,5 +20,6 @@ def wiki_pairs_task(config: TaskConfig) -> Task:
     if given:
         raise DataError(f"--{given[0]}: --task=wiki_pairs builds its data from the Wikipedia "
                         "sample shipped with gensim and reads no files; drop the flag.")
+    refuse_layout_flags(config, "builds its own pairs and labels")
     return Task(wiki_pairs.NAME, Classification(wiki_pairs.LABELS), wiki_pairs.WikiPairsSource(),
                 is_pair=True, default_max_seq_len=wiki_pairs.MAX_SEQ_LEN)
