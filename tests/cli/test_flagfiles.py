@@ -7,7 +7,7 @@ import os
 import pytest
 
 from tinybert_tf.cli.flagfiles import FlagfileError, expand_flagfiles
-from tinybert_tf.pipeline.main import main, parse_argv
+from tinybert_tf.pipeline.main import main, parse_command
 
 
 def write(path, text: str, bom: bool = False) -> str:
@@ -115,12 +115,12 @@ def test_a_flagfile_line_in_a_shells_habits_names_its_line_not_a_folder_with_quo
      "--nouse_augmented"),
 ])
 def test_a_typed_flag_that_only_a_skipped_stage_reads_is_named_with_the_switch(
-        typed, named, switch, tmp_path, capsys):
-    config = parse_argv(["bin/distill", f"--output_dir={tmp_path / 'out'}", *typed])
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith(f"distill: warning: {named}"), err
-    assert f"skips that stage ({switch}), so it is ignored" in err[0], err[0]
-    assert err[0].endswith(f"drop it, or drop {switch}."), err[0]
+        typed, named, switch, tmp_path):
+    config, warnings = parse_command(["bin/distill", f"--output_dir={tmp_path / 'out'}",
+                                      *typed])
+    assert len(warnings) == 1 and warnings[0].startswith(named), warnings
+    assert f"skips that stage ({switch}), so it is ignored" in warnings[0], warnings[0]
+    assert warnings[0].endswith(f"drop it, or drop {switch}."), warnings[0]
     assert config.run.stages == ("all",)
 
 
@@ -133,32 +133,26 @@ def test_a_typed_flag_that_only_a_skipped_stage_reads_is_named_with_the_switch(
     (["--alpha_ce=2"], "--alpha_ce: only --recipe=distilbert reads it, and this run's "
      "general stage has --recipe=tinybert, so it is ignored"),
 ])
-def test_a_typed_flag_of_a_phase_or_recipe_the_run_does_not_use_is_named(typed, said, tmp_path,
-                                                                         capsys):
+def test_a_typed_flag_of_a_phase_or_recipe_the_run_does_not_use_is_named(typed, said, tmp_path):
     """A phase kind's epochs and learning-rate flags, and a recipe's own flags, are read
     only when --task_phases lists the kind or --recipe names the recipe."""
-    parse_argv(["bin/distill", f"--output_dir={tmp_path / 'out'}", *typed])
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith(f"distill: warning: {said}"), err
+    _, warnings = parse_command(["bin/distill", f"--output_dir={tmp_path / 'out'}", *typed])
+    assert len(warnings) == 1 and warnings[0].startswith(said), warnings
     for used in (["--task_phases=pkd,prediction", "--pkd_lr=1e-4"],
                  ["--recipe=distilbert", "--alpha_ce=2"]):
-        parse_argv(["bin/distill", f"--output_dir={tmp_path / 'out'}", *used])
-        assert capsys.readouterr().err == "", used
+        assert parse_command(["bin/distill", f"--output_dir={tmp_path / 'out'}", *used])[1] \
+            == [], used
 
 
-def test_a_flagfiles_setting_of_a_stage_the_command_line_skips_is_taken_quietly(
-        tmp_path, capsys):
+def test_a_flagfiles_setting_of_a_stage_the_command_line_skips_is_taken_quietly(tmp_path):
     """demo.cfg sets the quantize and augment stages' flags; the documented
     `--flagfile=configs/demo.cfg --noquantize` must say nothing of them. Nor of a typed
     flag at its default, nor of any flag when --stages names the stages (a re-run
-    repeats the whole command); bin/reproduce's cells share one command line."""
+    repeats the whole command)."""
     cfg = write(tmp_path / "q.cfg", "--quantize_steps=50\n--num_aug=3\n--teacher_epochs=2\n")
     out = f"--output_dir={tmp_path / 'out'}"
     for argv in ([f"--flagfile={cfg}", "--noquantize", "--nouse_augmented", "--task_teacher=t"],
                  ["--noquantize", "--quantize_steps=300"],
                  ["--stages=task,evaluate", "--noquantize", "--quantize_steps=50"]):
-        config = parse_argv(["bin/distill", out, *argv])
-        assert config.quantize.enabled is False, argv
-        assert capsys.readouterr().err == "", argv
-    parse_argv(["bin/distill", out, "--noquantize", "--quantize_steps=50"], warn_unread=False)
-    assert capsys.readouterr().err == ""
+        config, warnings = parse_command(["bin/distill", out, *argv])
+        assert config.quantize.enabled is False and warnings == [], argv

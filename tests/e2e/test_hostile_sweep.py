@@ -6,6 +6,7 @@ runs; a subprocess per case would re-import TensorFlow), mostly as dry runs; two
 bin/distill itself."""
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -333,3 +334,26 @@ def test_a_bad_tf_config_task_names_the_cluster_and_the_fix():
     with pytest.raises(StrategyError, match=r"task type 'chief' is not a job of the cluster"):
         check_tf_config({"cluster": cluster, "task": {"type": "chief", "index": 0}})
     check_tf_config({"cluster": cluster, "task": {"type": "worker", "index": 1}})
+
+
+def test_a_typed_flag_no_stage_reads_is_one_warning_in_the_plan_and_on_stderr(base, tmp_path,
+                                                                              capsys):
+    """The shared settings in a flagfile (which set the quantize stage's flags too), then
+    --noquantize and a quantize flag typed: the dry run plans and prints one warning
+    naming both, and says nothing of the flagfile's quantize settings."""
+    tmp, ns = base
+    base_file = write_flagfile(ns, str(tmp_path / "base.cfg"))
+    capsys.readouterr()
+    code = main(["bin/distill", f"--flagfile={base_file}", f"--output_dir={tmp_path / 'o'}",
+                 "--stages=all", "--noquantize", "--quantize_steps=7"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    said = [w for w in json.loads(out)["warnings"] if "quantize_steps" in w]
+    # Without int8 in --export_formats the stage is skipped too: both switches are named.
+    assert "int8" not in ns.export_formats
+    formats = f"--export_formats={','.join(ns.export_formats)}"
+    assert said == ["--quantize_steps: only the quantize stage reads it, and this run skips "
+                    f"that stage ({formats} and --noquantize), so it is ignored: drop it, or "
+                    f"drop {formats} and --noquantize."]
+    assert err.count("distill: warning: --quantize_steps") == 1
+    assert "--quantize_lr" not in err and "--quantize_batch_size" not in err

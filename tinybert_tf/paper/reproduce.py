@@ -1,6 +1,6 @@
 """`bin/reproduce --table=N --output_dir=DIR`: every cell of one of the paper's tables.
 
-It owns no training code: each cell is `bin/distill` (`main.run_argv`) with the
+It owns no training code: each cell is `bin/distill` (`main.run`) with the
 cell's flagfile (configs/paper/), the paper's per-task settings, the command
 line's own flags (task data, models, sizes: they come last, so they win), and
 `--task`. What cells share runs once, in DIR/shared/:
@@ -336,7 +336,7 @@ def start_flags(cell: Cell, argv: list[str], opts: Options) -> list[str]:
     if not opts.general_model:
         return []
     config = _checked(lambda: distill_main.parse_argv(argv + [
-        f"--output_dir={opts.output_dir}"], warn_unread=False))
+        f"--output_dir={opts.output_dir}"]))
     if config.general.recipe != "tinybert" or config.models.random_student:
         return []
     _check_general_shape(cell, config, opts)
@@ -382,7 +382,7 @@ def plan(opts: Options) -> tuple[list[SharedRun], list[CellRun]]:
             argv = cell_argv(cell, task, opts)
             directory = posixpath.join(opts.output_dir, task, cell.name)
             config = _checked(lambda: distill_main.parse_argv(
-                argv + [f"--output_dir={directory}"], warn_unread=False))
+                argv + [f"--output_dir={directory}"]))
             stages = _checked(lambda: preflight.resolve_stages(["all"], config))
             run = CellRun(cell, task, directory, argv,
                           stages=tuple(s for s in stages if s in own))
@@ -419,13 +419,15 @@ def shared_argv(run: SharedRun) -> list[str]:
 
 def _distill(argv: list[str], what: str) -> dict[str, Any]:
     print(f"== reproduce: {what}", flush=True)
-    return distill_main.run_argv(argv, warn_unread=False)
+    # Not run_argv: a cell's command holds the user's flags for every cell, and each
+    # cell reads its share of them, so the unread-flag warnings would be noise.
+    return distill_main.run(distill_main.parse_argv(argv))
 
 
 def _quiet_plan(argv: list[str]) -> dict[str, Any]:
     """A --dry_run plan with its printing kept off stdout (ours prints one JSON)."""
     with contextlib.redirect_stdout(io.StringIO()):
-        return distill_main.run_argv(argv + ["--dry_run"], warn_unread=False)
+        return distill_main.run(distill_main.parse_argv(argv + ["--dry_run"]))
 
 
 def dry_run_plan(opts: Options) -> dict[str, Any]:

@@ -65,13 +65,16 @@ the flag or file and the fix); 1 an internal error; 75 preempted (re-run to resu
 130 interrupted."""
 
 
-def parse_argv(argv: Sequence[str], warn_unread: bool = True) -> PipelineConfig:
-    """argv (argv[0] = program name, --flagfile allowed) -> the typed configs.
+def parse_argv(argv: Sequence[str]) -> PipelineConfig:
+    """argv (argv[0] = program name, --flagfile allowed) -> the typed configs."""
+    return parse_command(argv)[0]
 
-    warn_unread: warn of each flag typed in argv (not in a flagfile) that this run
-    reads nowhere: only skipped stages, unlisted phases or another recipe read it
-    (preflight/unread.py). bin/reproduce turns it off: its cells share the user's
-    flags, and each cell reads its own share of them."""
+
+def parse_command(argv: Sequence[str]) -> tuple[PipelineConfig, list[str]]:
+    """argv -> the typed configs, and a warning for each flag typed in argv (not in a
+    flagfile) that the run reads nowhere: only skipped stages, unlisted phases or
+    another recipe read it (preflight/unread.py). Preflight lists the warnings with
+    its own."""
     fv = tb_flags.distill_flags()
     try:
         rest = fv(expand_flagfiles(argv))
@@ -97,12 +100,9 @@ def parse_argv(argv: Sequence[str], warn_unread: bool = True) -> PipelineConfig:
                          "--student_config=auto.")
     load_plugins(fv.plugins)
     config = PipelineConfig.from_flags(fv)
-    if warn_unread:
-        typed = {n[2:] if n not in fv and n.startswith("no") else n
-                 for n in command_line_names(argv)}
-        for warning in unread_flag_warnings(config, typed, fv):
-            print(f"distill: warning: {warning}", file=sys.stderr, flush=True)
-    return config
+    typed = {n[2:] if n not in fv and n.startswith("no") else n
+             for n in command_line_names(argv)}
+    return config, unread_flag_warnings(config, typed, fv)
 
 
 def load_plugins(modules: Sequence[str]) -> None:
@@ -111,18 +111,20 @@ def load_plugins(modules: Sequence[str]) -> None:
     plugins.load(modules)
 
 
-def run_argv(argv: Sequence[str], warn_unread: bool = True) -> dict[str, Any]:
+def run_argv(argv: Sequence[str]) -> dict[str, Any]:
     """Run the pipeline for a command line, in-process, exactly as `bin/distill` does.
 
     Returns {stage: info} for the stages run or skipped; with --dry_run, the plan.
     Raises our errors (UsageError, PreflightError, OutputDirError, DataError, ...)
     instead of exiting; `main` turns them into exit code 2.
     """
-    return run(parse_argv(argv, warn_unread))
+    config, warnings = parse_command(argv)
+    return run(config, warnings)
 
 
-def run(config: PipelineConfig) -> dict[str, Any]:
-    """Run (or with --dry_run, plan) the pipeline for `config`."""
+def run(config: PipelineConfig, warnings: Sequence[str] = ()) -> dict[str, Any]:
+    """Run (or with --dry_run, plan) the pipeline for `config`; `warnings` (of the
+    command line) are printed and planned with preflight's."""
     stages = preflight.resolve_stages(config.run.stages, config)
     # --student_config=auto: measure (or read) the candidates and fix the student first,
     # when a stage builds it.
@@ -151,7 +153,7 @@ def run(config: PipelineConfig) -> dict[str, Any]:
         try:
             # stdout carries the plan alone: progress lines go to stderr.
             with contextlib.redirect_stdout(sys.stderr):
-                plan = preflight.check(ctx, stages, count_corpus=True)
+                plan = preflight.check(ctx, stages, count_corpus=True, warnings=warnings)
             errors = [] if config_error is None else [str(config_error)]
         except preflight.PreflightError as e:
             plan, errors = None, e.errors + ([str(config_error)] if config_error else [])
@@ -166,7 +168,7 @@ def run(config: PipelineConfig) -> dict[str, Any]:
         return plan
     if in_use:
         raise LockError(in_use)
-    preflight.check(ctx, stages)
+    preflight.check(ctx, stages, warnings=warnings)
     keras.utils.set_random_seed(config.numerics.seed)  # checked: in [0, 2**32)
     if config_error is not None:
         raise config_error

@@ -54,14 +54,16 @@ def resolve_stages(requested: Sequence[str], config: PipelineConfig) -> list[str
     return in_order(names)
 
 
-def check(ctx: Context, stages: Sequence[str], count_corpus: bool = False
-          ) -> dict[str, Any]:
+def check(ctx: Context, stages: Sequence[str], count_corpus: bool = False,
+          warnings: Sequence[str] = ()) -> dict[str, Any]:
     """Every check for running `stages`; returns the plan (see module doc).
 
     count_corpus: count the general corpus for the plan's steps even when no
     count is cached (the dry run does; a real run counts at the stage's start).
+    warnings: found before (the command line's), listed and printed with these.
     """
     found = Checks(stages=tuple(stages))
+    found.warnings.extend(warnings)
     _check_flags(found, ctx)
     unreadable = folder.check_folder(found, ctx)
     plan: dict[str, Any] = {"output_dir": ctx.state.output_dir, "stages": list(stages),

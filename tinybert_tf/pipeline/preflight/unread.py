@@ -117,10 +117,21 @@ def _set(fv: flags.FlagValues, name: str) -> bool:
 
 
 def _switches(config: PipelineConfig, stage: str, fv: flags.FlagValues) -> set[str]:
-    """The flags set to other than their default without which `stage` would run."""
+    """The flags set to other than their default that skip `stage`: each that alone, on
+    the defaults, skips it (--noquantize, and --export_formats without int8, each do);
+    else each without which it would run."""
     skipped = get_stage(stage).skipped
-    return {name for name, default in _declared_defaults()
-            if _set(fv, name) and not skipped(_with_value(config, name, default))}
+    defaults = {name: default for name, default in _declared_defaults() if _set(fv, name)}
+    plain = config
+    for name, default in defaults.items():
+        plain = _with_value(plain, name, default)
+    if not skipped(plain):
+        alone = {name for name in defaults
+                 if skipped(_with_value(plain, name, _value(config, name)))}
+        if alone:
+            return alone
+    return {name for name, default in defaults.items()
+            if not skipped(_with_value(config, name, default))}
 
 
 def _declared_defaults() -> Iterator[tuple[str, Any]]:
@@ -128,6 +139,12 @@ def _declared_defaults() -> Iterator[tuple[str, Any]]:
         for f in dataclasses.fields(cls):
             if f.metadata.get("declared"):
                 yield fields.flag_name(f), f.default
+
+
+def _value(config: PipelineConfig, name: str) -> Any:
+    """The value `config` holds for flag `name`."""
+    return next(getattr(getattr(config, part), f.name) for part in PART_TYPES
+                for f in dataclasses.fields(PART_TYPES[part]) if fields.flag_name(f) == name)
 
 
 def _with_value(config: PipelineConfig, name: str, value: Any) -> PipelineConfig:
