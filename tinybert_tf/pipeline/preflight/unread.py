@@ -38,11 +38,11 @@ def unread_flag_warnings(config: PipelineConfig, given: Collection[str],
     its default that this run does not read: every stage reading it is skipped, or only
     unlisted phase kinds or another recipe read it; [] when none or when --stages
     names the stages."""
-    if tuple(config.run.stages) != ("all",):
+    given = sorted(n for n in given if _set(fv, n))
+    if tuple(config.run.stages) != ("all",) or not given:
         return []
     skipped = {s: _switches(config, s, fv) for s in stage_names()
                if get_stage(s).skipped(config)}
-    given = sorted(n for n in given if _set(fv, n))
     readers = _readers()
     unread = [n for n in given if readers.get(n) and readers[n] <= set(skipped)]
     return (_skipped_stage_warnings(skipped, unread, readers, fv)
