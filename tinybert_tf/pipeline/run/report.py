@@ -138,8 +138,8 @@ def plot_loss_curves(output_dir: str, path: str) -> str:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, max(len(histories), 1),
-                             figsize=(4.5 * max(len(histories), 1), 3.6), squeeze=False)
+    panels = max(len(histories), 1)
+    fig, axes = plt.subplots(1, panels, figsize=(4.5 * panels, 3.6), squeeze=False)
     if not histories:
         axes[0][0].text(0.5, 0.5, f"no training history in\n{output_dir}", ha="center",
                         va="center")
