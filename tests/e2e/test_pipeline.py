@@ -198,6 +198,11 @@ def test_a_hand_deleted_loss_plot_redoes_the_evaluate_stage_saying_why(finished,
     assert (f"== evaluate: its output {copy / 'loss_curves.png'} is missing (deleted since "
             "the stage finished); it runs again") in capsys.readouterr().out
     assert os.path.getsize(copy / "loss_curves.png") > 1000
+    # Drawn even from a folder with no history, so a run can always make it.
+    from tinybert_tf.pipeline.run.report import plot_loss_curves
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert os.path.getsize(plot_loss_curves(str(empty), str(empty / "curves.png"))) > 1000
 
 
 def _student_like_teacher(path, vocab_size: int, layers: int) -> str:
