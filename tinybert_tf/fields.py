@@ -69,7 +69,7 @@ FRACTION = within(0, 1)
 def setting(default: Any, help: Help = None, *, flag: Optional[str] = None,
             check: Optional[Check] = None, stages: Sequence[str] = (),
             choices: Optional[Sequence[str]] = None, kind: Optional[str] = None,
-            group: Optional[str] = None) -> Any:
+            group: Optional[str] = None, when: Optional[tuple[str, Any]] = None) -> Any:
     """A config field that is a flag: its default, help and everything derived from it.
 
     help: the flag's help, or a function returning it when it lists registered
@@ -81,11 +81,13 @@ def setting(default: Any, help: Help = None, *, flag: Optional[str] = None,
     choices: an enum flag's values. kind: the DEFINE_* when the field's type does
     not say it ("bool", "integer", "float", "string", "list", "enum").
     group: the `define_*` group of flags.py defining it, when not its class's.
+    when: (flag, value): the setting is read only while that flag has that value
+    (--tpu only with --strategy=tpu); typed otherwise, it gets a warning.
     """
     _check_stages(stages)
     meta = {"declared": True, "help": help, "check": check, "stages": tuple(stages),
             "choices": tuple(choices) if choices is not None else None, "kind": kind,
-            "group": group, "flag_default": default}
+            "group": group, "flag_default": default, "when": when}
     if flag:
         meta["flag"] = flag
     value = tuple(default) if isinstance(default, list) else default

@@ -156,3 +156,20 @@ def test_a_flagfiles_setting_of_a_stage_the_command_line_skips_is_taken_quietly(
                  ["--stages=task,evaluate", "--noquantize", "--quantize_steps=50"]):
         config, warnings = parse_command(["bin/distill", out, *argv])
         assert config.quantize.enabled is False and warnings == [], argv
+
+
+def test_a_typed_setting_read_only_under_another_flags_value_is_named(tmp_path):
+    """`when=(flag, value)` settings: --tpu only with --strategy=tpu, the cache budget only
+    with --teacher_cache; the warning holds under an explicit --stages too."""
+    out = f"--output_dir={tmp_path / 'out'}"
+    _, warnings = parse_command(["bin/distill", out, "--tpu=grpc://10.0.0.2:8470",
+                                 "--stages=task"])
+    assert warnings == ["--tpu: read only with --strategy=tpu, and this run has "
+                        "--strategy=default, so it is ignored: drop it, or give "
+                        "--strategy=tpu."]
+    _, warnings = parse_command(["bin/distill", out, "--noteacher_cache",
+                                 "--teacher_cache_budget_gb=2"])
+    assert warnings == ["--teacher_cache_budget_gb: read only with --teacher_cache, and this "
+                        "run has --noteacher_cache, so it is ignored: drop it, or give "
+                        "--teacher_cache."]
+    assert parse_command(["bin/distill", out, "--teacher_cache_budget_gb=2"])[1] == []

@@ -9,7 +9,8 @@ trained no int8 student and said nothing of the 50.
 The same holds within a stage for the flags only some registered objects read: a
 phase kind's `epochs_flag` and `lr_flag` (`--pkd_lr` without a pkd phase in
 --task_phases) and a general recipe's `own_flags` (`--alpha_ce` under
---recipe=tinybert).
+--recipe=tinybert); and for a setting declared `when=(flag, value)` while that flag
+has another value (`--tpu` without --strategy=tpu).
 
 A warning, not a refusal: one command line often serves several flagfiles (the
 paper's cells take the same `--mlm_model` and `--word_vectors`, and the no-DA
@@ -39,14 +40,29 @@ def unread_flag_warnings(config: PipelineConfig, given: Collection[str],
     unlisted phase kinds or another recipe read it; [] when none or when --stages
     names the stages."""
     given = sorted(n for n in given if _set(fv, n))
+    warnings = _condition_warnings(given, fv)
     if tuple(config.run.stages) != ("all",) or not given:
-        return []
+        return warnings
     skipped = {s: _switches(config, s, fv) for s in stage_names()
                if get_stage(s).skipped(config)}
     readers = _readers()
     unread = [n for n in given if readers.get(n) and readers[n] <= set(skipped)]
-    return (_skipped_stage_warnings(skipped, unread, readers, fv)
+    return (warnings + _skipped_stage_warnings(skipped, unread, readers, fv)
             + _unused_owner_warnings(config, [n for n in given if n not in unread]))
+
+
+def _condition_warnings(given: Sequence[str], fv: flags.FlagValues) -> list[str]:
+    """Flags in `given` declared `when=(flag, value)` while that flag has another value."""
+    warnings = []
+    for cls in PART_TYPES.values():
+        for f in dataclasses.fields(cls):
+            name, when = fields.flag_name(f), f.metadata.get("when")
+            if name in given and when and fv[when[0]].value != when[1]:
+                needed = _spelled_as(when[0], when[1])
+                warnings.append(f"--{name}: read only with {needed}, and this run has "
+                                f"{_spelled(fv, when[0])}, so it is ignored: drop it, or "
+                                f"give {needed}.")
+    return warnings
 
 
 def _unused_owner_warnings(config: PipelineConfig, given: Sequence[str]) -> list[str]:
@@ -160,7 +176,11 @@ def _with_value(config: PipelineConfig, name: str, value: Any) -> PipelineConfig
 
 def _spelled(fv: flags.FlagValues, name: str) -> str:
     """A flag as the command line gives it: --name / --noname for a bool."""
-    value = fv[name].value
+    return _spelled_as(name, fv[name].value)
+
+
+def _spelled_as(name: str, value: Any) -> str:
+    """--name=value, or --name / --noname for a bool."""
     if isinstance(value, bool):
         return f"--{name}" if value else f"--no{name}"
     if isinstance(value, (list, tuple)):

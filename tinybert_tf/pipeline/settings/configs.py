@@ -79,7 +79,7 @@ class RunOptions:
     # A string checked by strategy.make_strategy: strategies registered by user code count.
     strategy: str = setting("default", None, group="distribution")  # help: flags.py
     tpu: str = setting("", "TPU address for --strategy=tpu (e.g. grpc://10.0.0.2:8470).",
-                       group="distribution")
+                       group="distribution", when=("strategy", "tpu"))
     checkpoint_every: int = setting(200, "Save a checkpoint every N steps.",
                                     check=at_least(1), group="run")
     keep_checkpoints: int = setting(2, "Checkpoints kept per phase.", check=at_least(1),
@@ -114,7 +114,7 @@ class RunOptions:
     teacher_cache_budget_gb: float = setting(
         8.0, "Most GiB of the teacher's mapped layers (bfloat16) cached for an intermediate "
         "phase of several epochs (0 = never); the plan says whether they fit.",
-        check=non_negative("0 = never"), group="run")
+        check=non_negative("0 = never"), group="run", when=("teacher_cache", True))
     lock_stale_minutes: float = setting(
         DEFAULT_STALE_MINUTES, "A run locks --output_dir (OUTPUT/.lock) and heartbeats; a lock "
         "left on another host counts as dead, and is taken over, once its heartbeat is this "
