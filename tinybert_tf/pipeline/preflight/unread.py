@@ -36,9 +36,9 @@ from tinybert_tf.pipeline.training.recipes import RECIPES
 def unread_flag_warnings(config: PipelineConfig, given: Collection[str],
                          fv: flags.FlagValues) -> list[str]:
     """One warning per flag in `given` (names typed on the command line) set to other than
-    its default that this run does not read: every stage reading it is skipped, or only
-    unlisted phase kinds or another recipe read it; [] when none or when --stages
-    names the stages."""
+    its default that this run does not read: its `when=` flag has another value; or,
+    under --stages=all, every stage reading it is skipped, or only unlisted phase kinds
+    or another recipe read it."""
     given = sorted(n for n in given if _set(fv, n))
     warnings = _condition_warnings(given, fv)
     if tuple(config.run.stages) != ("all",) or not given:
