@@ -23,14 +23,16 @@ format or task registered by user code is as valid as ours.
 """
 from __future__ import annotations
 
+import dataclasses
 import weakref
 from typing import Any
 
 from absl import flags
 
 from tinybert_tf.cli.tool import UsageError
-from tinybert_tf.fields import define_flags, flag_range_errors
+from tinybert_tf.fields import define_flags, flag_name, flag_range_errors
 from tinybert_tf.pipeline.settings.configs import (
+    AUTO_STUDENT,
     PART_TYPES,
     AugmentConfig,
     EvaluateConfig,
@@ -68,9 +70,10 @@ REMOVED_FLAGS = {
 }
 
 
-# Flags only --student_config=auto reads: set with a fixed student, they would be ignored.
-AUTO_STUDENT_FLAGS = ("latency_budget_ms", "latency_table", "latency_runtime",
-                      "latency_seq_len", "latency_batch", "latency_candidates")
+# Flags only --student_config=auto reads (declared `when=AUTO_STUDENT`): set with a fixed
+# student, they would be ignored.
+AUTO_STUDENT_FLAGS = tuple(flag_name(f) for f in dataclasses.fields(ModelsConfig)
+                           if f.metadata.get("when") == AUTO_STUDENT)
 
 
 def ignored_auto_student_flags(fv: flags.FlagValues) -> list[str]:

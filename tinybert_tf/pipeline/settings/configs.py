@@ -45,6 +45,8 @@ INPUT_SHARDING = ("auto", "exact")
 # BERT miniatures of Turc et al. 2019 ("Well-Read Students Learn Better").
 DEFAULT_STALE_MINUTES = 10.0
 DEFAULT_PEER_TIMEOUT = 300  # seconds
+# The `when=` of the settings only --student_config=auto reads.
+AUTO_STUDENT = ("student_config", "auto")
 DEFAULT_CANDIDATES = tuple(f"{n}x{h}" for n in (2, 4, 6, 8, 10, 12)
                            for h in (128, 256, 512, 768))
 
@@ -163,29 +165,31 @@ class ModelsConfig:
         "tinybert_4l_312d", "Student shape: a preset name, a config JSON file, or 'auto': the "
         "shape within --latency_budget_ms with the most transformer-layer parameters "
         "(docs/pipeline.md).", stages=STUDENT)
-    # --student_config=auto's settings (flags.AUTO_STUDENT_FLAGS): they shape the student only.
+    # --student_config=auto's settings (when=AUTO_STUDENT): they shape the student only, and
+    # with a fixed --student_config they are refused (flags.ignored_auto_student_flags).
     latency_budget_ms: float = setting(0.0, "--student_config=auto: the most one call of the "
-                                       "student may take on --latency_runtime.", stages=STUDENT)
+                                       "student may take on --latency_runtime.",
+                                       stages=STUDENT, when=AUTO_STUDENT)
     latency_runtime: str = setting(
         "tflite_float32", "--student_config=auto: the runtime the student ships on, which each "
         "candidate is exported to and timed in.",
         choices=("tflite_float32", "tflite_dynamic_int8", "tflite_int8", "saved_model"),
-        stages=STUDENT)
+        stages=STUDENT, when=AUTO_STUDENT)
     latency_seq_len: int = setting(128, "--student_config=auto: tokens per call timed.",
-                                   stages=STUDENT)
+                                   stages=STUDENT, when=AUTO_STUDENT)
     latency_batch: int = setting(1, "--student_config=auto: sequences per call timed.",
-                                 stages=STUDENT)
+                                 stages=STUDENT, when=AUTO_STUDENT)
     latency_table: str = setting(
         "", "--student_config=auto: a CSV of latencies measured on the target device "
         "(layers,hidden,heads,intermediate,latency_ms) instead of measuring here "
-        "(docs/pipeline.md).", stages=STUDENT)
+        "(docs/pipeline.md).", stages=STUDENT, when=AUTO_STUDENT)
     latency_candidates: tuple[str, ...] = setting(
         list(DEFAULT_CANDIDATES), "--student_config=auto: the shapes measured, "
         "LAYERSxHIDDEN[xHEADS[xFFN]] (default: the 24 BERT miniatures of Turc et al. 2019; "
         "H/64 heads, 4H feed-forward; the teacher's heads, H rounded to a multiple of them, "
         "when --loss_terms or --recipe compares heads one to one; with teacher layers "
         "copied (--init_from_teacher), 1..N layers of the teacher's width with its "
-        "feed-forward size or 3/4, 1/2, 1/4 of it).", stages=STUDENT)
+        "feed-forward size or 3/4, 1/2, 1/4 of it).", stages=STUDENT, when=AUTO_STUDENT)
     init_from_teacher: bool = setting(
         False, "General stage: start the student from the teacher's embeddings and its mapped "
         "layers (--layer_mapping) instead of random weights, as DistilBERT does; needs the "
