@@ -47,6 +47,12 @@ FLAGS_MODULE = "tinybert_tf.pipeline.flags"
 _RESUME = "then re-run the same command: it resumes where it stopped"
 
 
+def repeated(values: Sequence[Any]) -> list[str]:
+    """The items of a comma-list flag given more than once, as text, sorted: a tool that
+    would do the work (or print the row) twice refuses them, naming these."""
+    return sorted({str(v) for v in values if list(values).count(v) > 1})
+
+
 def help_request(argv: Sequence[str]) -> Optional[str]:
     """"short" or "full" when argv asks for help (before any other parsing), else None."""
     for arg in argv[1:]:

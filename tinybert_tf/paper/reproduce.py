@@ -197,7 +197,7 @@ def parse(argv: Sequence[str], config_dir: str = CONFIG_DIR) -> Options:
                                  f"cells are {', '.join(c.name for c in table.cells)}.")
         cells = [c for c in cells if c.name in fv.cells]
     tasks = tuple(t.strip().lower() for t in fv.tasks if t.strip()) or table.tasks
-    twice = sorted({t for t in tasks if tasks.count(t) > 1})
+    twice = cli.repeated(tasks)
     if twice:  # each would run, and be a row of the table, twice
         raise ReproduceError(f"--tasks={','.join(fv.tasks)}: {', '.join(twice)} is given "
                              "twice; name each task once.")
@@ -239,7 +239,7 @@ def _seeds(fv: flags.FlagValues) -> tuple[int, ...]:
     except ValueError:
         raise ReproduceError(f"--seeds={','.join(fv.seeds)}: give integers, e.g. "
                              "--seeds=42,1,2.") from None
-    if len(set(seeds)) != len(seeds):
+    if cli.repeated(seeds):
         raise ReproduceError(f"--seeds={','.join(fv.seeds)}: a seed is given twice.")
     bad = [s for s in seeds if not 0 <= s < 2**32]
     if bad:

@@ -64,8 +64,8 @@ def check_flags() -> list[int]:
         raise ConfigError(f"--benchmark_formats={','.join(FLAGS.benchmark_formats)}: unknown "
                           f"runtime(s) {unknown}; use any of {', '.join(runtime_names())}.")
     for name, values in (("benchmark_batch_sizes", batches),
-                         ("benchmark_formats", list(FLAGS.benchmark_formats))):
-        twice = sorted({str(v) for v in values if values.count(v) > 1})
+                         ("benchmark_formats", FLAGS.benchmark_formats)):
+        twice = cli.repeated(values)
         if twice:  # each would be timed, and be a row of the table, twice
             raise ConfigError(f"--{name}={','.join(FLAGS[name].value)}: "
                               f"{', '.join(twice)} given twice; name each once.")
