@@ -54,14 +54,13 @@ def unread_flag_warnings(config: PipelineConfig, given: Collection[str],
 def _condition_warnings(given: Sequence[str], fv: flags.FlagValues) -> list[str]:
     """Flags in `given` declared `when=(flag, value)` while that flag has another value."""
     warnings = []
-    for cls in PART_TYPES.values():
-        for f in dataclasses.fields(cls):
-            name, when = fields.flag_name(f), f.metadata.get("when")
-            if name in given and when and fv[when[0]].value != when[1]:
-                needed = _spelled_as(when[0], when[1])
-                warnings.append(f"--{name}: read only with {needed}, and this run has "
-                                f"{_spelled(fv, when[0])}, so it is ignored: drop it, or "
-                                f"give {needed}.")
+    for _, f in _fields():
+        name, when = fields.flag_name(f), f.metadata.get("when")
+        if name in given and when and fv[when[0]].value != when[1]:
+            needed = _spelled_as(when[0], when[1])
+            warnings.append(f"--{name}: read only with {needed}, and this run has "
+                            f"{_spelled(fv, when[0])}, so it is ignored: drop it, or give "
+                            f"{needed}.")
     return warnings
 
 
@@ -119,12 +118,18 @@ def _skipped_stage_warnings(skipped: dict[str, set[str]], unread: Sequence[str],
     return warnings
 
 
+def _fields() -> Iterator[tuple[str, dataclasses.Field]]:
+    """(config part, field) of every field of the pipeline's configs."""
+    for part, cls in PART_TYPES.items():
+        for f in dataclasses.fields(cls):
+            yield part, f
+
+
 def _readers() -> dict[str, set[str]]:
     """flag -> the stages that read it, over every config that declares or reads it."""
     out: dict[str, set[str]] = {}
-    for cls in PART_TYPES.values():
-        for f in dataclasses.fields(cls):
-            out.setdefault(fields.flag_name(f), set()).update(f.metadata.get("stages", ()))
+    for _, f in _fields():
+        out.setdefault(fields.flag_name(f), set()).update(f.metadata.get("stages", ()))
     return out
 
 
@@ -151,27 +156,26 @@ def _switches(config: PipelineConfig, stage: str, fv: flags.FlagValues) -> set[s
 
 
 def _declared_defaults() -> Iterator[tuple[str, Any]]:
-    for cls in PART_TYPES.values():
-        for f in dataclasses.fields(cls):
-            if f.metadata.get("declared"):
-                yield fields.flag_name(f), f.default
+    """(flag, default) of every setting that declares a flag."""
+    return ((fields.flag_name(f), f.default) for _, f in _fields()
+            if f.metadata.get("declared"))
 
 
 def _value(config: PipelineConfig, name: str) -> Any:
     """The value `config` holds for flag `name`."""
-    return next(getattr(getattr(config, part), f.name) for part in PART_TYPES
-                for f in dataclasses.fields(PART_TYPES[part]) if fields.flag_name(f) == name)
+    return next(getattr(getattr(config, part), f.name) for part, f in _fields()
+                if fields.flag_name(f) == name)
 
 
 def _with_value(config: PipelineConfig, name: str, value: Any) -> PipelineConfig:
     """`config` with every field read from flag `name` set to `value`."""
-    parts = {}
-    for part_name in PART_TYPES:
-        part = getattr(config, part_name)
-        changed = {f.name: value for f in dataclasses.fields(part)
-                   if fields.flag_name(f) == name}
-        parts[part_name] = dataclasses.replace(part, **changed) if changed else part
-    return dataclasses.replace(config, **parts)
+    changed: dict[str, dict[str, Any]] = {}
+    for part, f in _fields():
+        if fields.flag_name(f) == name:
+            changed.setdefault(part, {})[f.name] = value
+    return dataclasses.replace(config, **{
+        part: dataclasses.replace(getattr(config, part), **values)
+        for part, values in changed.items()})
 
 
 def _spelled(fv: flags.FlagValues, name: str) -> str:
