@@ -73,8 +73,8 @@ def parse_argv(argv: Sequence[str]) -> PipelineConfig:
 def parse_command(argv: Sequence[str]) -> tuple[PipelineConfig, list[str]]:
     """argv -> the typed configs, and a warning for each flag typed in argv (not in a
     flagfile) that the run reads nowhere: only skipped stages, unlisted phases or
-    another recipe read it (preflight/unread.py). Preflight lists the warnings with
-    its own."""
+    another recipe read it, or its `when=` flag has another value
+    (preflight/unread.py). Preflight lists the warnings with its own."""
     fv = tb_flags.distill_flags()
     try:
         rest = fv(expand_flagfiles(argv))
