@@ -69,7 +69,8 @@ FRACTION = within(0, 1)
 def setting(default: Any, help: Help = None, *, flag: Optional[str] = None,
             check: Optional[Check] = None, stages: Sequence[str] = (),
             choices: Optional[Sequence[str]] = None, kind: Optional[str] = None,
-            group: Optional[str] = None, when: Optional[tuple[str, Any]] = None) -> Any:
+            group: Optional[str] = None, when: Optional[tuple[str, Any]] = None,
+            read_by: Sequence[str] = ()) -> Any:
     """A config field that is a flag: its default, help and everything derived from it.
 
     help: the flag's help, or a function returning it when it lists registered
@@ -83,9 +84,13 @@ def setting(default: Any, help: Help = None, *, flag: Optional[str] = None,
     group: the `define_*` group of flags.py defining it, when not its class's.
     when: (flag, value): the setting is read only while that flag has that value
     (--tpu only with --strategy=tpu); typed otherwise, it gets a warning.
+    read_by: stages that read the value without it shaping their output (how a stage
+    runs: --augment_batch_size); typed while they are all skipped, it gets a warning.
     """
     _check_stages(stages)
+    _check_stages(read_by)
     meta = {"declared": True, "help": help, "check": check, "stages": tuple(stages),
+            "read_by": tuple(read_by),
             "choices": tuple(choices) if choices is not None else None, "kind": kind,
             "group": group, "flag_default": default, "when": when}
     if flag:

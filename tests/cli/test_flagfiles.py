@@ -113,6 +113,11 @@ def test_a_flagfile_line_in_a_shells_habits_names_its_line_not_a_folder_with_quo
      "--general_model=g"),
     (["--nouse_augmented", "--num_aug=3"], "--num_aug: only the augment stage",
      "--nouse_augmented"),
+    # Run options: read by one stage (read_by=), not part of its output.
+    (["--nouse_augmented", "--augment_batch_size=64"], "--augment_batch_size: only the "
+     "augment stage", "--nouse_augmented"),
+    (["--general_model=g", "--input_sharding=exact"], "--input_sharding: only the general",
+     "--general_model=g"),
 ])
 def test_a_typed_flag_that_only_a_skipped_stage_reads_is_named_with_the_switch(
         typed, named, switch, tmp_path):

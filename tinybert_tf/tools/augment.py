@@ -133,9 +133,6 @@ def run() -> None:
             vocab=FLAGS.vocab or None, vocab_limit=FLAGS.vector_vocab_limit)
         if stats["complete"]:
             write_json_atomic(_sidecar(output), {"shard": shard})
-    if stats["mode"] == "vectors-only":
-        print("bin/augment: no --mlm_model: word-vector neighbours served every word "
-              "(single-piece words included).", file=sys.stderr)
     if shard and not stats["examples"]:  # more shards than chunks of the task's examples
         print(f"bin/augment: warning: --shard={shard} holds no example: the task's training "
               f"set makes fewer chunks of {CHUNK_SIZE} examples than {shard.split('/')[1]} "

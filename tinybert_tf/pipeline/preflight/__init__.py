@@ -82,10 +82,9 @@ def check(ctx: Context, stages: Sequence[str], count_corpus: bool = False,
     for name in stages:  # each stage's own checks (`Stage.checks`), in run order
         get_stage(name).checks(ctx, found)
     found.run(lambda: resolve_names(ctx.config.loss.loss_terms))
-    plan.update(found.plan)
     if "--layer_weights" not in found.bad_flags:
         plan["phases"] = plan_phases(found, ctx, count_corpus)
-        plan.update(found.plan)  # what the phases' plan adds (the share cut at the length)
+    plan.update(found.plan)  # what the checks and the phases' plan found (the share cut...)
     folder.check_disk(found, ctx, plan)
     plan["models"] = models.describe(found)
     # Once each: stages that check the same pair (general, task) find the same thing.

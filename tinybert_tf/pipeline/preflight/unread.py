@@ -1,6 +1,6 @@
 """Flags typed on the command line that no stage of the run reads, named in a warning.
 
-A setting's `stages` (configs.py) are the stages that read it. Under `--stages=all` a
+A setting's `stages` and `read_by` (configs.py) are the stages that read it. Under `--stages=all` a
 switch skips a stage (--noquantize, --task_teacher, --general_model,
 --augmented_file, --nouse_augmented, --export_formats without int8), and that
 stage's own settings are then read by nothing: `--noquantize --quantize_steps=50`
@@ -126,10 +126,12 @@ def _fields() -> Iterator[tuple[str, dataclasses.Field]]:
 
 
 def _readers() -> dict[str, set[str]]:
-    """flag -> the stages that read it, over every config that declares or reads it."""
+    """flag -> the stages that read it, over every config that declares or reads it: those
+    its value shapes (`stages=`) and those it only steers (`read_by=`)."""
     out: dict[str, set[str]] = {}
     for _, f in _fields():
-        out.setdefault(fields.flag_name(f), set()).update(f.metadata.get("stages", ()))
+        out.setdefault(fields.flag_name(f), set()).update(
+            f.metadata.get("stages", ()), f.metadata.get("read_by", ()))
     return out
 
 

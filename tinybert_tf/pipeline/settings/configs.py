@@ -64,7 +64,8 @@ def _terms_help() -> str:
 
 @dataclasses.dataclass(frozen=True)
 class RunOptions:
-    """How the run proceeds (not part of its results): no field shapes a stage."""
+    """How the run proceeds (not part of its results): no field shapes a stage; `read_by`
+    names the stages that read a field (the unread-flag warning)."""
 
     output_dir: str = setting(None, "Where every stage writes its folder and report.json "
                               "(required).", group="run")
@@ -92,14 +93,15 @@ class RunOptions:
                                 "one call of each model per round.", check=at_least(1),
                                 group="run")
     augment_batch_size: int = setting(256, "Masked rows per MLM forward pass.",
-                                      check=positive(), group="augment")
+                                      check=positive(), group="augment", read_by=["augment"])
     export_threads: int = setting(0, "TFLite interpreter threads for parity latency (0 = all "
                                   "CPU cores).", check=non_negative("0 = all cores"),
-                                  group="export")
+                                  group="export", read_by=["export"])
     export_latency_runs: int = setting(30, "Batch-1 calls timed per format.", check=at_least(1),
-                                       group="export")
+                                       group="export", read_by=["export"])
     export_max_examples: int = setting(0, "Dev examples checked for parity (0 = all).",
-                                       check=non_negative("0 = all"), group="export")
+                                       check=non_negative("0 = all"), group="export",
+                                       read_by=["export"])
     peer_timeout: float = setting(
         DEFAULT_PEER_TIMEOUT, "multi_worker: seconds to wait for every worker to start; after a "
         "SIGTERM, the longest wait for a step boundary before exiting anyway. A worker that "
@@ -108,15 +110,17 @@ class RunOptions:
         "auto", "General stage under multi_worker/TPU pods: auto = each worker reads only its "
         "own corpus files when there are at least as many files as workers (else exact); "
         "exact = every worker reads the whole corpus and keeps its slice of each global batch "
-        "(the batches of one replica).", choices=INPUT_SHARDING, group="distribution")
+        "(the batches of one replica).", choices=INPUT_SHARDING, group="distribution",
+        read_by=["general"])
     teacher_cache: bool = setting(
         True, "Compute the teacher's logits (prediction phase) or mapped layers (intermediate "
         "phase, within --teacher_cache_budget_gb) once and reuse them every epoch.",
-        group="run")
+        group="run", read_by=["task"])
     teacher_cache_budget_gb: float = setting(
         8.0, "Most GiB of the teacher's mapped layers (bfloat16) cached for an intermediate "
         "phase of several epochs (0 = never); the plan says whether they fit.",
-        check=non_negative("0 = never"), group="run", when=("teacher_cache", True))
+        check=non_negative("0 = never"), group="run", when=("teacher_cache", True),
+        read_by=["task"])
     lock_stale_minutes: float = setting(
         DEFAULT_STALE_MINUTES, "A run locks --output_dir (OUTPUT/.lock) and heartbeats; a lock "
         "left on another host counts as dead, and is taken over, once its heartbeat is this "
