@@ -74,6 +74,8 @@ CASES = {
                            r"^--general_max_steps=-5: must be >= 0", None),
     "no loss terms": (dict(loss_terms=[], stages=["general", "task"]), None,
                       r"^--loss_terms: no loss term given", None),
+    "misspelt stage": (dict(stages=["general", "tsak"]), None,
+                       r"^--stages: unknown stage\(s\) tsak; use a comma list", None),
     "no kept checkpoints": (dict(keep_checkpoints=0), None,
                             r"^--keep_checkpoints=0: must be >= 1\.$", None),
     "zero temperature": (dict(temperature=0.0), None, r"^--temperature=0\.0: must be > 0\.$",
@@ -145,7 +147,8 @@ CASES = {
     "missing word vectors": (dict(word_vectors="/nonexistent.txt", stages=["augment"]), None,
                              r"--word_vectors=/nonexistent\.txt: file not found", None),
     "stray argument": (dict(), None, r"^unexpected arguments: extra; use --flag=value", None),
-    "no stages": (dict(stages=[""]), None, r"^--stages: unknown stage", None),
+    "no stages": (dict(stages=[""]), None, r"^--stages: no stage given; use a comma list of "
+                  r"general, .* or 'all'\.$", None),
     "quantize without int8": (dict(stages=["task", "quantize"]), None,
                               r"^--stages=task,quantize: the quantize stage makes the int8 "
                               r"export's student, and this run has no int8 in "
@@ -299,6 +302,18 @@ def test_bin_distill_itself_exits_2_with_one_error_line(base, tmp_path, extra, p
     errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("distill: error: ")]
     assert proc.returncode == 2 and len(errors) == 1 and re.search(pattern, errors[0])
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("length", [1, 2])
+def test_a_too_short_max_seq_len_is_one_problem_named_as_given(base, tmp_path, length, capsys):
+    """The phases' plan packs texts at the length: it is not planned with a refused one,
+    which would add a second problem naming a length nobody gave."""
+    tmp, ns = base
+    bad = type(ns)(**{**vars(ns), "output_dir": str(tmp_path / "o"), "max_seq_len": length})
+    assert main(["bin/distill", *argv(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("distill: error: ") == 1 and "problems" not in err, err
+    assert f"--max_seq_len={length}: must be 0 (the task's default) or >= 3" in err, err
 
 
 def test_a_run_that_failed_before_its_first_step_blocks_no_corrected_command(base, tmp_path,

@@ -45,8 +45,9 @@ def resolve_stages(requested: Sequence[str], config: PipelineConfig) -> list[str
         return [s for s in known if not get_stage(s).skipped(config)]
     unknown = [s for s in names if s not in known]
     if unknown or not names:
-        raise PreflightError([f"--stages: unknown stage(s) {unknown}; use a comma list of "
-                              f"{', '.join(known)} or 'all'."])
+        what = f"unknown stage(s) {', '.join(unknown)}" if unknown else "no stage given"
+        raise PreflightError([f"--stages: {what}; use a comma list of {', '.join(known)} "
+                              "or 'all'."])
     for name in in_order(names):
         refusal = get_stage(name).refusal(config)
         if refusal:
@@ -82,7 +83,9 @@ def check(ctx: Context, stages: Sequence[str], count_corpus: bool = False,
     for name in stages:  # each stage's own checks (`Stage.checks`), in run order
         get_stage(name).checks(ctx, found)
     found.run(lambda: resolve_names(ctx.config.loss.loss_terms))
-    if "--layer_weights" not in found.bad_flags:
+    # The phases' plan reads the layer weights and packs texts at --max_seq_len: with
+    # either refused it would only repeat the refusal in other words.
+    if not {"--layer_weights", "--max_seq_len"} & found.bad_flags:
         plan["phases"] = plan_phases(found, ctx, count_corpus)
     plan.update(found.plan)  # what the checks and the phases' plan found (the share cut...)
     folder.check_disk(found, ctx, plan)
