@@ -131,6 +131,24 @@ def test_an_output_dir_inside_the_model_directory_is_refused_before_writing(tmp_
         "would find it changed and train it again). Choose an --output_dir outside it, "
         "e.g. the run's folder.")
     assert sorted(os.listdir(src)) == before
+    # Another model's folder (a run's fine-tuned teacher, say) is refused the same way;
+    # a folder whose config.json is no model's is not.
+    other = model_dir(tmp_path / "other", tiny_vocab, "classifier")
+    before = sorted(os.listdir(other))
+    proc = run_tool("export", capsys, f"--model_dir={src}", f"--output_dir={other}/x",
+                    "--export_formats=float32", "--task=polarity")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1].startswith(
+        f"bin/export: error: --output_dir={other}/x: inside the model directory {other} "
+        "(tinybert_tf format); the export would be written into the model directory")
+    assert sorted(os.listdir(other)) == before
+    plain = tmp_path / "project"
+    plain.mkdir()
+    (plain / "config.json").write_text('{"editor": "vim"}')
+    proc = run_tool("export", capsys, f"--model_dir={src}", f"--output_dir={plain}/out",
+                    "--export_formats=float32", "--task=polarity", "--max_seq_len=16",
+                    "--export_latency_runs=1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
 
 
 @pytest.mark.numerics

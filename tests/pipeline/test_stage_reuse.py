@@ -232,6 +232,14 @@ def test_an_output_dir_inside_a_folder_the_run_reads_is_refused_before_writing(b
     assert f"--output_dir={out}: inside {teacher}, the task teacher the task stage reads" \
         in str(info.value) and f"Choose an --output_dir outside {teacher}." in str(info.value)
     assert not os.path.exists(os.path.join(teacher, "runs"))
+    # Another run's model, which this run does not read, is refused too: that run would
+    # find its model changed and train it again.
+    out = os.path.join(teacher, "r2")
+    with pytest.raises(PreflightError) as info:
+        run(_with(base, output_dir=out, stages=["task"]))
+    assert (f"--output_dir={out}: inside the model directory {teacher} (tinybert_tf format); "
+            "what the run writes there would change that model") in str(info.value)
+    assert not os.path.exists(out)
 
 
 def test_a_redo_keeps_published_serving_versions_and_a_user_folder_is_never_deleted(

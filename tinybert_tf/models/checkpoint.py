@@ -307,6 +307,23 @@ def detect_format(path: str) -> str:
         "preset config with \"registered_name\").")
 
 
+def enclosing_model_dir(path: str) -> Optional[str]:
+    """The nearest folder that is `path` or holds it and is a model directory (a
+    config.json `detect_format` recognises), as "FOLDER (FORMAT format)"; None when
+    there is none. Local paths only: a URL's folders would each cost a listing."""
+    if files.is_remote(path):
+        return None
+    folder = os.path.abspath(path)
+    while folder != os.path.dirname(folder):
+        if os.path.isfile(os.path.join(folder, CONFIG_FILE)):
+            try:
+                return f"{folder} ({detect_format(folder)} format)"
+            except (CheckpointError, ValueError):
+                pass  # a config.json of something else
+        folder = os.path.dirname(folder)
+    return None
+
+
 # --------------------------------------------------------------------------
 # A checkpoint read into memory, before a model exists
 # --------------------------------------------------------------------------

@@ -45,7 +45,13 @@ from tinybert_tf.export.common import seq_len_within
 from tinybert_tf.export.formats import format_problems
 from tinybert_tf.export.parity import check_quantized
 from tinybert_tf.export.serving import check_model_name, check_version, list_versions
-from tinybert_tf.models.checkpoint import CheckpointError, ModelInfo, inspect_model, load_model
+from tinybert_tf.models.checkpoint import (
+    CheckpointError,
+    ModelInfo,
+    enclosing_model_dir,
+    inspect_model,
+    load_model,
+)
 from tinybert_tf.pipeline import flags as tflags
 from tinybert_tf.pipeline.preflight import task_head_errors
 from tinybert_tf.pipeline.run.state import RunState, unfinished_stage_output
@@ -92,12 +98,8 @@ def run() -> dict:
         unfinished = unfinished_stage_output(path) if path else None
         if unfinished:
             raise ExportError(f"{flag}={path}: {unfinished}")
-        if path and files.isdir(path) and files.is_within(FLAGS.output_dir, path):
-            raise ExportError(f"--output_dir={FLAGS.output_dir}: inside {flag}={path}; the "
-                              "export would be written into the model directory (and a "
-                              "pipeline that made the model would find it changed and train "
-                              "it again). Choose an --output_dir outside it, e.g. the run's "
-                              "folder.")
+    check_output_dir(FLAGS.output_dir, {"--model_dir": FLAGS.model_dir,
+                                        "--quantized_model_dir": FLAGS.quantized_model_dir})
     try:
         info = inspect_model(FLAGS.model_dir)  # config and head, no weights: checks first
     except CheckpointError as e:
@@ -121,6 +123,21 @@ def run() -> dict:
     with RunState(FLAGS.output_dir).lock() as lock:
         RunState(FLAGS.output_dir).clean_temporaries(before=lock.acquired_at)
         return _export(task, max_seq_len, formats, serving_version)
+
+
+def check_output_dir(output_dir: str, models: dict[str, str]) -> None:
+    """--output_dir is not in a model directory: the given ones (`models`: flag -> path)
+    or any other (a run's fine-tuned teacher, say). The export would be written into it,
+    and a pipeline that made that model would find it changed and train it again."""
+    inside = next((f"{flag}={path}" for flag, path in models.items()
+                   if path and files.isdir(path) and files.is_within(output_dir, path)), None)
+    if inside is None and enclosing_model_dir(output_dir):
+        inside = f"the model directory {enclosing_model_dir(output_dir)}"
+    if inside:
+        raise ExportError(f"--output_dir={output_dir}: inside {inside}; the export would be "
+                          "written into the model directory (and a pipeline that made the "
+                          "model would find it changed and train it again). Choose an "
+                          "--output_dir outside it, e.g. the run's folder.")
 
 
 def task_config(info: ModelInfo) -> TaskConfig:
