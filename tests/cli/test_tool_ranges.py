@@ -4,6 +4,8 @@ written. (A negative --export_max_examples or --vector_vocab_limit was taken as 
 Python slice, dropping the last examples or words without a word.)"""
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from pipeline_helpers import run_tool
@@ -60,3 +62,27 @@ def test_a_tool_refuses_an_out_of_range_number_naming_the_flag(tmp_path, capsys,
     assert code == 2, err
     assert err.strip().splitlines()[-1] == f"bin/{tool}: error: {message}", err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("tool,flag,name", [("augment", "--output", "train_aug.tsv"),
+                                            ("pretokenize", "--output", "wiki"),
+                                            ("benchmark", "--benchmark_output", "bench")])
+def test_a_tools_output_inside_a_model_directory_is_refused(tmp_path, capsys, tool, flag,
+                                                            name):
+    """What a tool writes into a model directory changes the model: a pipeline that made
+    it (a run's fine-tuned teacher, say) trained it again."""
+    model = tmp_path / "run" / "finetune_teacher" / "model"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text('{"format": "tinybert_tf"}')
+    inside = model / "aux" / name
+    required = {"augment": ["--task=polarity", "--augment_fallback"],
+                "pretokenize": [f"--vocab={tmp_path / 'vocab.txt'}", "--num_shards=1"],
+                "benchmark": ["--quick"]}[tool]
+    code = run_tool(tool, *required, f"{flag}={inside}")
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err.strip().splitlines()[-1] == (
+        f"bin/{tool}: error: {flag}={inside}: inside the model directory {model} "
+        "(tinybert_tf format); what is written there would change that model (a run that "
+        f"made it would train it again). Choose {flag} outside it."), err
+    assert sorted(os.listdir(model)) == ["config.json"]

@@ -140,7 +140,7 @@ def test_an_output_dir_inside_the_model_directory_is_refused_before_writing(tmp_
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1].startswith(
         f"bin/export: error: --output_dir={other}/x: inside the model directory {other} "
-        "(tinybert_tf format); the export would be written into the model directory")
+        "(tinybert_tf format); what is written there would change that model")
     assert sorted(os.listdir(other)) == before
     plain = tmp_path / "project"
     plain.mkdir()

@@ -238,7 +238,7 @@ def test_an_output_dir_inside_a_folder_the_run_reads_is_refused_before_writing(b
     with pytest.raises(PreflightError) as info:
         run(_with(base, output_dir=out, stages=["task"]))
     assert (f"--output_dir={out}: inside the model directory {teacher} (tinybert_tf format); "
-            "what the run writes there would change that model") in str(info.value)
+            "what is written there would change that model") in str(info.value)
     assert not os.path.exists(out)
 
 

@@ -324,6 +324,17 @@ def enclosing_model_dir(path: str) -> Optional[str]:
     return None
 
 
+def inside_model_dir_error(path: str, flag: str) -> Optional[str]:
+    """The error for an output `path` (given by `flag`) that lies in a model directory,
+    else None: what a tool writes there changes the model, and a pipeline that made it
+    finds it changed and trains it again."""
+    model = enclosing_model_dir(path)
+    return None if model is None else (
+        f"{flag}={path}: inside the model directory {model}; what is written there would "
+        f"change that model (a run that made it would train it again). Choose {flag} "
+        "outside it.")
+
+
 # --------------------------------------------------------------------------
 # A checkpoint read into memory, before a model exists
 # --------------------------------------------------------------------------

@@ -36,6 +36,7 @@ from tinybert_tf.augment.augmenter import (
 )
 from tinybert_tf.cli import tool as cli
 from tinybert_tf.files import read_json, write_json_atomic
+from tinybert_tf.models.checkpoint import inside_model_dir_error
 from tinybert_tf.pipeline import flags as tflags
 from tinybert_tf.pipeline.run.lock import FileLock
 from tinybert_tf.tasks import TaskConfig, resolve_task
@@ -122,6 +123,9 @@ def run() -> None:
     task = resolve_task(TaskConfig.from_flags(FLAGS))
     check_output_format(output, task.source.augmented_name)
     check_output_is_not_an_input(output, task.source.input_paths())
+    inside = inside_model_dir_error(output, "--output")
+    if inside:
+        raise AugmentError(inside)
     with output_lock(output, shard):
         check_output_owner(output, shard)
         stats = augment_source(

@@ -21,7 +21,12 @@ from tinybert_tf import files, plugins
 from tinybert_tf.cli import tool as cli
 from tinybert_tf.config import BertConfig, ConfigError, get_config
 from tinybert_tf.export.benchmark import run_benchmark, runtime_names
-from tinybert_tf.models.checkpoint import SHORT_NAMES, CheckpointError, resolve
+from tinybert_tf.models.checkpoint import (
+    SHORT_NAMES,
+    CheckpointError,
+    inside_model_dir_error,
+    resolve,
+)
 from tinybert_tf.pipeline import flags as tflags
 
 tflags.define_benchmark_tool_flags()
@@ -80,6 +85,9 @@ def check_flags() -> list[int]:
     if files.exists(out) and not files.isdir(out):
         raise ConfigError(f"--benchmark_output={out}: is a file; give a folder (new, or one "
                           "holding an earlier benchmark.json, which is replaced).")
+    inside = inside_model_dir_error(out, "--benchmark_output")
+    if inside:
+        raise ConfigError(inside)
     try:  # now, not after the timing: a folder that cannot be made is known at once
         files.makedirs(out)
     except files.FileAccessError as e:

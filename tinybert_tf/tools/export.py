@@ -48,7 +48,7 @@ from tinybert_tf.export.serving import check_model_name, check_version, list_ver
 from tinybert_tf.models.checkpoint import (
     CheckpointError,
     ModelInfo,
-    enclosing_model_dir,
+    inside_model_dir_error,
     inspect_model,
     load_model,
 )
@@ -131,13 +131,14 @@ def check_output_dir(output_dir: str, models: dict[str, str]) -> None:
     and a pipeline that made that model would find it changed and train it again."""
     inside = next((f"{flag}={path}" for flag, path in models.items()
                    if path and files.isdir(path) and files.is_within(output_dir, path)), None)
-    if inside is None and enclosing_model_dir(output_dir):
-        inside = f"the model directory {enclosing_model_dir(output_dir)}"
     if inside:
         raise ExportError(f"--output_dir={output_dir}: inside {inside}; the export would be "
                           "written into the model directory (and a pipeline that made the "
                           "model would find it changed and train it again). Choose an "
                           "--output_dir outside it, e.g. the run's folder.")
+    error = inside_model_dir_error(output_dir, "--output_dir")
+    if error:
+        raise ExportError(error)
 
 
 def task_config(info: ModelInfo) -> TaskConfig:

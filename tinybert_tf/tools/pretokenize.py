@@ -18,6 +18,7 @@ import sys
 
 from tinybert_tf.cli import tool as cli
 from tinybert_tf.data.pretokenize import pretokenize
+from tinybert_tf.models.checkpoint import inside_model_dir_error
 from tinybert_tf.pipeline import flags as tflags
 
 tflags.define_pretokenize_tool_flags()
@@ -32,6 +33,9 @@ def run() -> None:
     if not FLAGS.output:
         raise cli.UsageError("--output is required: the shard prefix (e.g. "
                              "--output=corpus/wiki128).")
+    inside = inside_model_dir_error(FLAGS.output, "--output")
+    if inside:
+        raise cli.UsageError(inside)
     meta = pretokenize(FLAGS.corpus or None, FLAGS.vocab, FLAGS.output,
                        num_shards=FLAGS.num_shards, max_seq_len=FLAGS.max_seq_len,
                        pack=FLAGS.pack, fmt=FLAGS.corpus_format,

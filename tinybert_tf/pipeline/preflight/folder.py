@@ -7,7 +7,7 @@ import shutil
 from typing import Any
 
 from tinybert_tf import files
-from tinybert_tf.models.checkpoint import enclosing_model_dir
+from tinybert_tf.models.checkpoint import inside_model_dir_error
 from tinybert_tf.pipeline import stage_io
 from tinybert_tf.pipeline.preflight.collect import Checks
 from tinybert_tf.pipeline.run.context import Context
@@ -74,7 +74,7 @@ def inside_input_errors(ctx: Context, stages) -> list[str]:
     a flag: any input of a stage's `reads` that is a folder): a folder input is
     fingerprinted with everything under it, so what the run writes there would change
     it, and each re-run would find the input changed and redo its stages. Nor in any
-    other model directory (`enclosing_model_dir`), for the same reason."""
+    other model directory (`inside_model_dir_error`), for the same reason."""
     errors, seen = [], set()
     for stage in stages:
         try:
@@ -93,11 +93,9 @@ def inside_input_errors(ctx: Context, stages) -> list[str]:
                         f"{role.replace('_', ' ')} the {stage} stage reads; what the run "
                         "writes there would change that input, so every re-run would redo "
                         f"the stage. Choose an --output_dir outside {item}.")
-    model = enclosing_model_dir(ctx.state.output_dir)
-    if not errors and model:  # another run's model, say: that run would find it changed
-        errors.append(f"--output_dir={ctx.state.output_dir}: inside the model directory "
-                      f"{model}; what the run writes there would change that model (a run "
-                      "that made it would train it again). Choose an --output_dir outside it.")
+    other = inside_model_dir_error(ctx.state.output_dir, "--output_dir")
+    if not errors and other:  # another run's model, say: that run would find it changed
+        errors.append(other)
     return errors
 
 
