@@ -99,7 +99,12 @@ def test_missing_task_data_is_one_short_line_naming_the_reproduce_flag(tmp_path,
              (["--table=6", "--tasks=squad1.1"], "--squad_dir is required for squad1.1"),
              (["--table=6", "--tasks=squad2.0", f"--squad_dir={tmp_path}"],
               f"no {tmp_path}/train-v2.0.json, {tmp_path}/dev-v2.0.json;"),
-             (["--table=2", "--tasks=rte,RTE"], "--tasks=rte,RTE: rte is given twice")]
+             (["--table=2", "--tasks=rte,RTE"], "--tasks=rte,RTE: rte is given twice"),
+             # Empty (an unset shell variable): the default would run other hours of work.
+             (["--table=2", "--tasks="], "--tasks=: none given; name at least one, or drop "
+              "the flag for the table's tasks."),
+             (["--table=2", "--seeds="], "--seeds=: none given;"),
+             (["--table=2", "--cells= "], "--cells=: none given;")]
     for extra, message in cases:
         code = reproduce.main(["bin/reproduce", f"--output_dir={tmp_path / 'o'}", "--dry_run",
                                *extra])
@@ -107,6 +112,15 @@ def test_missing_task_data_is_one_short_line_naming_the_reproduce_flag(tmp_path,
         assert code == 2 and message in err, err
         assert len(err.splitlines()) == 1 and len(err.replace(str(tmp_path), "T")) < 300
         assert "--data_dir" not in err and "TaskSpec" not in err
+    # An --output_dir in a model directory is named as given, not as a cell's folder.
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text('{"format": "tinybert_tf"}')
+    code = reproduce.main(["bin/reproduce", f"--output_dir={model / 'o'}", "--dry_run",
+                           "--table=2", "--tasks=rte", f"--glue_dir={glue}"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.startswith(f"reproduce: error: --output_dir={model / 'o'}: "
+                                        f"inside the model directory {model} "), err
 
 
 def test_a_general_tinybert_starts_only_the_cells_that_start_from_one(tmp_path, tiny_vocab):

@@ -57,7 +57,7 @@ from tinybert_tf.cli.flagfiles import expand_flagfiles
 from tinybert_tf.config import get_config
 from tinybert_tf.data import glue
 from tinybert_tf.files import read_json, write_json_atomic
-from tinybert_tf.models.checkpoint import inspect_model
+from tinybert_tf.models.checkpoint import inside_model_dir_error, inspect_model
 from tinybert_tf.paper import seed_tables, table_files
 from tinybert_tf.paper import tables as paper_tables
 from tinybert_tf.paper.tables import Cell, Column, PaperTable
@@ -187,7 +187,16 @@ def parse(argv: Sequence[str], config_dir: str = CONFIG_DIR) -> Options:
             raise ReproduceError(f"--{name}: not a bin/reproduce flag; use {instead}.")
     if not fv.output_dir:
         raise ReproduceError("--output_dir is required: the folder of every run and table.")
+    inside = inside_model_dir_error(fv.output_dir, "--output_dir")
+    if inside:  # named here, not as a cell's folder under it
+        raise ReproduceError(inside)
     table = _checked(lambda: paper_tables.get_table(fv.table))
+    for name, default in (("tasks", "the table's tasks"), ("cells", "every cell"),
+                          ("seeds", "one run with --seed")):
+        if fv[name].present and not [v for v in fv[name].value if str(v).strip()]:
+            # an empty shell variable, say: the default would run hours of other work
+            raise ReproduceError(f"--{name}=: none given; name at least one, or drop the "
+                                 f"flag for {default}.")
     cells = [c for c in table.cells if not c.is_teacher]
     if fv.cells:
         names = {c.name for c in table.cells}
