@@ -544,7 +544,9 @@ def test_bin_benchmark_quick_refuses_explicit_models(capsys):
     # Made before the timing, named by its flag (it was an error without the flag).
     (["--benchmark_output={file}/sub"], r"--benchmark_output=.*a_file/sub: .*a_file/sub: "
                                         r"cannot create the folder .* Choose another folder\.$"),
-    (["--benchmark_formats=keras,onnx"], r"--benchmark_formats=keras,onnx: unknown runtime"),
+    (["--benchmark_formats=keras,onnx"], r"--benchmark_formats=keras,onnx: unknown "
+                                         r"runtime\(s\) onnx; use any of keras, "),
+    (["--benchmark_formats="], r"--benchmark_formats=: no runtime given; use any of keras, "),
     # Each would be timed twice and be two rows of the table.
     (["--benchmark_batch_sizes=1,32,1"], r"--benchmark_batch_sizes=1,32,1: 1 given twice"),
     (["--benchmark_formats=keras,int8,keras"], r"--benchmark_formats=keras,int8,keras: keras "

@@ -54,8 +54,8 @@ def test_every_cell_is_a_flagfile_that_parses(name, tmp_path):
     (["--table=8"], "Tables 1-7"),
     (["--table=2", "--task=mnli"], "--tasks"),
     (["--table=2", "--overwrite"], "--overwrite"),
-    (["--table=2", "--cells=nope"], "no cell ['nope']"),
-    (["--table=2", "--tasks=MRPC,nope"], "--tasks=MRPC,nope: unknown task ['nope']; use any "
+    (["--table=2", "--cells=nope"], "no cell nope; its cells are "),
+    (["--table=2", "--tasks=MRPC,nope"], "--tasks=MRPC,nope: unknown task(s) nope; use any "
                                          "of "),
     (["--table=2", "--no_such_flag=1"], "no_such_flag"),
     (["--table=2", "--seeds=1,x"], "give integers"),

@@ -45,7 +45,7 @@ def test_phase_list_is_checked_and_must_end_with_a_phase_that_trains_the_head():
     assert [k.name for k in phase_kinds(["intermediate", "prediction"])] == [
         "intermediate", "prediction"]
     with pytest.raises(ValueError, match=r"--task_phases=intermediate,predict: unknown "
-                       r"phase\(s\) \['predict'\].*intermediate, prediction, finetune"):
+                       r"phase\(s\) predict; .*intermediate, prediction, finetune"):
         phase_kinds(["intermediate", "predict"])
     with pytest.raises(ValueError, match=r"last phase \(intermediate\) does not train the "
                        r"task head"):

@@ -63,8 +63,8 @@ def benchmark_model(name: str, config: BertConfig, seq_len: int, batch_sizes: Se
     """
     unknown = [r for r in runtimes if r not in runtime_names()]
     if unknown:
-        raise ExportError(f"--benchmark_formats: unknown runtime(s) {unknown}; use any of "
-                          f"{', '.join(runtime_names())}.")
+        raise ExportError(f"--benchmark_formats: unknown runtime(s) {', '.join(unknown)}; "
+                          f"use any of {', '.join(runtime_names())}.")
     keras.utils.set_random_seed(0)  # the same random weights on every run and host
     model = BertModel(config, head="classifier", num_labels=2,
                       vocab=synthetic_vocab(config.vocab_size), name="bert")

@@ -171,7 +171,7 @@ def _check(request: ExportRequest) -> _Checked:
     formats = _with_post_training_int8(formats, quantized)
     unknown = sorted(set(request.options or {}) - set(fmts.FORMAT_OPTIONS))
     if unknown:
-        raise ExportError(f"options: unknown export option(s) {unknown}; known: "
+        raise ExportError(f"options: unknown export option(s) {', '.join(unknown)}; known: "
                           f"{sorted(fmts.FORMAT_OPTIONS)}.")
     options = {**fmts.FORMAT_OPTIONS, **(request.options or {})}
     problems = fmts.format_problems(formats, model.bert_config, model.head_type, options)

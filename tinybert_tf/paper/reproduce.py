@@ -202,8 +202,9 @@ def parse(argv: Sequence[str], config_dir: str = CONFIG_DIR) -> Options:
         names = {c.name for c in table.cells}
         unknown = [n for n in fv.cells if n not in names]
         if unknown:
-            raise ReproduceError(f"--cells: Table {table.number} has no cell {unknown}; its "
-                                 f"cells are {', '.join(c.name for c in table.cells)}.")
+            raise ReproduceError(f"--cells: Table {table.number} has no cell "
+                                 f"{', '.join(unknown)}; its cells are "
+                                 f"{', '.join(c.name for c in table.cells)}.")
         cells = [c for c in cells if c.name in fv.cells]
     tasks = tuple(t.strip().lower() for t in fv.tasks if t.strip()) or table.tasks
     twice = cli.repeated(tasks)
@@ -213,8 +214,9 @@ def parse(argv: Sequence[str], config_dir: str = CONFIG_DIR) -> Options:
     distill_main.load_plugins(fv.plugins)  # the tasks they register are --tasks too
     unknown = [t for t in tasks if t not in task_names()]
     if unknown:
-        raise ReproduceError(f"--tasks={','.join(fv.tasks)}: unknown task {unknown}; use any "
-                             f"of {', '.join(task_names())} (case-insensitive).")
+        raise ReproduceError(f"--tasks={','.join(fv.tasks)}: unknown task(s) "
+                             f"{', '.join(unknown)}; use any of {', '.join(task_names())} "
+                             "(case-insensitive).")
     passthrough = [fv[name].serialize() for name in tb_flags.distill_flags()
                    if fv[name].present and name not in _OWN | _PER_CELL]
     seeds = _seeds(fv)

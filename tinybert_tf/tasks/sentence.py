@@ -90,8 +90,8 @@ class Classification(_SentenceTask):
         unknown = [m for m in self.metric_names
                    if m not in CLASSIFICATION_METRICS and m != "per_class_f1"]
         if unknown:
-            raise ValueError(f"unknown classification metric(s) {unknown}; use any of "
-                             f"{sorted(CLASSIFICATION_METRICS) + ['per_class_f1']}.")
+            raise ValueError(f"unknown classification metric(s) {', '.join(unknown)}; use "
+                             f"any of {sorted(CLASSIFICATION_METRICS) + ['per_class_f1']}.")
 
     def default_metrics(self) -> tuple[str, ...]:
         return ("accuracy",)

@@ -66,8 +66,9 @@ def check_flags() -> list[int]:
             raise ConfigError(f"--{name}={FLAGS[name].value}: must be {allowed}.")
     unknown = [r for r in FLAGS.benchmark_formats if r not in runtime_names()]
     if unknown or not FLAGS.benchmark_formats:
-        raise ConfigError(f"--benchmark_formats={','.join(FLAGS.benchmark_formats)}: unknown "
-                          f"runtime(s) {unknown}; use any of {', '.join(runtime_names())}.")
+        what = f"unknown runtime(s) {', '.join(unknown)}" if unknown else "no runtime given"
+        raise ConfigError(f"--benchmark_formats={','.join(FLAGS.benchmark_formats)}: {what}; "
+                          f"use any of {', '.join(runtime_names())}.")
     for name, values in (("benchmark_batch_sizes", batches),
                          ("benchmark_formats", FLAGS.benchmark_formats)):
         twice = cli.repeated(values)

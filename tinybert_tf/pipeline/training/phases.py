@@ -276,7 +276,7 @@ def phase_kinds(names: Sequence[str], flag: str = "--task_phases") -> list[Phase
     names = [str(n).strip().lower() for n in names if str(n).strip()]
     unknown = [n for n in names if n not in PHASE_KINDS]
     if unknown or not names:
-        what = f"unknown phase(s) {unknown}" if unknown else "no phase given"
+        what = f"unknown phase(s) {', '.join(unknown)}" if unknown else "no phase given"
         raise ValueError(f"{flag}={','.join(names)}: {what}; use a comma list of "
                          f"{', '.join(PHASE_KINDS)} (or a phase registered by --plugins).")
     kinds = [PHASE_KINDS[n] for n in names]
