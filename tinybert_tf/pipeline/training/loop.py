@@ -27,7 +27,8 @@ checkpoint to the same final weights as an uninterrupted run (a stop at a step
 due a dev evaluation runs that evaluation on resume). A second SIGTERM
 ends the process at once; if the step boundary is not reached within
 `stop_grace_seconds` (a step blocked on a dead peer), the process exits with
-143 (128 + SIGTERM) and the previous checkpoint is the resume point.
+143 (128 + SIGTERM) and the previous checkpoint is the resume point. Ctrl-C
+(SIGINT) is the same request, and its stop exits with 130 (`_StopWatch`).
 
 A truncated or unreadable latest checkpoint (a disk filled or a copy cut
 during the save) is skipped with a warning: the phase resumes from the newest
@@ -72,20 +73,23 @@ log = logging.getLogger("tinybert_tf")
 PREEMPTED_EXIT_CODE = 75
 # The shell's code for a process ended by SIGTERM: no checkpoint was saved for the stop.
 SIGTERM_EXIT_CODE = 128 + signal.SIGTERM
+# The shell's code for Ctrl-C: a phase stopped by it has saved its checkpoint first.
+INTERRUPTED_EXIT_CODE = 128 + signal.SIGINT
 
 
 class Preempted(Exception):
-    """SIGTERM stopped a phase after saving a checkpoint; re-run the command to resume.
+    """SIGTERM (or Ctrl-C) stopped a phase after saving a checkpoint; re-run the command
+    to resume.
 
-    `bin/distill` prints the message and exits with `exit_code` (75, PREEMPTED_EXIT_CODE).
+    `bin/distill` prints the message and exits with `exit_code`: 75
+    (PREEMPTED_EXIT_CODE) after a SIGTERM, 130 (INTERRUPTED_EXIT_CODE) after Ctrl-C.
     """
 
-    exit_code = PREEMPTED_EXIT_CODE
-
-    def __init__(self, phase: str, step: int, checkpoint: str):
-        super().__init__(f"{phase}: stopped by SIGTERM at step {step}, checkpoint "
-                         f"{checkpoint} saved; re-run the same command to resume "
-                         f"(exit code {PREEMPTED_EXIT_CODE}).")
+    def __init__(self, phase: str, step: int, checkpoint: str, by: str = "SIGTERM"):
+        self.exit_code = INTERRUPTED_EXIT_CODE if by == "SIGINT" else PREEMPTED_EXIT_CODE
+        how = "interrupted (Ctrl-C)" if by == "SIGINT" else f"stopped by {by}"
+        super().__init__(f"{phase}: {how} at step {step}, checkpoint {checkpoint} saved; "
+                         f"re-run the same command to resume (exit code {self.exit_code}).")
         self.phase, self.step, self.checkpoint = phase, step, checkpoint
 
 
@@ -152,53 +156,73 @@ def schedule_steps(epochs: float, steps_per_epoch: int, max_steps: int = 0) -> i
 
 # --- preemption ------------------------------------------------------------------------
 
+# Each stop signal's default action, restored after its first arrival: a second one
+# acts at once (SIGTERM ends the process, Ctrl-C raises KeyboardInterrupt).
+_STOP_SIGNALS = {signal.SIGTERM: signal.SIG_DFL, signal.SIGINT: signal.default_int_handler}
+
+
 class _StopWatch:
-    """SIGTERM -> a stop request, while a phase trains (main thread only).
+    """SIGTERM or Ctrl-C (SIGINT) -> a stop request, while a phase trains (main thread
+    only).
 
     Python runs signal handlers between bytecodes of the main thread, i.e. at
     the latest when the running step returns; a timer thread (which runs while
     the main thread waits in TensorFlow) ends the process if the phase has not
     stopped `grace_seconds` after the signal. Leaving the phase (stopped at the
-    agreed step, finished, or failed) cancels the timer.
+    agreed step, finished, or failed) cancels the timer. Ctrl-C is a stop request
+    too, not Python's KeyboardInterrupt: that is raised in whatever code runs when the
+    signal arrives, and one raised in a weakref callback (Keras and TensorFlow run
+    many) is printed and dropped, so the run went on.
     """
 
     def __init__(self, phase: str, grace_seconds: float):
         self.phase = phase
         self.grace_seconds = float(grace_seconds)
-        self.received = False
+        self.received: Optional[str] = None  # the signal's name, once one arrived
         self.saved = False
-        self._previous: Any = None
-        self._installed = False
+        self._previous: dict[int, Any] = {}
         self._timer: Optional[threading.Timer] = None
 
     def __enter__(self) -> "_StopWatch":
         if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGTERM, self._handle)
-            self._installed = True
+            # A signal the process ignores (SIGINT of a background job) stays ignored.
+            self._previous = {s: signal.signal(s, self._handle) for s in _STOP_SIGNALS
+                              if signal.getsignal(s) is not signal.SIG_IGN}
         return self
 
     def __exit__(self, *exc) -> None:
         if self._timer is not None:
             self._timer.cancel()
-        if self._installed:
-            signal.signal(signal.SIGTERM, self._previous or signal.SIG_DFL)
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous if previous is not None else _STOP_SIGNALS[signum])
 
     def _handle(self, signum, frame) -> None:
-        self.received = True
-        # A second SIGTERM ends the process at once (the default action).
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        print(f"[{self.phase}] SIGTERM: stopping at the next step boundary to save a "
-              f"checkpoint (exit code {PREEMPTED_EXIT_CODE}); a second SIGTERM ends the "
-              "process now", file=sys.stderr, flush=True)
+        if self.received:  # the other signal after the first: act on it at once
+            signal.signal(signum, _STOP_SIGNALS[signum])
+            signal.raise_signal(signum)
+            return
+        self.received = signal.Signals(signum).name
+        signal.signal(signum, _STOP_SIGNALS[signum])
+        name = "Ctrl-C" if signum == signal.SIGINT else "SIGTERM"
+        print(f"[{self.phase}] {name}: stopping at the next step boundary to save a "
+              f"checkpoint (exit code {self.exit_code(saved=True)}); a second {name} "
+              "ends the process now", file=sys.stderr, flush=True)
         if self.grace_seconds > 0:
             self._timer = threading.Timer(self.grace_seconds, self._give_up)
             self._timer.daemon = True
             self._timer.start()
 
+    def exit_code(self, saved: bool) -> int:
+        """The exit code of a stop by the signal received: with its checkpoint saved,
+        75 (SIGTERM) or 130 (Ctrl-C); else the shell's code for the signal."""
+        if self.received == "SIGINT":
+            return INTERRUPTED_EXIT_CODE
+        return PREEMPTED_EXIT_CODE if saved else SIGTERM_EXIT_CODE
+
     def _give_up(self) -> None:
-        code = PREEMPTED_EXIT_CODE if self.saved else SIGTERM_EXIT_CODE
-        print(f"[{self.phase}] SIGTERM: no step boundary within {self.grace_seconds:.0f}s "
-              f"(a peer not responding?); exiting with code {code}"
+        code = self.exit_code(self.saved)
+        print(f"[{self.phase}] {self.received}: no step boundary within "
+              f"{self.grace_seconds:.0f}s (a peer not responding?); exiting with code {code}"
               f"{'' if self.saved else ' without a new checkpoint'}.",
               file=sys.stderr, flush=True)
         os._exit(code)
@@ -401,7 +425,8 @@ class _Runner:
 
     # --- preemption -------------------------------------------------------------
     def forward_stop_request(self) -> None:
-        """After a SIGTERM, mark this worker's request; the next step all-reduces it."""
+        """After a SIGTERM or Ctrl-C, mark this worker's request; the next step
+        all-reduces it."""
         if self.watch.received and not self._request_sent:
             self._request_sent = True
             _set_local(self.strategy, self.stop_request, 1.0)
@@ -410,7 +435,7 @@ class _Runner:
         """Whether the step just run agreed to stop (the same answer on every worker)."""
         if self.in_graph_stop:
             return _get_local(self.strategy, self.stop_agreed_flag) > 0
-        return self.watch.received  # a model without the hook: this process decides alone
+        return bool(self.watch.received)  # a model without the hook: this process decides
 
     def stop_at(self, step: int) -> None:
         path = self.save(step)
@@ -530,7 +555,8 @@ class _Runner:
     def run(self) -> dict[str, Any]:
         result = self._run()
         if self.stopped_at is not None:
-            raise Preempted(self.phase.name, self.stopped_at, self.stopped_checkpoint)
+            raise Preempted(self.phase.name, self.stopped_at, self.stopped_checkpoint,
+                            by=self.watch.received or "SIGTERM")
         return result
 
     def _run(self) -> dict[str, Any]:
