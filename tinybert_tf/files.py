@@ -207,6 +207,23 @@ def read_bytes(path: str) -> bytes:
         return f.read()
 
 
+# Byte-order marks of the encodings a text file that is not UTF-8 most often has (Excel's
+# "Unicode Text" is UTF-16 little-endian with its mark); UTF-32's before UTF-16's, whose
+# little-endian mark begins UTF-32's.
+_OTHER_BOMS = ((b"\xff\xfe\x00\x00", "UTF-32"), (b"\x00\x00\xfe\xff", "UTF-32"),
+               (b"\xff\xfe", "UTF-16"), (b"\xfe\xff", "UTF-16"))
+
+
+def reencode_hint(data: bytes) -> str:
+    """How to make UTF-8 of a file whose bytes begin with `data`: its encoding where a
+    byte-order mark names it, else a command to adapt."""
+    for bom, name in _OTHER_BOMS:
+        if data.startswith(bom):
+            return (f"the file is {name} (its byte-order mark says so): re-encode it, e.g. "
+                    f"iconv -f {name} -t UTF-8 FILE > FILE.utf8")
+    return "re-encode it from its encoding, e.g. iconv -f LATIN1 -t UTF-8 FILE > FILE.utf8"
+
+
 def read_text(path: str) -> str:
     """UTF-8 text; bad bytes raise UnicodeDecodeError (callers name the line)."""
     return read_bytes(path).decode("utf-8")

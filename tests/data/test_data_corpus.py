@@ -392,7 +392,12 @@ BROKEN = {
     "truncated .bz2": ("part.txt.bz2", lambda: bz2.compress(_many_docs_text())[:-200],
                        r"part\.txt\.bz2: bzip2 data truncated or corrupt after \d+ lines"),
     "non-UTF-8 text": ("latin1.txt", lambda: "fine line .\n\ncaf\xe9 au lait .\n".encode("latin1"),
-                       r"latin1\.txt:3: invalid UTF-8 at byte 3 of the line; .*iconv"),
+                       r"latin1\.txt:3: invalid UTF-8 at byte 3 of the line; .*iconv -f "
+                       r"LATIN1"),
+    "UTF-16 text": ("utf16.txt", lambda: "fine line .\n".encode("utf-16"),
+                    r"utf16\.txt:1: invalid UTF-8 at byte 0 of the line; corpus text files "
+                    r"must be UTF-8: the file is UTF-16 \(its byte-order mark says so\): "
+                    r"re-encode it, e\.g\. iconv -f UTF-16 -t UTF-8"),
     "XML cut mid-page": ("cut-pages-articles.xml", lambda: _wiki_pages()[:3000],
                          r"cut-pages-articles\.xml: the XML is cut or malformed at line \d+, "
                          r"column \d+ \(after \d+ pages: .*download it again"),

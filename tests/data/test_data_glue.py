@@ -166,7 +166,11 @@ def test_bad_input_errors_name_file_and_line(tmp_path):
     with pytest.raises(DataError, match=r"train\.tsv: empty file"):
         glue.load_examples("sst-2", d, "train")
     d = _write(tmp_path / "e" / "train.tsv", b"sentence\tlabel\ncaf\xe9 film\t1\n")
-    with pytest.raises(DataError, match=r"train\.tsv:2: invalid UTF-8"):
+    with pytest.raises(DataError, match=r"train\.tsv:2: invalid UTF-8.*iconv -f LATIN1"):
+        glue.load_examples("sst-2", d, "train")
+    d = _write(tmp_path / "e16" / "train.tsv", "sentence\tlabel\nfilm\t1\n".encode("utf-16"))
+    with pytest.raises(DataError, match=r"train\.tsv:1: invalid UTF-8.*the file is UTF-16 "
+                       r"\(its byte-order mark says so\): re-encode it, e\.g\. iconv -f UTF-16"):
         glue.load_examples("sst-2", d, "train")
     d = _write(tmp_path / "f" / "train.tsv", b"sentence\tlabel\n")
     with pytest.raises(DataError, match=r"train\.tsv: no examples"):

@@ -200,8 +200,13 @@ def test_duplicate_ids_missing_files_and_bad_utf8(tmp_path):
     latin1 = tmp_path / "latin1.json"
     latin1.write_bytes(json.dumps(_doc(context="café au lait"), ensure_ascii=False)
                        .encode("latin-1"))
-    with pytest.raises(DataError, match=r"latin1\.json: invalid UTF-8 at byte \d+"):
+    with pytest.raises(DataError, match=r"latin1\.json: invalid UTF-8 at byte \d+.*LATIN1"):
         squad.read_squad(str(latin1), "1.1")
+    utf16 = tmp_path / "utf16.json"
+    utf16.write_bytes(json.dumps(_doc()).encode("utf-16"))
+    with pytest.raises(DataError, match=r"utf16\.json: invalid UTF-8 at byte 0 .*the file is "
+                       r"UTF-16 \(its byte-order mark"):
+        squad.read_squad(str(utf16), "1.1")
 
 
 def _many_questions(n, bad_ids):

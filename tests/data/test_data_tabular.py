@@ -367,8 +367,15 @@ def test_unclosed_quote_names_the_records_first_line(tmp_path):
 def test_invalid_utf8_and_missing_file(tmp_path):
     path = write(tmp_path, "latin1.csv", "text,label\nFine.,a\nCaf\xe9 au lait.,b\n"
                  .encode("latin-1"))
-    with raises_at(path, 3, "invalid UTF-8", "iconv"):
+    with raises_at(path, 3, "invalid UTF-8", "iconv -f LATIN1 -t UTF-8"):
         tabular.load_examples(path)
+    # Excel's "Unicode Text" (UTF-16 with its byte-order mark), and UTF-32: named, with
+    # the command for that encoding, not LATIN1's.
+    for name, codec in (("UTF-16", "utf-16"), ("UTF-32", "utf-32")):
+        path = write(tmp_path, f"{codec}.tsv", "text\tlabel\nFine.\ta\n".encode(codec))
+        with raises_at(path, 1, "invalid UTF-8", f"the file is {name} (its byte-order mark "
+                       f"says so): re-encode it, e.g. iconv -f {name} -t UTF-8"):
+            tabular.load_examples(path)
     missing = str(tmp_path / "nope.csv")
     with pytest.raises(DataError, match=re.escape(missing) + ": file not found"):
         tabular.load_examples(missing)

@@ -202,9 +202,10 @@ def _reading(path: str, unit: str = "line") -> Iterator[_Cursor]:
     except (DataError, files.FileAccessError):
         raise
     except UnicodeDecodeError as e:
+        first = e.object if cursor.count <= 1 and isinstance(e.object, bytes) else b""
         raise DataError(f"{path}:{cursor.count}: invalid UTF-8 at byte {e.start} of the line; "
-                        "corpus text files must be UTF-8 (re-encode, e.g. `iconv -f latin1 "
-                        "-t utf-8`).") from None
+                        f"corpus text files must be UTF-8: {files.reencode_hint(first)}."
+                        ) from None
     except ParseError as e:
         line, column = e.position
         raise DataError(f"{path}: the XML is cut or malformed at line {line}, column {column}"

@@ -343,7 +343,7 @@ def iter_lines(path: str) -> Iterator[tuple[int, str]]:
         except UnicodeDecodeError as e:
             raise DataError(f"{path}:{no}: invalid UTF-8 at byte {e.start} of the line "
                             f"({raw[max(0, e.start - 10):e.start + 10]!r}); GLUE files are "
-                            f"UTF-8: re-encode the file (e.g. iconv -t UTF-8).") from None
+                            f"UTF-8: {files.reencode_hint(raw if no == 1 else b'')}.") from None
         yield no, line
 
 

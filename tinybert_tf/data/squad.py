@@ -35,6 +35,7 @@ from typing import Any, Optional, Sequence, Union
 import numpy as np
 import tensorflow as tf
 
+from tinybert_tf import files
 from tinybert_tf.data.examples import DataError, Examples
 from tinybert_tf.data.squad_metrics import VERSIONS, squad_version
 from tinybert_tf.tokenizer import Tokenizer
@@ -175,7 +176,7 @@ def _load_json(path: str) -> Any:
     except UnicodeDecodeError as e:
         raise DataError(f"{path}: invalid UTF-8 at byte {e.start} "
                         f"({raw[max(0, e.start - 10):e.start + 10]!r}); SQuAD files are UTF-8 "
-                        f"JSON: re-encode the file (e.g. iconv -t UTF-8).") from None
+                        f"JSON: {files.reencode_hint(raw)}.") from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:

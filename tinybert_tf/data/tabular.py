@@ -34,6 +34,7 @@ from typing import Any, Iterable, Iterator, Optional, Sequence, Union
 
 import tensorflow as tf
 
+from tinybert_tf import files
 from tinybert_tf.data.examples import DataError, Example, Examples
 
 FORMATS = ("csv", "tsv", "jsonl")
@@ -94,8 +95,7 @@ def read_text_file(path: str) -> str:
     except UnicodeDecodeError as e:
         line = data.count(b"\n", 0, e.start) + 1
         raise DataError(f"{path}:{line}: invalid UTF-8 ({data[max(0, e.start - 10):e.start + 10]!r}"
-                        f"); the file must be UTF-8: re-encode it (e.g. iconv -f LATIN1 -t UTF-8)."
-                        ) from None
+                        f"); the file must be UTF-8: {files.reencode_hint(data)}.") from None
 
 
 def detect_format(path: str, data_format: Optional[str] = None) -> str:
