@@ -508,11 +508,14 @@ def os_fix(e: OSError) -> str:
     return "check the path and its permissions"
 
 
-def save_png(fig, path: str) -> str:
+def save_png(fig, path: str, tight: bool = True) -> str:
     """Write a matplotlib figure to `path` as a PNG, whole or not at all, and close it
-    (the loss curves, the latency-budget plot and bin/reproduce's tables)."""
+    (the loss curves, the latency-budget plot and bin/reproduce's tables). `tight`:
+    fit the margins to the labels first (`tight_layout`, which measures every label);
+    False for a figure that sets its own."""
     import matplotlib.pyplot as plt  # imported only where a figure is drawn, as above
-    fig.tight_layout()
+    if tight:
+        fig.tight_layout()
     png = io.BytesIO()
     fig.savefig(png, dpi=90, format="png")
     plt.close(fig)
