@@ -8,7 +8,7 @@ and `bin/pretokenize` (and any tool built on `run_tool`):
        in use, a full disk, a read-only folder, a plugin's code; printed as one line
        `TOOL: error: ...` naming the flag or file and the fix
   1    an internal error (a bug): one line naming a file that holds the traceback
-  130  interrupted (Ctrl-C)
+  130  interrupted (Ctrl-C; one Python drops is raised again: cli/interrupts.py)
   an error carrying an int `exit_code` attribute ends with that code (75: preempted)
 
 `--help`, `-h`, `--helpshort` and `--helpfull` print the tool's usage and flags and
@@ -32,6 +32,7 @@ from absl import flags
 
 from tinybert_tf import plugins
 from tinybert_tf.cli.flagfiles import expand_flagfiles
+from tinybert_tf.cli.interrupts import ctrl_c_always_stops
 from tinybert_tf.files import os_fix
 
 EXIT_OK = 0
@@ -112,7 +113,8 @@ def guard(tool: str, body: Callable[[], Any], user_errors: tuple = ()) -> int:
     """Run body(); every error becomes one message on stderr and an exit code (module doc).
     `user_errors`: error types of the tool that are user errors besides ValueError's."""
     try:
-        code = body()
+        with ctrl_c_always_stops():
+            code = body()
     except (ValueError, FileNotFoundError, *user_errors) as e:
         # Our errors are ValueErrors that name the file/flag and the fix.
         return fail(tool, plugin_message(e) or str(e).rstrip())

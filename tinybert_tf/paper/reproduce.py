@@ -54,6 +54,7 @@ from absl import flags
 from tinybert_tf import files
 from tinybert_tf.cli import tool as cli
 from tinybert_tf.cli.flagfiles import expand_flagfiles
+from tinybert_tf.cli.interrupts import ctrl_c_always_stops
 from tinybert_tf.config import get_config
 from tinybert_tf.data import glue
 from tinybert_tf.files import read_json, write_json_atomic
@@ -651,7 +652,8 @@ def main(argv: Sequence[str]) -> int:
         sys.stdout.write(help_text(kind))
         return cli.EXIT_OK
     try:
-        run(parse(argv))
+        with ctrl_c_always_stops():
+            run(parse(argv))
     except ReproduceError as e:
         print(f"reproduce: error: {e}", file=sys.stderr, flush=True)
         return 2

@@ -196,13 +196,20 @@ class _StopWatch:
         for signum, previous in self._previous.items():
             signal.signal(signum, previous if previous is not None else _STOP_SIGNALS[signum])
 
+    def _second(self, signum: int) -> Any:
+        """The handler a second `signum` meets: the default action; for Ctrl-C, the
+        tool's own handler when it has one (cli/interrupts.py: it repeats)."""
+        previous = self._previous.get(signum)
+        return previous if signum == signal.SIGINT and callable(previous) \
+            else _STOP_SIGNALS[signum]
+
     def _handle(self, signum, frame) -> None:
         if self.received:  # the other signal after the first: act on it at once
-            signal.signal(signum, _STOP_SIGNALS[signum])
+            signal.signal(signum, self._second(signum))
             signal.raise_signal(signum)
             return
         self.received = signal.Signals(signum).name
-        signal.signal(signum, _STOP_SIGNALS[signum])
+        signal.signal(signum, self._second(signum))
         name = "Ctrl-C" if signum == signal.SIGINT else "SIGTERM"
         print(f"[{self.phase}] {name}: stopping at the next step boundary to save a "
               f"checkpoint (exit code {self.exit_code(saved=True)}); a second {name} "
