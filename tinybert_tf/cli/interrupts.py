@@ -22,13 +22,15 @@ REPEAT_SECONDS = 1.0
 
 class _Repeater:
     """The SIGINT handler: KeyboardInterrupt now, and again every REPEAT_SECONDS from a
-    daemon thread until `left` is set."""
+    daemon thread until `stop`."""
 
     def __init__(self) -> None:
         self.left = threading.Event()
         self._thread: Optional[threading.Thread] = None
 
     def handle(self, signum, frame) -> None:
+        if self.left.is_set():
+            return  # a repeat sent as the block was left: the tool is ending anyway
         if self._thread is None:
             self._thread = threading.Thread(target=self._repeat, daemon=True,
                                             name="ctrl-c-repeat")
@@ -38,6 +40,20 @@ class _Repeater:
     def _repeat(self) -> None:
         while not self.left.wait(REPEAT_SECONDS):
             _thread.interrupt_main(signal.SIGINT)  # runs `handle` in the main thread
+
+    def stop(self) -> None:
+        """No repeat after this returns: the thread has ended, and a repeat it sent
+        last has met `handle` (which now ignores it) before Python's own handler is
+        back."""
+        self.left.set()
+        if self._thread is not None:
+            self._thread.join()
+            _pending_signals_run_here()
+
+
+def _pending_signals_run_here() -> None:
+    """An empty Python call: entering it runs the signal handlers pending in the main
+    thread (Python checks for them as a function starts)."""
 
 
 @contextlib.contextmanager
@@ -54,5 +70,5 @@ def ctrl_c_always_stops() -> Iterator[None]:
     try:
         yield
     finally:
-        repeater.left.set()
+        repeater.stop()
         signal.signal(signal.SIGINT, signal.default_int_handler)
