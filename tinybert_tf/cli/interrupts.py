@@ -2,8 +2,8 @@
 
 Python turns SIGINT into KeyboardInterrupt in whatever code runs when the signal
 lands. Raised inside a weakref callback or a `__del__` (Keras and TensorFlow run
-many), it is printed as "Exception ignored in ..." and dropped, and the tool went on
-as if nothing had been pressed. Inside `ctrl_c_always_stops`, a SIGINT raises
+many), it is printed as "Exception ignored in ..." and dropped, and the tool would go
+on as if nothing had been pressed. Inside `ctrl_c_always_stops`, a SIGINT raises
 KeyboardInterrupt as before and then again every `REPEAT_SECONDS` until the block
 is left, so a dropped one is followed by one that ends the tool. A training phase
 takes SIGINT over meanwhile, as a stop request at the next step boundary

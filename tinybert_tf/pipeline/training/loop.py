@@ -172,7 +172,7 @@ class _StopWatch:
     agreed step, finished, or failed) cancels the timer. Ctrl-C is a stop request
     too, not Python's KeyboardInterrupt: that is raised in whatever code runs when the
     signal arrives, and one raised in a weakref callback (Keras and TensorFlow run
-    many) is printed and dropped, so the run went on.
+    many) is printed and dropped, and the run would go on.
     """
 
     def __init__(self, phase: str, grace_seconds: float):
