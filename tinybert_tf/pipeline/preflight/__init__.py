@@ -87,7 +87,7 @@ def check(ctx: Context, stages: Sequence[str], count_corpus: bool = False,
     # either refused it would only repeat the refusal in other words.
     if not {"--layer_weights", "--max_seq_len"} & found.bad_flags:
         plan["phases"] = plan_phases(found, ctx, count_corpus)
-    plan.update(found.plan)  # what the checks and the phases' plan found (the share cut...)
+    plan.update(found.plan)  # what the stages' checks and the phases' plan found
     folder.check_disk(found, ctx, plan)
     plan["models"] = models.describe(found)
     # Once each: stages that check the same pair (general, task) find the same thing.
