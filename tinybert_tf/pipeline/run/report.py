@@ -149,6 +149,7 @@ def plot_loss_curves(output_dir: str, path: str) -> str:
     import matplotlib.pyplot as plt
     from matplotlib import ticker
 
+    plain = _plain(ticker.LogFormatterSciNotation)
     panels = max(len(histories), 1)
     width, height = 4.5 * panels, 3.6  # inches
     fig, axes = plt.subplots(1, panels, figsize=(width, height), squeeze=False)
@@ -168,8 +169,7 @@ def plot_loss_curves(output_dir: str, path: str) -> str:
         ax.set_title(name)
         ax.set_xlabel("step")
         ax.set_yscale("log")
-        ax.yaxis.set_major_formatter(_plain(ticker.LogFormatterSciNotation)())
-        ax.yaxis.set_minor_formatter(_plain(ticker.LogFormatterSciNotation)(
-            labelOnlyBase=False, minor_thresholds=(1, 0.4)))
+        ax.yaxis.set_major_formatter(plain())
+        ax.yaxis.set_minor_formatter(plain(labelOnlyBase=False, minor_thresholds=(1, 0.4)))
         ax.legend(fontsize=7)
     return save_png(fig, path, tight=False)
