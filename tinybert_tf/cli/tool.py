@@ -20,6 +20,7 @@ not ours: it is reported as a user error naming the plugin, its file and line.
 """
 from __future__ import annotations
 
+import collections
 import errno
 import os
 import sys
@@ -51,7 +52,7 @@ _RESUME = "then re-run the same command: it resumes where it stopped"
 def repeated(values: Sequence[Any]) -> list[str]:
     """The items of a comma-list flag given more than once, as text, sorted: a tool that
     would do the work (or print the row) twice refuses them, naming these."""
-    return sorted({str(v) for v in values if list(values).count(v) > 1})
+    return sorted(str(v) for v, n in collections.Counter(values).items() if n > 1)
 
 
 def help_request(argv: Sequence[str]) -> Optional[str]:
