@@ -58,6 +58,13 @@ def test_read_json_errors_name_the_file(tmp_path):
     bad.write_text("[1]")
     with pytest.raises(ValueError, match=r"bad\.json: expected a JSON dict"):
         files.read_json(str(bad), expect=dict)
+    # Saved by a Windows editor: a UTF-8 byte-order mark is read past; UTF-16 is named.
+    bad.write_bytes(b"\xef\xbb\xbf" + b'{"a": 1}')
+    assert files.read_json(str(bad)) == {"a": 1}
+    bad.write_bytes('{"a": 1}'.encode("utf-16"))
+    with pytest.raises(ValueError, match=r"bad\.json: not UTF-8 text .*the file is UTF-16 "
+                       r"\(its byte-order mark says so\): re-encode it, .*; or fix the file\.$"):
+        files.read_json(str(bad))
 
 
 def test_unreachable_and_missing_paths_are_one_clear_error(tmp_path):

@@ -119,7 +119,13 @@ def test_bad_vocab(tmp_path):
         read_vocab(str(tmp_path / "missing.txt"))
     path = tmp_path / "vocab.txt"
     path.write_text("[PAD]\n[UNK]\nhello\n", encoding="utf-8")
-    with pytest.raises(VocabError, match=r"\[CLS\]"):
+    with pytest.raises(VocabError, match=r"vocab lacks the special token\(s\) \[CLS\] \[SEP\] "
+                       r"\[MASK\]; a BERT WordPiece vocab needs all of \[PAD\] \[UNK\] "):
+        read_vocab(str(path))
+    # A vocab saved as UTF-16 (Windows Notepad's "Unicode"): the encoding and the fix.
+    path.write_bytes("[PAD]\n[UNK]\n".encode("utf-16"))
+    with pytest.raises(VocabError, match=r"vocab\.txt:1: not UTF-8 .*the file is UTF-16 \(its "
+                       r"byte-order mark says so\): re-encode it, e\.g\. iconv -f UTF-16"):
         read_vocab(str(path))
     with pytest.raises(VocabError, match="appears twice"):
         Tokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b", "a"])

@@ -485,11 +485,12 @@ def read_json(path: str, default: Any = _MISSING, error: type[Exception] = Value
         raise error(f"{path}: file not found.")
     raw = read_bytes(path)
     try:
-        data = json.loads(raw.decode("utf-8"))
+        data = json.loads(raw.decode("utf-8-sig"))  # a leading BOM (Windows editors) is dropped
     except json.JSONDecodeError as e:
         raise error(f"{path}:{e.lineno}: invalid JSON ({e.msg}); {fix}.") from None
     except UnicodeDecodeError as e:
-        raise error(f"{path}: not UTF-8 text ({e.reason}); {fix}.") from None
+        raise error(f"{path}: not UTF-8 text ({e.reason}); {reencode_hint(raw)}; "
+                    f"or {fix}.") from None
     if expect is not None and not isinstance(data, expect):
         raise error(f"{path}: expected a JSON {expect.__name__} at the top level, got "
                     f"{type(data).__name__}; {fix}.")

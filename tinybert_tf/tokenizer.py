@@ -37,10 +37,13 @@ def read_vocab(path: str) -> list[str]:
     """One token per line, line number = id (BERT's vocab.txt); any tf.io.gfile path."""
     if not files.isfile(path):
         raise VocabError(f"{path}: vocab file not found; a model directory needs vocab.txt.")
+    data = files.read_bytes(path)
     try:
-        text = files.read_bytes(path).decode("utf-8-sig")  # a leading BOM is dropped
+        text = data.decode("utf-8-sig")  # a leading BOM is dropped
     except UnicodeDecodeError as e:
-        raise VocabError(f"{path}: not UTF-8 ({e.reason}).") from e
+        line = data.count(b"\n", 0, e.start) + 1
+        raise VocabError(f"{path}:{line}: not UTF-8 ({e.reason}); "
+                         f"{files.reencode_hint(data)}.") from None
     tokens = [line.rstrip("\r") for line in text.split("\n")]
     while tokens and tokens[-1] == "":
         tokens.pop()
@@ -53,8 +56,8 @@ def read_vocab(path: str) -> list[str]:
 def check_vocab(tokens: Sequence[str], source: str = "vocab") -> None:
     missing = [t for t in SPECIAL_TOKENS if t not in tokens]
     if missing:
-        raise VocabError(f"{source}: vocab lacks the special tokens {missing}; "
-                         f"a BERT WordPiece vocab needs {list(SPECIAL_TOKENS)}.")
+        raise VocabError(f"{source}: vocab lacks the special token(s) {' '.join(missing)}; "
+                         f"a BERT WordPiece vocab needs all of {' '.join(SPECIAL_TOKENS)}.")
     first: dict[str, int] = {}
     for i, t in enumerate(tokens):
         if t in first:

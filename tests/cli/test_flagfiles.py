@@ -40,6 +40,16 @@ def test_a_byte_order_mark_is_dropped(tmp_path):
     assert expand_flagfiles(["prog", f"--flagfile={top}"]) == ["prog", "--seed=7"]
 
 
+def test_a_flagfile_saved_as_utf16_names_its_encoding_and_the_fix(tmp_path):
+    """Windows Notepad's "Unicode" is UTF-16 with a byte-order mark."""
+    path = tmp_path / "win.cfg"
+    path.write_bytes("--seed=7\n".encode("utf-16"))
+    with pytest.raises(FlagfileError, match=r"win\.cfg: not UTF-8 text .*save the flagfile as "
+                       r"UTF-8: the file is UTF-16 \(its byte-order mark says so\): re-encode "
+                       r"it, e\.g\. iconv -f UTF-16 -t UTF-8"):
+        expand_flagfiles(["prog", f"--flagfile={path}"])
+
+
 def test_a_value_starting_with_the_home_folder_is_expanded(tmp_path, monkeypatch):
     """The shell leaves `--output_dir=~/runs` as it is (it expands `~` only at a word's
     start), and the run wrote into a folder named `~` in the current one."""

@@ -75,6 +75,7 @@ def test_a_tools_output_inside_a_model_directory_is_refused(tmp_path, capsys, to
     model.mkdir(parents=True)
     (model / "config.json").write_text('{"format": "tinybert_tf"}')
     inside = model / "aux" / name
+    real = os.path.realpath(model)  # as named: a temporary folder may be reached by a link
     required = {"augment": ["--task=polarity", "--augment_fallback"],
                 "pretokenize": [f"--vocab={tmp_path / 'vocab.txt'}", "--num_shards=1"],
                 "benchmark": ["--quick"]}[tool]
@@ -82,7 +83,14 @@ def test_a_tools_output_inside_a_model_directory_is_refused(tmp_path, capsys, to
     err = capsys.readouterr().err
     assert code == 2, err
     assert err.strip().splitlines()[-1] == (
-        f"bin/{tool}: error: {flag}={inside}: inside the model directory {model} "
+        f"bin/{tool}: error: {flag}={inside}: inside the model directory {real} "
         "(tinybert_tf format); what is written there would change that model (a run that "
         f"made it would train it again). Choose {flag} outside it."), err
+    assert sorted(os.listdir(model)) == ["config.json"]
+    # Reached through a symbolic link: the model directory the writes would land in.
+    (tmp_path / "latest").symlink_to(model.parent, target_is_directory=True)
+    linked = tmp_path / "latest" / "model" / name
+    assert run_tool(tool, *required, f"{flag}={linked}") == 2
+    assert f"{flag}={linked}: inside the model directory {real} (tinybert_tf format)" in \
+        capsys.readouterr().err
     assert sorted(os.listdir(model)) == ["config.json"]

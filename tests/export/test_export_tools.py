@@ -187,10 +187,30 @@ def test_bin_benchmark_takes_model_directories_and_short_names(tmp_path, tiny_vo
     assert (config.hidden_size, config.num_layers) == (32, 2)
     teacher = tool.model_config("minilm-l6")
     assert (teacher.hidden_size, teacher.num_layers, teacher.num_heads) == (384, 6, 12)
-    assert tool._label(src + "/").endswith("model_classifier") and len(tool._label(src)) <= 24
+    assert tool._label(src + "/") == src  # whole: a path cut at its start names no folder
     with pytest.raises(ConfigError, match=r"^--benchmark_models: unknown model config "
                        r"'nope': .*or a model directory\.$"):
         tool.model_config("nope")
+
+
+def test_the_benchmark_table_names_long_model_paths_whole_and_in_line():
+    """Two run folders' students end in the same 21 characters: the table named both
+    "...inetune_teacher/model" and shifted the columns of names over 18 characters."""
+    from tinybert_tf.export.benchmark import format_report
+
+    def model(name):
+        timing = {"latency_ms": {"1": 2.0}, "throughput": {"1": 500.0}, "agreement": 1.0}
+        return {"name": name, "params": 4e6, "flops": 1e9, "runtimes": {"keras": timing}}
+
+    names = ["runs/first/finetune_teacher/model", "runs/second/finetune_teacher/model"]
+    report = {"seq_len": 48, "threads": 2, "models": [model(n) for n in names],
+              "ratios": {"params": 1.0, "flops": 1.0, "latency": {"keras": {"1": 1.0}}}}
+    rows = [line for line in format_report(report).splitlines()
+            if line.startswith("runs/") and "keras" in line]
+    assert [row.split()[0] for row in rows] == names
+    assert len({row.index("keras") for row in rows}) == 1
+    header = format_report(report).splitlines()[2]
+    assert header.index("runtime") == rows[0].index("keras")
 
 
 def test_bin_export_writes_hugging_face_and_keras_hub_directories(tmp_path, tiny_vocab,

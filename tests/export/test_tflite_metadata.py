@@ -246,7 +246,7 @@ def test_token_classifier_metadata_labels_the_last_axis(tiny_vocab):
     ({"labels": ["neg", "neg", "pos"]}, "repeat a name"),
     ({"lower_case": False}, "lower-cases every input"),
     ({"pair": True}, "feeds ONE text"),
-    ({"vocab": ["[PAD]", "a", "b"]}, "lacks ['[CLS]', '[SEP]', '[UNK]']"),
+    ({"vocab": ["[PAD]", "a", "b"]}, "vocab lacks [CLS] [SEP] [UNK]: BERT"),
     ({"vocab": ["[CLS]", "[SEP]", "", "[UNK]"]}, "vocab[2]"),
     ({"vocab": ["[CLS]", "[SEP]", "[UNK]", "[SEP]"]}, "repeats vocab[1]"),
     ({"kind": "regressor", "labels": None}, "output score: expected float32 [1, 1]"),

@@ -126,10 +126,11 @@ def _read_flagfile(path: str, including: Optional[str], chain: tuple[str, ...],
         raise FlagfileError(f"{found}{where}: flagfiles include each other ({cycle}); "
                             "remove one of the --flagfile lines.")
     try:
-        text = files.read_text(found)
+        data = files.read_bytes(found)
+        text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise FlagfileError(f"{found}: not UTF-8 text ({e.reason} at byte {e.start}); "
-                            "save the flagfile as UTF-8.") from None
+                            f"save the flagfile as UTF-8: {files.reencode_hint(data)}.") from None
     except OSError as e:
         raise FlagfileError(f"Unable to open flagfile {found}{where}: "
                             f"{e.strerror or e}.") from None

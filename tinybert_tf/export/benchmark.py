@@ -144,19 +144,20 @@ def format_report(report: dict[str, Any]) -> str:
     r = report["ratios"]
     batches = list(next(iter(teacher["runtimes"].values()))["latency_ms"])
     lines = [f"seq {report['seq_len']}, {report['threads']} threads, random weights", ""]
-    head = f"{'model':<18}{'runtime':<14}" + "".join(
+    w = max(18, len(teacher["name"]) + 2, len(student["name"]) + 2)  # names whole
+    head = f"{'model':<{w}}{'runtime':<14}" + "".join(
         f"{'ms b' + b:>11}{'ex/s b' + b:>11}" for b in batches) + f"{'agree':>8}"
     lines += [head, "-" * len(head)]
     for m in (teacher, student):
         for rt, v in m["runtimes"].items():
-            lines.append(f"{m['name']:<18}{rt:<14}" + "".join(
+            lines.append(f"{m['name']:<{w}}{rt:<14}" + "".join(
                 f"{v['latency_ms'][b]:>11.2f}{v['throughput'][b]:>11.1f}" for b in batches)
                 + f"{v.get('agreement', float('nan')):>8.1%}")
     lines += ["(agree: labels as Keras's on the timed random inputs; random weights, so a "
               "numerics check, not task accuracy)"]
-    lines += ["", f"{'':<18}{'params':>14}{'FLOPs/example':>16}"]
+    lines += ["", f"{'':<{w}}{'params':>14}{'FLOPs/example':>16}"]
     for m in (teacher, student):
-        lines.append(f"{m['name']:<18}{m['params'] / 1e6:>13.1f}M{m['flops'] / 1e9:>15.2f}G")
+        lines.append(f"{m['name']:<{w}}{m['params'] / 1e6:>13.1f}M{m['flops'] / 1e9:>15.2f}G")
     lines += ["", f"teacher/student: {r['params']:.1f}x fewer parameters (paper: "
               f"{PAPER['smaller']}x smaller), {r['flops']:.1f}x fewer FLOPs"]
     for rt, by_b in r["latency"].items():

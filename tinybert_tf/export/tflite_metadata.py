@@ -440,7 +440,7 @@ def _check_vocab(vocab: Sequence[str]) -> None:
         seen[t] = i
     missing = [t for t in TASK_LIBRARY_TOKENS if t not in seen]
     if missing:
-        raise ExportError(f"vocab lacks {missing}: BERT packing and the Task Library's "
+        raise ExportError(f"vocab lacks {' '.join(missing)}: BERT packing and the Task Library's "
                           "tokenizer need them.")
 
 

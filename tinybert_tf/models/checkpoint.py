@@ -310,10 +310,11 @@ def detect_format(path: str) -> str:
 def enclosing_model_dir(path: str) -> Optional[str]:
     """The nearest folder that is `path` or holds it and is a model directory (a
     config.json `detect_format` recognises), as "FOLDER (FORMAT format)"; None when
-    there is none. Local paths only: a URL's folders would each cost a listing."""
+    there is none. Local paths only: a URL's folders would each cost a listing. Links
+    are followed: a path through a link into a model directory writes there."""
     if files.is_remote(path):
         return None
-    folder = os.path.abspath(path)
+    folder = os.path.realpath(path)
     while folder != os.path.dirname(folder):
         if os.path.isfile(os.path.join(folder, CONFIG_FILE)):
             try:

@@ -117,10 +117,9 @@ def run() -> None:
 
 
 def _label(name: str) -> str:
-    """A model's name in the table: as given, its start cut to fit the column (a model
-    directory's basename alone is 'model')."""
-    name = name.rstrip("/")
-    return name if len(name) <= 24 else "..." + name[-21:]
+    """A model's name in the table and benchmark.json: as given, whole (a model
+    directory's basename alone is 'model', and a cut path names no folder)."""
+    return name.rstrip("/") or name
 
 
 def model_config(name: str) -> BertConfig:

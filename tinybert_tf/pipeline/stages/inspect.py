@@ -39,7 +39,8 @@ def inspect_flag(found: Findings, path: str, flag: str) -> Optional[ModelInfo]:
         return None
     missing = [t for t in SPECIAL_TOKENS if t not in info.vocab]
     if missing:
-        found.errors.append(f"{flag}={path}: vocab.txt lacks {missing}; BERT inputs need them.")
+        found.errors.append(f"{flag}={path}: vocab.txt lacks "
+                            f"{' '.join(missing)}; BERT inputs need them.")
     return info
 
 

@@ -85,9 +85,13 @@ class Preempted(Exception):
     (PREEMPTED_EXIT_CODE) after a SIGTERM, 130 (INTERRUPTED_EXIT_CODE) after Ctrl-C.
     """
 
-    def __init__(self, phase: str, step: int, checkpoint: str, by: str = "SIGTERM"):
+    def __init__(self, phase: str, step: int, checkpoint: str,
+                 by: Optional[str] = "SIGTERM"):
+        """`by`: the signal's name, or None for a worker that received none and
+        stopped at the step its peers agreed on (multi-worker)."""
         self.exit_code = INTERRUPTED_EXIT_CODE if by == "SIGINT" else PREEMPTED_EXIT_CODE
-        how = "interrupted (Ctrl-C)" if by == "SIGINT" else f"stopped by {by}"
+        how = ("interrupted (Ctrl-C)" if by == "SIGINT" else f"stopped by {by}" if by
+               else "stopped with the other workers (one of them was asked to stop)")
         super().__init__(f"{phase}: {how} at step {step}, checkpoint {checkpoint} saved; "
                          f"re-run the same command to resume (exit code {self.exit_code}).")
         self.phase, self.step, self.checkpoint = phase, step, checkpoint
@@ -563,7 +567,7 @@ class _Runner:
         result = self._run()
         if self.stopped_at is not None:
             raise Preempted(self.phase.name, self.stopped_at, self.stopped_checkpoint,
-                            by=self.watch.received or "SIGTERM")
+                            by=self.watch.received)
         return result
 
     def _run(self) -> dict[str, Any]:
