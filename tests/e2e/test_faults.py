@@ -285,6 +285,24 @@ def test_a_setting_one_side_lacks_is_named_as_not_recorded_not_as_none(tmp_path)
     assert "--gone: 1 there, no such setting now" in message and "None" not in message
 
 
+def test_a_differing_setting_is_shown_as_it_is_typed_not_as_a_python_value(tmp_path):
+    """'--export_formats: ['saved_model', 'float32'] there' was Python's list, and a bool
+    read 'True'."""
+    out = tmp_path / "out"
+    (out / "export").mkdir(parents=True)
+    (out / "export" / "stage_done.json").write_text("{}")
+    (out / "run_config.json").write_text(json.dumps(
+        {"export_formats": ["saved_model", "float32"], "mask_padding": True,
+         "plugins": [], "vocab": ""}))
+    with pytest.raises(OutputDirError) as info:
+        RunState(str(out)).check_config({"export_formats": ["saved_model", "float16"],
+                                         "mask_padding": False, "plugins": ["my_terms"],
+                                         "vocab": "v.txt"}, overwrite=False)
+    assert "(--export_formats: saved_model,float32 there, saved_model,float16 now; " \
+        "--mask_padding: true there, false now; --plugins: (empty) there, my_terms now; " \
+        "--vocab: (empty) there, v.txt now)" in str(info.value), str(info.value)
+
+
 # --- publishing, unfinished outputs and temporaries -------------------------------------------
 
 @pytest.mark.parametrize("root", ["local", "ram"])

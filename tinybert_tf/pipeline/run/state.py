@@ -528,6 +528,18 @@ def _flat(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+def _as_typed(value: Any) -> str:
+    """A recorded value as it is typed after `--flag=`: a list comma-separated, a bool
+    as true/false; an empty one named, not left blank."""
+    if isinstance(value, (list, tuple)):
+        return ",".join(_as_typed(v) for v in value) if value else "(empty)"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if value is None or value == "":
+        return "(unset)" if value is None else "(empty)"
+    return str(value)
+
+
 def _diff(old: dict[str, Any], new: dict[str, Any], limit: int = 5) -> str:
     """'--flag: X there, Y now; ...' for the differing leaves (named as flags): values
     changed first, then flags only one side has (an older or newer version's)."""
@@ -538,7 +550,7 @@ def _diff(old: dict[str, Any], new: dict[str, Any], limit: int = 5) -> str:
 
     def side(flat: dict[str, Any], key: str, where: str) -> str:
         if key in flat:
-            return f"{flat[key]!r} {where}"
+            return f"{_as_typed(flat[key])} {where}"
         return ("not recorded there (a run made by a version without the setting)"
                 if where == "there" else "no such setting now")
     return "; ".join(f"--{k}: {side(a, k, 'there')}, {side(b, k, 'now')}"
