@@ -286,7 +286,7 @@ def _hub_message(path_or_name: str) -> str:
             "download it on a connected machine (keras-hub: keras_hub.models.BertBackbone."
             "from_preset(name).save_to_preset(dir); Hugging Face: huggingface_hub."
             "snapshot_download(name, local_dir=dir)), copy the directory here (or to gs://) "
-            f"and pass its path. Short names that work offline: {sorted(SHORT_NAMES)}.")
+            f"and pass its path. Short names that work offline: {', '.join(sorted(SHORT_NAMES))}.")
 
 
 def detect_format(path: str) -> str:

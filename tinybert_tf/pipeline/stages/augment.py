@@ -16,7 +16,7 @@ from tinybert_tf.pipeline.settings.configs import PipelineConfig
 from tinybert_tf.pipeline.stages.base import (
     TASK_DATA,
     TASK_TEACHER,
-    TEACHER,
+    TEACHER_VOCAB,
     Findings,
     PlanInputs,
     Stage,
@@ -128,7 +128,7 @@ def phases(ctx: Context, found: Findings, inputs: PlanInputs) -> list:
 
 STAGE = Stage(
     NAME, augment, reads=reads, checks=checks, phases=phases,
-    needs=frozenset({TEACHER, TASK_TEACHER, TASK_DATA}),
+    needs=frozenset({TEACHER_VOCAB, TASK_TEACHER, TASK_DATA}),
     outputs=lambda ctx: {ctx.augmented_path(): "content"},
     skipped=skipped, chief_only=True, workers_wait=True, replaced_by="--nouse_augmented",
     artefacts=lambda ctx: [("augmented training data", ctx.augmented_path())],
