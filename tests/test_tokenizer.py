@@ -127,6 +127,10 @@ def test_bad_vocab(tmp_path):
     with pytest.raises(VocabError, match=r"vocab\.txt:1: not UTF-8 .*the file is UTF-16 \(its "
                        r"byte-order mark says so\): re-encode it, e\.g\. iconv -f UTF-16"):
         read_vocab(str(path))
+    # A bad byte after a UTF-8 byte-order mark: the line is counted from the file's start.
+    path.write_bytes(b"\xef\xbb\xbf[PAD]\n[UNK]\n\xe9t\n")
+    with pytest.raises(VocabError, match=r"vocab\.txt:3: not UTF-8 .*iconv -f LATIN1"):
+        read_vocab(str(path))
     with pytest.raises(VocabError, match="appears twice"):
         Tokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b", "a"])
     with pytest.raises(ValueError, match="max_seq_len"):

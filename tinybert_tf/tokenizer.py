@@ -37,9 +37,9 @@ def read_vocab(path: str) -> list[str]:
     """One token per line, line number = id (BERT's vocab.txt); any tf.io.gfile path."""
     if not files.isfile(path):
         raise VocabError(f"{path}: vocab file not found; a model directory needs vocab.txt.")
-    data = files.read_bytes(path)
+    data = files.read_bytes(path).removeprefix(b"\xef\xbb\xbf")  # a leading BOM is dropped
     try:
-        text = data.decode("utf-8-sig")  # a leading BOM is dropped
+        text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         line = data.count(b"\n", 0, e.start) + 1
         raise VocabError(f"{path}:{line}: not UTF-8 ({e.reason}); "

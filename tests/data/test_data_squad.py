@@ -202,6 +202,13 @@ def test_duplicate_ids_missing_files_and_bad_utf8(tmp_path):
                        .encode("latin-1"))
     with pytest.raises(DataError, match=r"latin1\.json: invalid UTF-8 at byte \d+.*LATIN1"):
         squad.read_squad(str(latin1), "1.1")
+    # After a UTF-8 byte-order mark the byte is counted from the file's start.
+    text = json.dumps(_doc(context="café au lait"), ensure_ascii=False)
+    latin1.write_bytes(b"\xef\xbb\xbf" + text.encode("latin-1"))
+    at = 3 + text.index("é")
+    with pytest.raises(DataError, match=rf"latin1\.json: invalid UTF-8 at byte {at} "
+                       r"\(b'.{0,40}caf\\xe9 au l"):
+        squad.read_squad(str(latin1), "1.1")
     utf16 = tmp_path / "utf16.json"
     utf16.write_bytes(json.dumps(_doc()).encode("utf-16"))
     with pytest.raises(DataError, match=r"utf16\.json: invalid UTF-8 at byte 0 .*the file is "

@@ -171,11 +171,13 @@ def _load_json(path: str) -> Any:
         raise DataError(f"{path}: is a directory; give the SQuAD JSON file inside it.")
     with tf.io.gfile.GFile(path, "rb") as f:
         raw = f.read()
+    bom = 3 if raw.startswith(b"\xef\xbb\xbf") else 0  # a UTF-8 byte-order mark: dropped
     try:
-        text = raw.decode("utf-8-sig")
+        text = raw[bom:].decode("utf-8")
     except UnicodeDecodeError as e:
-        raise DataError(f"{path}: invalid UTF-8 at byte {e.start} "
-                        f"({raw[max(0, e.start - 10):e.start + 10]!r}); SQuAD files are UTF-8 "
+        at = bom + e.start  # counted from the file's first byte
+        raise DataError(f"{path}: invalid UTF-8 at byte {at} "
+                        f"({raw[max(0, at - 10):at + 10]!r}); SQuAD files are UTF-8 "
                         f"JSON: {files.reencode_hint(raw)}.") from None
     try:
         return json.loads(text)
