@@ -89,7 +89,12 @@ def test_a_second_run_is_refused_naming_the_holder_and_a_dead_ones_lock_is_taken
     planted = {"export/.saved_model.tmp-k2j4x/saved_model.pb": False,
                f"export/serving/.publish-{holder.pid}-0a1b2c3d/saved_model.pb": False,
                f"augment/.train_aug.tsv.tmp-{holder.pid}": False,
-               f"augment/.notes.txt.tmp-{sleeper.pid}": True}
+               f".report.json.tmp-{holder.pid}": False,
+               f"augment/.notes.txt.tmp-{sleeper.pid}": True,
+               # Named like ours, but outside what a run writes (an --output_dir of other
+               # files too): not looked at. bin/export deleted both.
+               f"notes/.draft.txt.tmp-{holder.pid}": True,
+               ".data.csv.old-x1y2": True}
     for rel in planted:
         (out / rel).parent.mkdir(parents=True, exist_ok=True)
         (out / rel).write_text("x")
@@ -101,7 +106,7 @@ def test_a_second_run_is_refused_naming_the_holder_and_a_dead_ones_lock_is_taken
     captured = capsys.readouterr()
     assert "taking over the lock of a dead run" in captured.err
     assert f"its process {holder.pid} is gone" in captured.err
-    assert "removed 3 temporary file(s)" in captured.out
+    assert "removed 4 temporary file(s)" in captured.out
     for rel, kept in planted.items():
         assert (out / rel).exists() == kept, rel
     assert not (out / "export" / ".saved_model.tmp-k2j4x").exists()
@@ -334,7 +339,7 @@ def test_temporaries_are_cleaned_on_ram_filesystems():
         tf.io.gfile.makedirs(os.path.dirname(state.path(rel)))
         with tf.io.gfile.GFile(state.path(rel), "w") as f:
             f.write("x")
-    removed = state.clean_temporaries(before=time.time())
+    removed = state.clean_temporaries(before=time.time(), entries=["export", "task"])
     assert sorted(os.path.relpath(p, state.output_dir) for p in removed) == \
         [f".run_config.json.tmp-{dead}", "export/.saved_model.tmp-ab12cd"]
     assert tf.io.gfile.exists(state.path("task", "model", "config.json"))

@@ -40,11 +40,21 @@ def model_dir(tmp_path, tiny_vocab, head):
 def test_bin_export_writes_export_dir_for_polarity(tmp_path, tiny_vocab, capsys):
     src = model_dir(tmp_path, tiny_vocab, "classifier")
     out = tmp_path / "out"
+    # --output_dir a folder of other files too (a home folder): files named like the
+    # temporaries of a killed writer are the user's outside OUT/export (both were
+    # deleted); one inside it is the export's own.
+    theirs = [out / "notes" / ".draft.txt.tmp-k2j4x", out / ".data.csv.old-x1y2"]
+    ours = out / "export" / ".model_float32.tflite.tmp-k2j4x"
+    for path in (*theirs, ours):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("x")
+        os.utime(path, (1, 1))  # made long before the export: a dead writer's if ours
     proc = run_tool("export", capsys, f"--model_dir={src}", f"--output_dir={out}",
                     "--max_seq_len=16", "--export_formats=float32", "--export_latency_runs=2",
                     "--task=polarity")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert sorted(os.listdir(out / "export")) == ["model_float32.tflite", "parity.json"]
+    assert all(path.read_text() == "x" for path in theirs)
     parity = json.loads((out / "export" / "parity.json").read_text())
     assert parity["task"] == "polarity" and parity["max_seq_len"] == 16
     assert parity["num_examples"] > 0 and parity["metric_name"] == "accuracy"

@@ -45,7 +45,13 @@ from tinybert_tf.pipeline.run.context import Context
 from tinybert_tf.pipeline.run.lock import FileLock, LockError, read_holder
 from tinybert_tf.pipeline.run.state import LOCK_FILE, OutputDirError, RunState
 from tinybert_tf.pipeline.settings.configs import PipelineConfig
-from tinybert_tf.pipeline.stages import get_stage, settings_of, stage_names, stage_seed
+from tinybert_tf.pipeline.stages import (
+    get_stage,
+    output_entries,
+    settings_of,
+    stage_names,
+    stage_seed,
+)
 from tinybert_tf.pipeline.summary import artefacts_table
 from tinybert_tf.pipeline.training.strategy import make_strategy
 from tinybert_tf.tasks.catalog import resolve_task
@@ -177,7 +183,7 @@ def run(config: PipelineConfig, warnings: Sequence[str] = ()) -> dict[str, Any]:
     with lock:
         # Under the lock: nothing changes the folder but this run from here on.
         state.check_config(config.results(), r.overwrite, stage_flags)
-        removed = state.clean_temporaries(before=lock.acquired_at)
+        removed = state.clean_temporaries(before=lock.acquired_at, entries=output_entries())
         if removed:
             print(f"== removed {len(removed)} temporary file(s) left by an interrupted run: "
                   + ", ".join(os.path.relpath(p, state.output_dir) for p in removed[:5])

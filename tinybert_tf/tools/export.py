@@ -121,7 +121,8 @@ def run() -> dict:
     if problems:  # before anything is written (a published version stays published)
         raise ExportError(f"--model_dir={FLAGS.model_dir}: {' '.join(problems)}")
     with RunState(FLAGS.output_dir).lock() as lock:
-        RunState(FLAGS.output_dir).clean_temporaries(before=lock.acquired_at)
+        RunState(FLAGS.output_dir).clean_temporaries(before=lock.acquired_at,
+                                                     entries=["export"])
         return _export(task, max_seq_len, formats, serving_version)
 
 

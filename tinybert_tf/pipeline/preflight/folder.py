@@ -11,7 +11,7 @@ from tinybert_tf.models.checkpoint import inside_model_dir_error
 from tinybert_tf.pipeline import stage_io
 from tinybert_tf.pipeline.preflight.collect import Checks
 from tinybert_tf.pipeline.run.context import Context
-from tinybert_tf.pipeline.stages import get_stage, stage_names, upstream
+from tinybert_tf.pipeline.stages import get_stage, output_entries, upstream
 
 # Free space asked for on top of the models' own size (checkpoints, logs, exports).
 _DISK_MARGIN_BYTES = 256 * 2**20
@@ -27,8 +27,7 @@ def check_folder(found: Checks, ctx: Context) -> set:
         stages if ctx.config.run.overwrite else ())) or [])
     # What each stage reads must be there, unchanged (or come first in this run).
     unreadable = _upstream_errors(found, ctx)
-    foreign = ctx.state.foreign_entries([*stage_names(), "report.json", "loss_curves.png",
-                                         "logs"])
+    foreign = ctx.state.foreign_entries(output_entries())
     if foreign:
         found.errors.append(
             f"--output_dir={ctx.state.output_dir}: holds {', '.join(foreign[:4])} that no "

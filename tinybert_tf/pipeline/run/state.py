@@ -351,32 +351,35 @@ class RunState:
                         hint="One run per output folder: wait for it to finish, or use "
                              "another --output_dir.")
 
-    def clean_temporaries(self, before: float) -> list[str]:
+    def clean_temporaries(self, before: float, entries: Iterable[str]) -> list[str]:
         """Remove temporaries left by killed writers (see _TEMPORARY); returns their paths.
+
+        Only in what the caller's writers own: the top-level `entries` (a folder with all
+        it holds) and, beside them, their own temporaries and those of the run's records
+        (run_config.json, the lock). Nothing else in --output_dir is looked at: it may be
+        a folder of other files (`--output_dir=.`, a home folder) named like ours.
 
         Call with the lock held: no other run writes here then, so a temporary made
         before `before` (the lock's time) belongs to a dead writer, unless its name
         holds the pid of a live process on this host (a tool writing without the lock).
         """
-        removed = []
+        owned = {*entries, RUN_CONFIG, LOCK_FILE}
+        found: list[str] = []
         if not files.isdir(self.output_dir):
-            return removed
-        for folder, dirs, names in _walk(self.output_dir):
-            for name in sorted(dirs) + sorted(names):
-                m = _TEMPORARY.match(name)
-                if not m:
-                    continue
-                pid = next((int(g) for g in m.groups() if g), None)
-                if pid is not None and (pid == os.getpid() or process_alive(pid)):
-                    continue
-                path = os.path.join(folder, name)
-                with contextlib.suppress(files.FileAccessError):
-                    mtime = files.stat(path).mtime_ns / 1e9
-                    if mtime and mtime > before:
-                        continue
-                _remove(path)
-                removed.append(path)
-            dirs[:] = [d for d in dirs if not _TEMPORARY.match(d)]
+            return found
+        for name in sorted(files.listdir(self.output_dir)):
+            path = self.path(name)
+            if _TEMPORARY.match(name):
+                if _temporary_of(name) in owned:
+                    found.append(path)
+            elif name in owned and files.isdir(path):
+                for folder, dirs, names in _walk(path):
+                    found += [os.path.join(folder, n) for n in sorted(dirs) + sorted(names)
+                              if _TEMPORARY.match(n)]
+                    dirs[:] = [d for d in dirs if not _TEMPORARY.match(d)]
+        removed = [path for path in found if _left_by_a_dead_writer(path, before)]
+        for path in removed:
+            _remove(path)
         return removed
 
     # --- the run's config ---------------------------------------------------------------
@@ -446,6 +449,27 @@ def unfinished_stage_output(path: str) -> Optional[str]:
             f"{os.path.join(stage_dir, STAGE_DONE)}): it may be a mid-training snapshot. "
             f"Finish the stage (re-run the bin/distill command that started it: it resumes) "
             "or give a finished model.")
+
+
+def _temporary_of(name: str) -> Optional[str]:
+    """The entry a top-level temporary stands for: "report.json" for
+    ".report.json.tmp-123", "general" for ".general.old-x1y2"; None for others."""
+    m = re.match(r"^\.(.+?)\.(?:tmp|old)-[A-Za-z0-9_]+$", name)
+    return m.group(1) if m else None
+
+
+def _left_by_a_dead_writer(path: str, before: float) -> bool:
+    """Whether the temporary `path` (its name matches _TEMPORARY) was made before
+    `before` by no live process of this host (`clean_temporaries`)."""
+    pid = next((int(g) for g in _TEMPORARY.match(os.path.basename(path)).groups() if g),
+               None)
+    if pid is not None and (pid == os.getpid() or process_alive(pid)):
+        return False
+    with contextlib.suppress(files.FileAccessError):
+        mtime = files.stat(path).mtime_ns / 1e9
+        if mtime and mtime > before:
+            return False
+    return True
 
 
 def _walk(root: str):

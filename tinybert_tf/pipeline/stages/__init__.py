@@ -42,6 +42,7 @@ from tinybert_tf.pipeline.stages.base import (  # noqa: F401  (the registry's AP
     get_stage,
     in_order,
     makes_output,
+    output_entries,
     register_stage,
     settings_of,
     stage_names,

@@ -274,6 +274,12 @@ def stage_names() -> tuple[str, ...]:
     return tuple(_ORDER)
 
 
+def output_entries() -> tuple[str, ...]:
+    """What a run writes at the top of --output_dir besides run_config.json and the lock:
+    each stage's folder, the evaluate stage's report and plot, the TensorBoard logs."""
+    return (*stage_names(), "report.json", "loss_curves.png", "logs")
+
+
 def get_stage(name: str) -> Stage:
     return STAGE_TABLE[name]
 
