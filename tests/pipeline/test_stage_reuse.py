@@ -249,7 +249,14 @@ def test_a_redo_keeps_published_serving_versions_and_a_user_folder_is_never_dele
                 "export/parity.json", "task/model/config.json"):
         os.makedirs(os.path.dirname(state.path(rel)), exist_ok=True)
         open(state.path(rel), "w").write("x")
-    # Not a run's folder (no run_config.json, no stage records): nothing is deleted ...
+    # Not a run's folder (no run_config.json, no stage records): nothing is deleted,
+    # also where another project's folder holds a checkpoint or records named like
+    # ours (`--output_dir=~/projects`) ...
+    for rel in ("bert/run1/ckpt/checkpoint", "bert/stage_done.json",
+                "bert/run1/phase_done.json"):
+        os.makedirs(os.path.dirname(state.path(rel)), exist_ok=True)
+        open(state.path(rel), "w").write("{}")
+    assert not state.made_by_a_run()
     state.reset(["export", "task"])
     assert os.path.isfile(state.path("export/parity.json"))
     # ... and no run writes into it.

@@ -273,9 +273,8 @@ class RunState:
             return True
         if not files.isdir(self.output_dir):
             return False
-        return any(files.glob(self.path(*parts)) for parts in (
-            ("*", STAGE_DONE), ("*", "*", PHASE_STATE), ("*", "*", PHASE_DONE),
-            ("*", "*", "ckpt", "checkpoint")))
+        return any(self._in_stage_folders(*parts) for parts in (
+            (STAGE_DONE,), ("*", PHASE_STATE), ("*", PHASE_DONE), ("*", "ckpt", "checkpoint")))
 
     def holds_results(self) -> bool:
         """Whether a run here produced anything: a finished stage, a checkpoint, a
@@ -284,9 +283,15 @@ class RunState:
             return False
         progress = [(stage, pattern) for stage, folder in STAGE_FOLDERS.items()
                     for pattern in folder.progress]
-        return any(files.glob(self.path(*parts)) for parts in (
-            ("*", STAGE_DONE), ("*", "*", "ckpt", "*.index"), ("*", "*", PHASE_DONE),
-            ("*", WORK_DIR), *progress))
+        return any(files.glob(self.path(*parts)) for parts in progress) or any(
+            self._in_stage_folders(*parts) for parts in (
+                (STAGE_DONE,), ("*", "ckpt", "*.index"), ("*", PHASE_DONE), (WORK_DIR,)))
+
+    def _in_stage_folders(self, *parts: str) -> list[str]:
+        """The paths matching STAGE/`parts` for each registered stage's folder: only
+        those are a run's (--output_dir may hold other folders with checkpoints of their
+        own, `--output_dir=~/projects` say)."""
+        return [p for stage in STAGE_FOLDERS for p in files.glob(self.path(stage, *parts))]
 
     def foreign_entries(self, names: Iterable[str]) -> list[str]:
         """Entries of the folder, among `names` (what the pipeline writes), that no run
@@ -311,8 +316,8 @@ class RunState:
         found = []
         paths = [self.path(RUN_CONFIG)] + [self.path(stage, name) for stage, folder
                                            in STAGE_FOLDERS.items() for name in folder.records]
-        for pattern in (("*", STAGE_DONE), ("*", "*", PHASE_STATE), ("*", "*", PHASE_DONE)):
-            paths += files.glob(self.path(*pattern))
+        for pattern in ((STAGE_DONE,), ("*", PHASE_STATE), ("*", PHASE_DONE)):
+            paths += self._in_stage_folders(*pattern)
         for path in paths:
             stage = path[len(self.output_dir):].strip("/").split("/")[0]
             if stage in redone or not files.isfile(path):
