@@ -89,6 +89,38 @@ def test_bin_export_errors(tmp_path, tiny_vocab, head, args, message):
     assert not (out / "export" / "parity.json").exists()
 
 
+def test_an_export_folder_no_export_made_is_refused_before_writing(tmp_path, tiny_vocab):
+    """--output_dir=~ with a folder ~/export of the user's: the export wrote among its
+    files, overwrote its parity.json and deleted its hf/ (a format not asked for)."""
+    from tinybert_tf.export import ExportError
+    tool = load_bin_export()
+    src = model_dir(tmp_path, tiny_vocab, "classifier")
+    theirs = tmp_path / "home" / "export"
+    (theirs / "hf").mkdir(parents=True)
+    (theirs / "hf" / "notes.txt").write_text("mine")
+    (theirs / "parity.json").write_text('{"mine": 1}')
+    before = sorted(str(p.relative_to(theirs)) for p in theirs.rglob("*"))
+    tool.FLAGS(["bin/export", f"--model_dir={src}", f"--output_dir={theirs.parent}",
+                "--max_seq_len=16", "--task=polarity", "--export_formats=float32"])
+    try:
+        with pytest.raises(ExportError, match=rf"^--output_dir={re.escape(str(theirs.parent))}: "
+                           r".*export holds parity\.json, which no export made: .*Choose an "
+                           r"--output_dir whose export/ is new or an earlier export's\.$"):
+            tool.run()
+    finally:
+        tool.FLAGS.unparse_flags()
+    assert sorted(str(p.relative_to(theirs)) for p in theirs.rglob("*")) == before
+    assert (theirs / "parity.json").read_text() == '{"mine": 1}'
+    # An earlier export's folder, even one cut short before its parity.json, is an export.
+    ours = tmp_path / "run" / "export"
+    (ours / "serving" / "1").mkdir(parents=True)
+    (ours / "model_float32.tflite").write_bytes(b"x")
+    (ours / ".model_int8.tflite.tmp-123").write_bytes(b"x")
+    assert tool.foreign_export_entries(str(ours)) == []
+    (ours / "report.pdf").write_bytes(b"x")
+    assert tool.foreign_export_entries(str(ours)) == ["report.pdf"]
+
+
 def test_bin_export_refuses_an_existing_serving_version_before_exporting(tmp_path, tiny_vocab):
     from tinybert_tf.export import ExportError
     tool = load_bin_export()

@@ -22,7 +22,8 @@ float model's post-training int8) is exported beside it.
 
 The model must suit --task (head kind and label count: a 2-label model is refused
 for --task=mnli), and must not be the model of an unfinished pipeline stage;
---output_dir lies outside the model directories.
+--output_dir lies outside the model directories, and its export/ folder is new or an
+earlier export's (one of other files is refused, not written among).
 --output_dir is locked while exporting (the same OUTPUT/.lock as bin/distill),
 so an export never mixes with a running pipeline or another export. Exit codes
 (as every bin/ tool): 0 done; 2 an error of the command, its data or its
@@ -33,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import sys
 from typing import Optional, Sequence
 
@@ -43,7 +45,7 @@ from tinybert_tf.cli import tool as cli
 from tinybert_tf.export import FORMATS, ExportError, ExportRequest, check_formats, export_all
 from tinybert_tf.export.common import seq_len_within
 from tinybert_tf.export.formats import format_problems
-from tinybert_tf.export.parity import check_quantized
+from tinybert_tf.export.parity import PARITY_FILE, check_quantized
 from tinybert_tf.export.serving import check_model_name, check_version, list_versions
 from tinybert_tf.models.checkpoint import (
     CheckpointError,
@@ -54,7 +56,12 @@ from tinybert_tf.models.checkpoint import (
 )
 from tinybert_tf.pipeline import flags as tflags
 from tinybert_tf.pipeline.preflight import task_head_errors
-from tinybert_tf.pipeline.run.state import RunState, unfinished_stage_output
+from tinybert_tf.pipeline.run.state import (
+    STAGE_DONE,
+    WORK_DIR,
+    RunState,
+    unfinished_stage_output,
+)
 from tinybert_tf.tasks import Task, TaskConfig, resolve_task
 from tinybert_tf.tasks.catalog import is_known_task
 
@@ -140,6 +147,37 @@ def check_output_dir(output_dir: str, models: dict[str, str]) -> None:
     error = inside_model_dir_error(output_dir, "--output_dir")
     if error:
         raise ExportError(error)
+    foreign = foreign_export_entries(os.path.join(output_dir, "export"))
+    if foreign:
+        raise ExportError(
+            f"--output_dir={output_dir}: {os.path.join(output_dir, 'export')} holds "
+            f"{', '.join(foreign[:4])}{' ...' if len(foreign) > 4 else ''}, which no export "
+            "made: the export would write among them and delete what is named like a format "
+            "not asked for. Choose an --output_dir whose export/ is new or an earlier "
+            "export's.")
+
+
+def foreign_export_entries(export_dir: str) -> list[str]:
+    """The entries of OUTPUT/export that an export (bin/export's or the pipeline's) did not
+    make: names other than a format's artefact, parity.json, the stage's records and the
+    hidden temporaries of these, or a parity.json that is not an export's."""
+    if not files.isdir(export_dir):
+        return []
+    ours = {fmt.artefact for fmt in FORMATS.values()} | {PARITY_FILE, STAGE_DONE, WORK_DIR}
+    foreign = []
+    for name in files.listdir(export_dir):
+        stands_for = re.match(r"^\.(.+?)\.(?:tmp|old)-[A-Za-z0-9_]+$", name)
+        if name not in ours and not (stands_for and stands_for.group(1) in ours):
+            foreign.append(name)
+    parity = os.path.join(export_dir, PARITY_FILE)
+    if files.isfile(parity):
+        try:
+            made = isinstance(files.read_json(parity).get("formats"), dict)
+        except (ValueError, AttributeError):
+            made = False
+        if not made:
+            foreign.append(PARITY_FILE)
+    return foreign
 
 
 def task_config(info: ModelInfo) -> TaskConfig:
