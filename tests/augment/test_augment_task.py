@@ -269,6 +269,17 @@ def test_bin_augment(single_dir, tmp_path, kv, capsys, caplog):
     said = stderr + "".join(r.getMessage() for r in caplog.records)
     assert said.count("word-vector neighbours serve") == 1, said
     assert '"mode": "vectors-only"' in stdout and os.path.isfile(out)
+    # Its own finished output is written again; a file no bin/augment run wrote (the
+    # user's) is refused, not replaced.
+    assert _bin_augment(argv, capsys)[0] == 0
+    theirs = tmp_path / "cli" / "mine.tsv"
+    theirs.write_text("my rows\n")
+    rc, stdout, stderr = _bin_augment([*argv, f"--output={theirs}"], capsys)
+    assert rc == 2 and stderr.strip().splitlines()[-1] == (
+        f"bin/augment: error: --output={theirs}: the file exists and no bin/augment run "
+        "wrote it (it has no .mine.tsv.shard record beside it): the augmented rows would "
+        "replace it. Give a new file, or delete this one to write there.")
+    assert theirs.read_text() == "my rows\n"
     rc, stdout, stderr = _bin_augment(argv[:1] + [f"--data_dir={tmp_path / 'missing'}"]
                                       + argv[2:], capsys)
     assert rc == 2

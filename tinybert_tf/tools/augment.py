@@ -64,10 +64,16 @@ def check_output_owner(output: str, shard: str) -> None:
     run when this one is sharded (and the reverse): the augmenter would start it over."""
     what = shard or "the whole task"
     made_by = None
-    if os.path.exists(output):
-        record = read_json(_sidecar(output), default={}, error=AugmentError)
-        made_by = record.get("shard", "") if isinstance(record, dict) else ""
     progress = read_json(output + ".progress.json", default=None, error=AugmentError)
+    if os.path.exists(output):
+        record = read_json(_sidecar(output), default=None, error=AugmentError)
+        if record is None and progress is None:
+            raise AugmentError(
+                f"--output={output}: the file exists and no bin/augment run wrote it (it "
+                f"has no {os.path.basename(_sidecar(output))} record beside it): the "
+                "augmented rows would replace it. Give a new file, or delete this one to "
+                "write there.")
+        made_by = record.get("shard", "") if isinstance(record, dict) else ""
     if isinstance(progress, dict) and "shard" in progress.get("identity", {}):
         i, n = progress["identity"]["shard"]
         made_by = "" if n == 1 else f"{i}/{n}"
