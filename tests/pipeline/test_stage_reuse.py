@@ -256,6 +256,7 @@ def test_a_redo_keeps_published_serving_versions_and_a_user_folder_is_never_dele
                 "bert/run1/phase_done.json"):
         os.makedirs(os.path.dirname(state.path(rel)), exist_ok=True)
         open(state.path(rel), "w").write("{}")
+    (tmp_path / "out" / ".lock").write_text("another program's lock\n")
     assert not state.made_by_a_run()
     state.reset(["export", "task"])
     assert os.path.isfile(state.path("export/parity.json"))

@@ -42,7 +42,12 @@ import tensorflow as tf
 
 from tinybert_tf import files
 from tinybert_tf.files import read_json, write_json_atomic
-from tinybert_tf.pipeline.run.lock import DEFAULT_STALE_MINUTES, FileLock, process_alive
+from tinybert_tf.pipeline.run.lock import (
+    DEFAULT_STALE_MINUTES,
+    FileLock,
+    process_alive,
+    read_holder,
+)
 
 RUN_CONFIG = "run_config.json"
 STAGE_DONE = "stage_done.json"
@@ -269,12 +274,20 @@ class RunState:
         """Whether a bin/distill run made this folder: it holds run_config.json or a run's
         lock, or (run_config.json deleted to reset the config) a stage record or phase
         state of ours."""
-        if files.isfile(self.path(RUN_CONFIG)) or files.isfile(self.path(LOCK_FILE)):
+        if files.isfile(self.path(RUN_CONFIG)) or self._holds_a_run_lock():
             return True
         if not files.isdir(self.output_dir):
             return False
         return any(self._in_stage_folders(*parts) for parts in (
             (STAGE_DONE,), ("*", PHASE_STATE), ("*", PHASE_DONE), ("*", "ckpt", "checkpoint")))
+
+    def _holds_a_run_lock(self) -> bool:
+        """Whether the folder's `.lock` is a lock record of ours (another program may
+        keep a file of that name)."""
+        try:
+            return read_holder(self.path(LOCK_FILE)) is not None
+        except (ValueError, files.FileAccessError):
+            return False
 
     def holds_results(self) -> bool:
         """Whether a run here produced anything: a finished stage, a checkpoint, a
