@@ -527,6 +527,27 @@ def test_pretokenize_writes_the_metadata_last_and_cleans_up(tok, text_corpus, tm
                                     num_workers=1, progress=False)
     assert os.listdir(out) == [] and sorted(os.listdir(tmp_path)) == [
         "bad.txt.gz", "empty.txt", "out"]
+    # PREFIX.json is a file of the user's (a JSON dataset named wiki.json): it was
+    # replaced by the shards' metadata; it is refused, kept, and nothing is written.
+    (out / "c.json").write_text('{"my": "dataset"}')
+    with pytest.raises(DataError, match=rf"^--output={re.escape(prefix)}: .*c\.json exists "
+                       r"and is not the metadata of pre-tokenised shards.*move the file\.$"):
+        pretokenize.pretokenize(pattern, tok.vocab, prefix, num_shards=2, max_seq_len=24,
+                                num_workers=1, progress=False)
+    assert os.listdir(out) == ["c.json"] and (out / "c.json").read_text() == \
+        '{"my": "dataset"}'
+
+
+def test_pretokenize_takes_a_models_short_name_as_vocab(tmp_path):
+    """--vocab=minilm-l6, as --teacher takes it: it said "vocab file not found"."""
+    from tinybert_tf.models.checkpoint import inspect_model, resolve
+    corpus_file = tmp_path / "c.txt"
+    corpus_file.write_text("the film was good .\nthe plot was thin .\n\nanother one here .\n")
+    meta = pretokenize.pretokenize(str(corpus_file), "minilm-l6", str(tmp_path / "p"),
+                                   num_shards=1, max_seq_len=16, num_workers=1,
+                                   progress=False)
+    assert meta["vocab_size"] == 30522
+    assert meta["vocab_sha1"] == tfrecords.vocab_sha1(inspect_model(resolve("minilm-l6")).vocab)
 
 
 def test_bin_pretokenize_reports_a_bad_corpus_in_one_line(tiny_vocab_file, tmp_path, capfd):

@@ -33,7 +33,7 @@ from tinybert_tf.data.tfrecords import (
     write_meta,
     write_shard,
 )
-from tinybert_tf.models.checkpoint import CheckpointError, inspect_model
+from tinybert_tf.models.checkpoint import SHORT_NAMES, CheckpointError, inspect_model, resolve
 from tinybert_tf.progress import progress_bar
 from tinybert_tf.startup import start_spawned_worker
 from tinybert_tf.tokenizer import Tokenizer, read_vocab
@@ -97,6 +97,21 @@ def _remove(paths: Sequence[str], temporaries: bool = False) -> None:
                     files.remove(f)
 
 
+def _check_not_anothers(meta: str) -> None:
+    """PREFIX.json is replaced by each run: refuse a file of that name that is not a
+    shard set's metadata (a user's wiki.json, say) before anything is written."""
+    if not files.isfile(meta):
+        return
+    try:
+        found = files.read_json(meta, error=DataError)
+    except DataError:
+        found = None
+    if not (isinstance(found, dict) and {"shards", "vocab_sha1"} <= set(found)):
+        raise DataError(f"--output={meta[:-len('.json')]}: {meta} exists and is not the "
+                        "metadata of pre-tokenised shards, which this run writes there; "
+                        "choose another --output prefix, or move the file.")
+
+
 def pretokenize(corpus_source: Optional[str], vocab: Union[str, Sequence[str]], output: str,
                 num_shards: int = 8, max_seq_len: int = 128, pack: str = "pair",
                 fmt: str = "auto", num_workers: int = 0, lower_case: bool = True,
@@ -123,6 +138,11 @@ def pretokenize(corpus_source: Optional[str], vocab: Union[str, Sequence[str]], 
     if max_seq_len < shortest:
         raise DataError(f"--max_seq_len={max_seq_len}: must be >= {shortest} with "
                         f"--pack={pack} (the special tokens and a word piece of text).")
+    if isinstance(vocab, str) and vocab.lower() in SHORT_NAMES and not files.exists(vocab):
+        try:
+            vocab = resolve(vocab)  # the embedded teacher's folder, as --teacher takes it
+        except CheckpointError as e:
+            raise DataError(f"--vocab={vocab}: {e}") from e
     if isinstance(vocab, str) and files.isdir(vocab):  # a model directory, of any kind
         try:
             info = inspect_model(vocab)
@@ -141,6 +161,7 @@ def pretokenize(corpus_source: Optional[str], vocab: Union[str, Sequence[str]], 
     if fmt != "tfds":
         corpus.resolve_files(corpus_source)  # fail now on a bad path
     output = files.absolute(output)
+    _check_not_anothers(meta_path(output))
     files.makedirs(os.path.dirname(output))
     # From here on PREFIX.json describes nothing until this run writes it.
     _remove([meta_path(output)])

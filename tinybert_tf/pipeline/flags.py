@@ -352,8 +352,8 @@ def define_pretokenize_tool_flags(fv: flags.FlagValues = FLAGS) -> None:
                   "Wikipedia XML dump (.xml.bz2), or tfds:NAME. Empty: the Wikipedia sample "
                   "shipped in gensim.")
     s, i, e = flags.DEFINE_string, flags.DEFINE_integer, flags.DEFINE_enum
-    _loose(s, "vocab", "", "WordPiece vocab.txt, or a model directory holding one (the "
-           "student's vocab, i.e. the teacher's).", fv=fv)
+    _loose(s, "vocab", "", "WordPiece vocab.txt, a model directory holding one, or a "
+           "model's short name (minilm-l6): the student's vocab, i.e. the teacher's.", fv=fv)
     _loose(s, "output", "", "Shard prefix: writes PREFIX-00000-of-0000N.tfrecord ... and "
            "PREFIX.json.", fv=fv)
     _loose(s, "tfds_data_dir", "", "TFDS data_dir for tfds sources (prepared offline).", fv=fv)
