@@ -576,12 +576,18 @@ def test_bin_benchmark_quick_refuses_explicit_models(capsys):
                                                r"given twice"),
     (["--benchmark_models=tinybert_4l_312d"], r"--benchmark_models=tinybert_4l_312d: give two "
                                               r"models, .* a model directory"),
+    # A folder whose benchmark.json another program wrote: it was replaced.
+    (["--quick", "--benchmark_output={mine}"], r"--benchmark_output=.*mine: .*mine/benchmark"
+                                               r"\.json is not an earlier bin/benchmark's"),
 ])
 def test_bin_benchmark_refuses_bad_flags_before_timing_anything(tmp_path, capsys, args,
                                                                 pattern):
     (tmp_path / "a_file").write_text("mine")
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "benchmark.json").write_text('{"mine": 1}')
     tool = load_tool("benchmark")
-    tool.FLAGS(["bin/benchmark", *[a.format(file=tmp_path / "a_file") for a in args]])
+    tool.FLAGS(["bin/benchmark", *[a.format(file=tmp_path / "a_file", mine=tmp_path / "mine")
+                                   for a in args]])
     try:
         assert tool.main(["bin/benchmark"]) == 2
     finally:
@@ -590,6 +596,8 @@ def test_bin_benchmark_refuses_bad_flags_before_timing_anything(tmp_path, capsys
     assert len(err.strip().splitlines()) == 1 and re.search(r"^bin/benchmark: error: " + pattern,
                                                             err), err
     assert (tmp_path / "a_file").read_text() == "mine"
+    assert os.listdir(tmp_path / "mine") == ["benchmark.json"]
+    assert (tmp_path / "mine" / "benchmark.json").read_text() == '{"mine": 1}'
 
 
 def test_bin_augment_writes_a_task_in_its_own_format_only(tmp_path, capsys):

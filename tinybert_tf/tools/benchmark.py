@@ -13,6 +13,7 @@ bad flag (one line `bin/benchmark: error: ...` naming it); 1 an internal error.
 """
 from __future__ import annotations
 
+import os
 import sys
 
 from absl import logging
@@ -89,11 +90,25 @@ def check_flags() -> list[int]:
     inside = inside_model_dir_error(out, "--benchmark_output")
     if inside:
         raise ConfigError(inside)
+    earlier = os.path.join(out, "benchmark.json")
+    if files.isfile(earlier) and not _a_benchmark(earlier):
+        raise ConfigError(f"--benchmark_output={out}: {earlier} is not an earlier "
+                          "bin/benchmark's, and this run would replace it (with "
+                          "benchmark.png); choose another folder.")
     try:  # now, not after the timing: a folder that cannot be made is known at once
         files.makedirs(out)
     except files.FileAccessError as e:
         raise ConfigError(f"--benchmark_output={out}: {e} Choose another folder.") from e
     return batches
+
+
+def _a_benchmark(path: str) -> bool:
+    """Whether `path` is a benchmark.json bin/benchmark wrote (it replaces only those)."""
+    try:
+        found = files.read_json(path, error=ValueError)
+    except ValueError:
+        return False
+    return isinstance(found, dict) and {"models", "ratios"} <= set(found)
 
 
 def run() -> None:
