@@ -457,6 +457,35 @@ def test_short_names_and_hub_names(monkeypatch, minilm_dir):
             load_model(name)
 
 
+def test_a_first_users_mistakes_are_named_with_the_fix(config, vocab, tmp_path):
+    """Text given to the model, a tokenizer longer than the model's positions, and an
+    export given to load_model: Keras's "Only input tensors may be passed as positional
+    arguments", a shape error inside the model's first call, and "config.json: file not
+    found" (or "is a file")."""
+    model = make_model(config, vocab)
+    for text in ("a film", ["a film", "another"]):
+        with pytest.raises(TypeError, match=r"takes token ids .*not text: tokenise first, "
+                           r"e\.g\. tok = tinybert_tf\.load_tokenizer\(model\); "
+                           r"model\(tok\(texts\)\)"):
+            model(text)
+    positions = config.max_position_embeddings
+    with pytest.raises(ValueError, match=rf"max_seq_len={positions + 1}\): the model has "
+                       rf"{positions} positions .*give max_seq_len <= {positions}\."):
+        load_tokenizer(model, max_seq_len=positions + 1)
+    assert load_tokenizer(model).max_seq_len == min(128, positions)
+    saved = tmp_path / "serving" / "1"
+    saved.mkdir(parents=True)
+    (saved / "saved_model.pb").write_bytes(b"")
+    with pytest.raises(CheckpointError, match=r"1: a SavedModel \(an export for TF Serving\), "
+                       r"not a model directory: .*tf\.saved_model\.load"):
+        load_model(str(saved))
+    flat = tmp_path / "model_float32.tflite"
+    flat.write_bytes(b"")
+    with pytest.raises(CheckpointError, match=r"tflite: a TFLite file, not a model directory: "
+                       r"run it with tf\.lite\.Interpreter"):
+        load_model(str(flat))
+
+
 @pytest.mark.parametrize("imports", [
     "import keras, tinybert_tf",
     # The package first: it imports no TensorFlow; importing its models registers them.

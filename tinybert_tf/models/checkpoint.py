@@ -165,21 +165,32 @@ def read_attachment(path: str, name: str) -> Optional[dict[str, np.ndarray]]:
     return read_safetensors(posixpath.join(path, str(entry.get("file", f"{name}.safetensors"))))
 
 
-def load_tokenizer(model_or_dir: Any, max_seq_len: int = 128) -> Tokenizer:
+def load_tokenizer(model_or_dir: Any, max_seq_len: Optional[int] = None) -> Tokenizer:
     """The WordPiece `Tokenizer` that belongs to a loaded model or a model
     directory (any supported kind, or a short name); lower-casing follows the
-    model's config. The one tokenizer-from-model builder of the package."""
+    model's config. The one tokenizer-from-model builder of the package.
+
+    max_seq_len: at most the model's positions (ValueError otherwise); None: 128, or
+    the model's positions when it has fewer."""
     if isinstance(model_or_dir, str):
         info = inspect_model(model_or_dir)
         if info.vocab is None:
             raise CheckpointError(
                 f"{info.path}: this keras-hub preset has no tokenizer (assets/tokenizer/"
                 "vocabulary.txt); save the tokenizer into the preset too.")
-        return Tokenizer(info.vocab, lower_case=info.config.lower_case,
-                         max_seq_len=max_seq_len)
-    vocab = model_vocab(model_or_dir, "load_tokenizer")
-    return Tokenizer(vocab, lower_case=model_or_dir.bert_config.lower_case,
-                     max_seq_len=max_seq_len)
+        vocab, config, name = info.vocab, info.config, info.path
+    else:
+        vocab = model_vocab(model_or_dir, "load_tokenizer")
+        config, name = model_or_dir.bert_config, "the model"
+    if max_seq_len is None:
+        max_seq_len = min(128, config.max_position_embeddings)
+    if max_seq_len > config.max_position_embeddings:
+        # Longer inputs would fail inside the model, at the position embeddings' sum.
+        raise ValueError(f"load_tokenizer(max_seq_len={max_seq_len}): {name} has "
+                         f"{config.max_position_embeddings} positions "
+                         f"(max_position_embeddings); give max_seq_len <= "
+                         f"{config.max_position_embeddings}.")
+    return Tokenizer(vocab, lower_case=config.lower_case, max_seq_len=max_seq_len)
 
 
 @dataclasses.dataclass
@@ -261,8 +272,19 @@ def resolve(path_or_name: str) -> str:
     if path_or_name.startswith(_HUB_SCHEMES):
         raise CheckpointError(_hub_message(path_or_name))
     if files.isdir(path_or_name):
+        if not files.isfile(posixpath.join(path_or_name, CONFIG_FILE)) and \
+                files.isfile(posixpath.join(path_or_name, "saved_model.pb")):
+            raise CheckpointError(
+                f"{path_or_name}: a SavedModel (an export for TF Serving), not a model "
+                "directory: serve it, or load it with tf.saved_model.load (docs/deploy.md); "
+                "give the model directory it was exported from (e.g. OUTPUT/task/model).")
         return path_or_name
     if files.exists(path_or_name):
+        if path_or_name.lower().endswith(".tflite"):
+            raise CheckpointError(
+                f"{path_or_name}: a TFLite file, not a model directory: run it with "
+                "tf.lite.Interpreter or tinybert_tf.export.TFLiteRunner (docs/deploy.md); "
+                "give the model directory it was exported from (e.g. OUTPUT/task/model).")
         raise CheckpointError(f"{path_or_name}: is a file; load_model expects a model "
                               "directory (config.json, vocab.txt, weights).")
     if not could_be_preset_name(path_or_name):  # a path: no download story

@@ -149,6 +149,16 @@ class BertModel(keras.Model):
             self.head.build(hidden)  # every head reads [..., H]
         self.built = True
 
+    def __call__(self, inputs: Any, *args: Any, **kwargs: Any) -> Any:
+        # Text is the commonest first call; Keras would say only "Only input tensors may be
+        # passed as positional arguments".
+        if isinstance(inputs, str) or (isinstance(inputs, (list, tuple)) and inputs
+                                       and all(isinstance(t, str) for t in inputs)):
+            raise TypeError("BertModel takes token ids (a dict of input_word_ids, input_mask "
+                            "and input_type_ids), not text: tokenise first, e.g. "
+                            "tok = tinybert_tf.load_tokenizer(model); model(tok(texts)).")
+        return super().__call__(inputs, *args, **kwargs)
+
     def call(self, inputs: dict[str, Any], training=None,
              mask_value: float = MASK_VALUE, integer_friendly: bool = False) -> dict[str, Any]:
         """inputs: int [B, L] input_word_ids, input_mask, input_type_ids (and
