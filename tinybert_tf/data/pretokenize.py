@@ -97,6 +97,26 @@ def _remove(paths: Sequence[str], temporaries: bool = False) -> None:
                     files.remove(f)
 
 
+def _tokens_of(vocab: Union[str, Sequence[str]]) -> list[str]:
+    """--vocab's tokens: a vocab.txt, a model directory of any kind, a model's short name
+    (as --teacher takes it), or the tokens themselves."""
+    if not isinstance(vocab, str):
+        return list(vocab)
+    path = vocab
+    try:
+        if path.lower() in SHORT_NAMES and not files.exists(path):
+            path = resolve(path)  # the embedded teacher's folder
+        if not files.isdir(path):
+            return read_vocab(path)
+        info = inspect_model(path)
+    except CheckpointError as e:
+        raise DataError(f"--vocab={vocab}: {e}") from e
+    if info.vocab is None:
+        raise DataError(f"--vocab={vocab}: the model directory has no tokenizer "
+                        "vocabulary; give its vocab.txt.")
+    return info.vocab
+
+
 def _check_not_anothers(meta: str) -> None:
     """PREFIX.json is replaced by each run: refuse a file of that name that is not a
     shard set's metadata (a user's wiki.json, say) before anything is written."""
@@ -138,21 +158,7 @@ def pretokenize(corpus_source: Optional[str], vocab: Union[str, Sequence[str]], 
     if max_seq_len < shortest:
         raise DataError(f"--max_seq_len={max_seq_len}: must be >= {shortest} with "
                         f"--pack={pack} (the special tokens and a word piece of text).")
-    if isinstance(vocab, str) and vocab.lower() in SHORT_NAMES and not files.exists(vocab):
-        try:
-            vocab = resolve(vocab)  # the embedded teacher's folder, as --teacher takes it
-        except CheckpointError as e:
-            raise DataError(f"--vocab={vocab}: {e}") from e
-    if isinstance(vocab, str) and files.isdir(vocab):  # a model directory, of any kind
-        try:
-            info = inspect_model(vocab)
-        except CheckpointError as e:
-            raise DataError(f"--vocab={vocab}: {e}") from e
-        if info.vocab is None:
-            raise DataError(f"--vocab={vocab}: the model directory has no tokenizer "
-                            "vocabulary; give its vocab.txt.")
-        vocab = info.vocab
-    tokens = read_vocab(vocab) if isinstance(vocab, str) else list(vocab)
+    tokens = _tokens_of(vocab)
     Tokenizer(tokens, lower_case=lower_case, max_seq_len=max_seq_len)  # validates the vocab
     corpus_source = corpus_source or corpus.default_corpus_path()
     fmt = corpus.detect_format(corpus_source) if fmt == "auto" else fmt
