@@ -287,6 +287,23 @@ def test_bin_augment(single_dir, tmp_path, kv, capsys, caplog):
     assert len(errors) == 1 and "task directory not found" in errors[0]
 
 
+def test_bin_augment_takes_the_vocab_of_a_model_directory(single_dir, tmp_path, model, kv,
+                                                          capsys):
+    """--vocab=MODEL_DIR, as bin/pretokenize takes it ("file not found" before); a model
+    of another vocab is named as the task tokenizer's."""
+    from tinybert_tf.models.checkpoint import save_model
+    mlm = save_model(model, str(tmp_path / "mlm"))
+    vec = str(tmp_path / "vec.txt")
+    kv.save_word2vec_format(vec, binary=False)
+    argv = ["--task=sst-2", f"--data_dir={single_dir}", f"--word_vectors={vec}",
+            f"--mlm_model={mlm}", "--num_aug=1", "--vector_vocab_limit=0",
+            f"--output={tmp_path / 'out' / 'train_aug.tsv'}"]
+    rc, stdout, stderr = _bin_augment([*argv, f"--vocab={mlm}"], capsys)
+    assert rc == 0, stderr
+    rc, stdout, stderr = _bin_augment([*argv, "--vocab=minilm-l6"], capsys)
+    assert rc == 2 and "its vocab (" in stderr and "differs from the task tokenizer" in stderr
+
+
 def test_bin_augment_warns_of_a_shard_that_holds_no_example(single_dir, tmp_path, kv, capsys):
     """Seven examples make one chunk: of two shards the first holds none (its output is
     the header, and still concatenates before the second's to the whole)."""

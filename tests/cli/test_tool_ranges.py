@@ -26,7 +26,7 @@ CASES = [
      "without --mlm_model it would be ignored: drop it, or give --mlm_model."),
     ("augment", ["--vocab=/nonexistent/vocab.txt", "--mlm_model=/nonexistent/mlm"],
      "--vocab=/nonexistent/vocab.txt: file not found; give the task tokenizer's vocab.txt "
-     "(the teacher's)."),
+     "(the teacher's), its model directory or a model's short name (minilm-l6)."),
     ("pretokenize", ["--max_seq_len=3"],
      "--max_seq_len=3: must be >= 4 with --pack=pair (the special tokens and a word piece "
      "of text)."),

@@ -33,10 +33,10 @@ from tinybert_tf.data.tfrecords import (
     write_meta,
     write_shard,
 )
-from tinybert_tf.models.checkpoint import SHORT_NAMES, CheckpointError, inspect_model, resolve
+from tinybert_tf.models.checkpoint import CheckpointError, vocab_tokens
 from tinybert_tf.progress import progress_bar
 from tinybert_tf.startup import start_spawned_worker
-from tinybert_tf.tokenizer import Tokenizer, read_vocab
+from tinybert_tf.tokenizer import Tokenizer
 
 
 def _write_one_shard(job: dict, queue=None) -> tuple[int, int, int]:
@@ -98,23 +98,13 @@ def _remove(paths: Sequence[str], temporaries: bool = False) -> None:
 
 
 def _tokens_of(vocab: Union[str, Sequence[str]]) -> list[str]:
-    """--vocab's tokens: a vocab.txt, a model directory of any kind, a model's short name
-    (as --teacher takes it), or the tokens themselves."""
+    """--vocab's tokens (`checkpoint.vocab_tokens`), or the tokens themselves."""
     if not isinstance(vocab, str):
         return list(vocab)
-    path = vocab
     try:
-        if path.lower() in SHORT_NAMES and not files.exists(path):
-            path = resolve(path)  # the embedded teacher's folder
-        if not files.isdir(path):
-            return read_vocab(path)
-        info = inspect_model(path)
+        return vocab_tokens(vocab)
     except CheckpointError as e:
         raise DataError(f"--vocab={vocab}: {e}") from e
-    if info.vocab is None:
-        raise DataError(f"--vocab={vocab}: the model directory has no tokenizer "
-                        "vocabulary; give its vocab.txt.")
-    return info.vocab
 
 
 def _check_not_anothers(meta: str) -> None:

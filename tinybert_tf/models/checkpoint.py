@@ -193,6 +193,21 @@ def load_tokenizer(model_or_dir: Any, max_seq_len: Optional[int] = None) -> Toke
     return Tokenizer(vocab, lower_case=config.lower_case, max_seq_len=max_seq_len)
 
 
+def vocab_tokens(vocab: str) -> list[str]:
+    """The tokens a --vocab flag names: a vocab.txt, a model directory of any kind, or a
+    model's short name (as --teacher takes it). CheckpointError naming the problem."""
+    path = vocab
+    if path.lower() in SHORT_NAMES and not files.exists(path):
+        path = resolve(path)  # the embedded teacher's folder
+    if not files.isdir(path):
+        return read_model_vocab(path)
+    info = inspect_model(path)
+    if info.vocab is None:
+        raise CheckpointError(f"{vocab}: the model directory has no tokenizer vocabulary; "
+                              "give its vocab.txt.")
+    return info.vocab
+
+
 @dataclasses.dataclass
 class ModelInfo:
     """A model directory's config, vocab and head, read without its weights."""

@@ -292,8 +292,9 @@ def define_augment_tool_flags(fv: flags.FlagValues = FLAGS) -> None:
            "splitting work across machines.", fv=fv)
     _loose(s, "output", "", "The file to write; name it as the task's augmented file "
            "(train_aug.tsv for GLUE layout), in its own folder.", fv=fv)
-    _loose(s, "vocab", "", "The task tokenizer's vocab.txt (the model trained on the output); "
-           "checked against --mlm_model's vocab. Empty: no check.", fv=fv)
+    _loose(s, "vocab", "", "The task tokenizer's vocab (the model trained on the output): "
+           "its vocab.txt, model directory or short name (minilm-l6); checked against "
+           "--mlm_model's vocab. Empty: no check.", fv=fv)
     _loose(s, "vector_cache", "", "Folder caching Word2Vec trained on --corpus. Empty: "
            "'vectors' next to --output.", fv=fv)
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from typing import Union
 
 from absl import logging
 
@@ -36,7 +37,12 @@ from tinybert_tf.augment.augmenter import (
 )
 from tinybert_tf.cli import tool as cli
 from tinybert_tf.files import read_json, write_json_atomic
-from tinybert_tf.models.checkpoint import inside_model_dir_error
+from tinybert_tf.models.checkpoint import (
+    SHORT_NAMES,
+    CheckpointError,
+    inside_model_dir_error,
+    vocab_tokens,
+)
 from tinybert_tf.pipeline import flags as tflags
 from tinybert_tf.pipeline.run.lock import FileLock
 from tinybert_tf.tasks import TaskConfig, resolve_task
@@ -113,9 +119,7 @@ def run() -> None:
         raise cli.UsageError(f"--vocab={FLAGS.vocab}: only --mlm_model's vocab is checked "
                              "against it; without --mlm_model it would be ignored: drop it, "
                              "or give --mlm_model.")
-    if FLAGS.vocab and not files.isfile(FLAGS.vocab):
-        raise cli.UsageError(f"--vocab={FLAGS.vocab}: file not found; give the task "
-                             "tokenizer's vocab.txt (the teacher's).")
+    vocab = _vocab() if FLAGS.vocab else None
     tflags.check_tool_ranges(FLAGS)
     output = os.path.abspath(FLAGS.output)
     cache = FLAGS.vector_cache or os.path.join(os.path.dirname(output), "vectors")
@@ -140,7 +144,7 @@ def run() -> None:
             num_aug=FLAGS.num_aug, replace_prob=FLAGS.replace_prob,
             num_candidates=FLAGS.num_candidates, seed=FLAGS.seed, shard=shard or None,
             batch_size=FLAGS.augment_batch_size, vector_cache_dir=cache,
-            vocab=FLAGS.vocab or None, vocab_limit=FLAGS.vector_vocab_limit)
+            vocab=vocab, vocab_limit=FLAGS.vector_vocab_limit)
         if stats["complete"]:
             write_json_atomic(_sidecar(output), {"shard": shard})
     if shard and not stats["examples"]:  # more shards than chunks of the task's examples
@@ -149,6 +153,20 @@ def run() -> None:
               "shards, so this shard's output holds no row (the shards' outputs still "
               "concatenate to the whole); use fewer shards.", file=sys.stderr)
     print(json.dumps(stats, indent=1))
+
+
+def _vocab() -> Union[str, list[str]]:
+    """--vocab: the file as given, or the tokens of a model directory or short name."""
+    if files.isfile(FLAGS.vocab):
+        return FLAGS.vocab  # its path names it in a vocab mismatch
+    if not files.exists(FLAGS.vocab) and FLAGS.vocab.lower() not in SHORT_NAMES:
+        raise cli.UsageError(f"--vocab={FLAGS.vocab}: file not found; give the task "
+                             "tokenizer's vocab.txt (the teacher's), its model directory "
+                             "or a model's short name (minilm-l6).")
+    try:
+        return vocab_tokens(FLAGS.vocab)
+    except CheckpointError as e:
+        raise cli.UsageError(f"--vocab={FLAGS.vocab}: {e}") from None
 
 
 def check_output_format(output: str, augmented_name: str) -> None:
