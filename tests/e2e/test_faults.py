@@ -147,6 +147,13 @@ def test_an_empty_lock_file_counts_as_dead_once_it_is_old(tmp_path):
     os.utime(path, (old, old))
     with FileLock(str(path), "x") as lock:
         assert "empty or damaged" in lock.replaced
+    # Another program's file of that name (not JSON): refused, kept.
+    path.write_text("pid 4242\n")
+    os.utime(path, (old, old))
+    with pytest.raises(LockError, match=r"^x: .*\.lock is not a lock of ours .*Move it, or "
+                       r"choose another folder\.$"):
+        FileLock(str(path), "x").acquire()
+    assert path.read_text() == "pid 4242\n"
 
 
 def test_locks_work_on_ram_filesystems():

@@ -22,7 +22,8 @@ A lock left by a dead process is taken over, with a message saying so:
     its machine stopped (or the clocks of the two hosts differ by that much:
     keep them in sync with NTP);
   - an empty or unreadable lock file older than `_DAMAGED_GRACE_S` seconds (a
-    holder killed between creating the file and writing its facts).
+    holder killed between creating the file and writing its facts); a file of that
+    name that is not JSON at all is another program's, and refused.
 A holder that finds its lock taken over (its own heartbeat stopped for longer
 than `stale_after`, e.g. a suspended VM) stops heartbeating and raises
 `LockError` at its next `check()`: between stages, and before marking a stage done.
@@ -252,8 +253,13 @@ class FileLock:
     def _damaged_reason(self) -> Optional[str]:
         try:
             mtime = files.stat(self.path).mtime_ns / 1e9
+            head = files.read_bytes(self.path)[:1]
         except files.FileAccessError:
             return _VANISHED
+        if head and head != b"{":  # ours is JSON, written whole right after creating it
+            raise LockError(f"{self.what}: {self.path} is not a lock of ours (another "
+                            "program's file of that name?): it is not taken over or "
+                            "deleted. Move it, or choose another folder.")
         if mtime and time.time() - mtime < _DAMAGED_GRACE_S:
             return None
         return "its lock file is empty or damaged"
