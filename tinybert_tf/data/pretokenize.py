@@ -112,10 +112,12 @@ def _check_not_anothers(meta: str) -> None:
     shard set's metadata (a user's wiki.json, say) before anything is written."""
     if not files.isfile(meta):
         return
-    try:
-        found = files.read_json(meta, error=DataError)
-    except DataError:
-        found = None
+    found = None
+    # Ours lists its shards (some 100 bytes each): a larger file is someone's data, and
+    # is not read whole to find that out.
+    if files.stat(meta).size <= 64 * 2**20:
+        with contextlib.suppress(DataError):
+            found = files.read_json(meta, error=DataError)
     if not (isinstance(found, dict) and {"shards", "vocab_sha1"} <= set(found)):
         raise DataError(f"--output={meta[:-len('.json')]}: {meta} exists and is not the "
                         "metadata of pre-tokenised shards, which this run writes there; "

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 import sys
 from typing import Optional, Sequence
 
@@ -60,6 +59,7 @@ from tinybert_tf.pipeline.run.state import (
     STAGE_DONE,
     WORK_DIR,
     RunState,
+    temporary_of,
     unfinished_stage_output,
 )
 from tinybert_tf.tasks import Task, TaskConfig, resolve_task
@@ -166,8 +166,7 @@ def foreign_export_entries(export_dir: str) -> list[str]:
     ours = {fmt.artefact for fmt in FORMATS.values()} | {PARITY_FILE, STAGE_DONE, WORK_DIR}
     foreign = []
     for name in files.listdir(export_dir):
-        stands_for = re.match(r"^\.(.+?)\.(?:tmp|old)-[A-Za-z0-9_]+$", name)
-        if name not in ours and not (stands_for and stands_for.group(1) in ours):
+        if name not in ours and temporary_of(name) not in ours:
             foreign.append(name)
     parity = os.path.join(export_dir, PARITY_FILE)
     if files.isfile(parity):

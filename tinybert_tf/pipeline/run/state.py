@@ -388,7 +388,7 @@ class RunState:
         for name in sorted(files.listdir(self.output_dir)):
             path = self.path(name)
             if _TEMPORARY.match(name):
-                if _temporary_of(name) in owned:
+                if temporary_of(name) in owned:
                     found.append(path)
             elif name in owned and files.isdir(path):
                 for folder, dirs, names in _walk(path):
@@ -469,9 +469,9 @@ def unfinished_stage_output(path: str) -> Optional[str]:
             "or give a finished model.")
 
 
-def _temporary_of(name: str) -> Optional[str]:
-    """The entry a top-level temporary stands for: "report.json" for
-    ".report.json.tmp-123", "general" for ".general.old-x1y2"; None for others."""
+def temporary_of(name: str) -> Optional[str]:
+    """The entry a hidden temporary stands for: "report.json" for
+    ".report.json.tmp-123", "general" for ".general.old-x1y2"; None for other names."""
     m = re.match(r"^\.(.+?)\.(?:tmp|old)-[A-Za-z0-9_]+$", name)
     return m.group(1) if m else None
 
