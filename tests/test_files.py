@@ -67,6 +67,17 @@ def test_read_json_errors_name_the_file(tmp_path):
         files.read_json(str(bad))
 
 
+def test_json_object_tells_a_record_from_other_files(tmp_path):
+    """A tool's own record (a JSON object) or None for a user's file of that name."""
+    path = tmp_path / "x.json"
+    path.write_text('{"shards": []}')
+    assert files.json_object(str(path)) == {"shards": []}
+    assert files.json_object(str(path), limit=5) is None  # larger than the limit: unread
+    for content in (b"[1, 2]", b"not json", '{"a": 1}'.encode("utf-16")):
+        path.write_bytes(content)
+        assert files.json_object(str(path)) is None, content
+
+
 def test_unreachable_and_missing_paths_are_one_clear_error(tmp_path):
     with pytest.raises(files.FileAccessError,
                        match=r"hdfs://namenode/corpus/a\.txt: cannot check .*no file system for "

@@ -497,6 +497,23 @@ def read_json(path: str, default: Any = _MISSING, error: type[Exception] = Value
     return data
 
 
+class _NotAnObject(ValueError):
+    """`json_object`'s own signal: the file's content is not a JSON object."""
+
+
+def json_object(path: str, limit: int = 64 * 2**20) -> Optional[dict]:
+    """The JSON object in the file `path`, or None when the file is larger than `limit`
+    bytes (not read) or holds no JSON object (bad UTF-8, not JSON, another top-level
+    type). For telling a record a tool wrote from a user's file of the same name; an
+    unreachable path raises FileAccessError."""
+    if stat(path).size > limit:
+        return None
+    try:
+        return read_json(path, error=_NotAnObject, expect=dict)
+    except _NotAnObject:
+        return None
+
+
 def os_fix(e: OSError) -> str:
     """What to do about an OSError raised while writing an output."""
     if isinstance(e, PermissionError) or e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):

@@ -112,13 +112,10 @@ def _check_not_anothers(meta: str) -> None:
     shard set's metadata (a user's wiki.json, say) before anything is written."""
     if not files.isfile(meta):
         return
-    found = None
-    # Ours lists its shards (some 100 bytes each): a larger file is someone's data, and
-    # is not read whole to find that out.
-    if files.stat(meta).size <= 64 * 2**20:
-        with contextlib.suppress(DataError):
-            found = files.read_json(meta, error=DataError)
-    if not (isinstance(found, dict) and {"shards", "vocab_sha1"} <= set(found)):
+    # Ours lists its shards (some 100 bytes each): a file over json_object's limit is
+    # someone's data, and is not read whole to find that out.
+    found = files.json_object(meta)
+    if found is None or not {"shards", "vocab_sha1"} <= set(found):
         raise DataError(f"--output={meta[:-len('.json')]}: {meta} exists and is not the "
                         "metadata of pre-tokenised shards, which this run writes there; "
                         "choose another --output prefix, or move the file.")

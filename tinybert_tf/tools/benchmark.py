@@ -104,11 +104,8 @@ def check_flags() -> list[int]:
 
 def _a_benchmark(path: str) -> bool:
     """Whether `path` is a benchmark.json bin/benchmark wrote (it replaces only those)."""
-    try:
-        found = files.read_json(path, error=ValueError)
-    except ValueError:
-        return False
-    return isinstance(found, dict) and {"models", "ratios"} <= set(found)
+    found = files.json_object(path)
+    return found is not None and {"models", "ratios"} <= set(found)
 
 
 def run() -> None:

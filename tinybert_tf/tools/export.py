@@ -170,11 +170,8 @@ def foreign_export_entries(export_dir: str) -> list[str]:
             foreign.append(name)
     parity = os.path.join(export_dir, PARITY_FILE)
     if files.isfile(parity):
-        try:
-            made = isinstance(files.read_json(parity).get("formats"), dict)
-        except (ValueError, AttributeError):
-            made = False
-        if not made:
+        found = files.json_object(parity)
+        if found is None or not isinstance(found.get("formats"), dict):
             foreign.append(PARITY_FILE)
     return foreign
 
