@@ -289,6 +289,32 @@ def test_seeds_each_run_the_table_in_their_own_folder_with_their_seed(tmp_path, 
     assert not out.exists()  # dry runs write nothing
 
 
+def test_table_files_bin_reproduce_did_not_write_are_refused_before_any_run(tmp_path,
+                                                                          tiny_vocab):
+    """DIR/table<N>.json / .md / .png (and DIR/seed-N/'s with --seeds) that bin/reproduce
+    did not write are refused when the command is read, and kept; its own are replaced."""
+    out = tmp_path / "mine"
+    cmd = ["bin/reproduce", "--table=2", "--tasks=sst-2", f"--output_dir={out}",
+           "--cells=tinybert4", "--augment_fallback", *_toy_argv(tmp_path, tiny_vocab)]
+    (out / "seed-8").mkdir(parents=True)
+    for folder, name, content, extra in [
+            (out, "table2.json", '{"title": "my notes"}', []),
+            (out, "table2.md", "# my table", []),
+            (out, "table2.png", "not a chart", ["--dry_run"]),
+            (out / "seed-8", "table2.md", "# my table", ["--seeds=7,8"])]:
+        (folder / name).write_text(content)
+        with pytest.raises(reproduce.ReproduceError) as e:
+            reproduce.parse(cmd + extra)
+        assert str(e.value) == (f"--output_dir={out}: {folder / name} is not a table "
+                                "bin/reproduce wrote, and this run would replace it; move "
+                                "it, or choose another --output_dir.")
+        assert (folder / name).read_text() == content
+        (folder / name).unlink()
+    (out / "table2.json").write_text(json.dumps(_seed_table({"x": 50.0}, 60.0)))
+    (out / "table2.md").write_text("# an earlier table of ours")
+    assert reproduce.parse(cmd).output_dir == str(out)
+
+
 def _seed_table(scores: dict[str, float], teacher: float) -> dict:
     """A single run's table<N>.json (write_results' layout) with one column."""
     def entry(v):

@@ -221,6 +221,7 @@ def parse(argv: Sequence[str], config_dir: str = CONFIG_DIR) -> Options:
     passthrough = [fv[name].serialize() for name in tb_flags.distill_flags()
                    if fv[name].present and name not in _OWN | _PER_CELL]
     seeds = _seeds(fv)
+    _refuse_others_table_files(fv.output_dir, table.number, seeds)
     missing = [c.flagfile for c in cells if not os.path.isfile(os.path.join(config_dir,
                                                                             c.flagfile))]
     if missing:
@@ -239,6 +240,17 @@ def parse(argv: Sequence[str], config_dir: str = CONFIG_DIR) -> Options:
     cell_models = {c.model_flag: fv[c.model_flag].value for c in cells if c.model_flag}
     return Options(table, fv.output_dir, tasks, tuple(cells), bool(fv.dry_run), fv.glue_dir,
                    fv.squad_dir, config_dir, passthrough, seeds, general_model, cell_models)
+
+
+def _refuse_others_table_files(output_dir: str, number: int, seeds: Sequence[int]) -> None:
+    """Refuse, before any run, a DIR/table<N>.* (and with --seeds, DIR/seed-N/table<N>.*)
+    that the table would replace but bin/reproduce did not write."""
+    for folder in (output_dir, *(posixpath.join(output_dir, f"seed-{s}") for s in seeds)):
+        other = table_files.not_ours(folder, number)
+        if other:
+            raise ReproduceError(f"--output_dir={output_dir}: {other} is not a table "
+                                 "bin/reproduce wrote, and this run would replace it; move "
+                                 "it, or choose another --output_dir.")
 
 
 def _seeds(fv: flags.FlagValues) -> tuple[int, ...]:

@@ -23,6 +23,18 @@ def write(data: dict[str, Any], output_dir: str, markdown: Callable[[dict], str]
     return data
 
 
+def not_ours(output_dir: str, number: int) -> Optional[str]:
+    """The path of a DIR/table<N>.json / .md / .png that a table of bin/reproduce's would
+    replace but that bin/reproduce did not write, or None. `write` writes the JSON
+    first, so a .md or .png without a table<N>.json of ours is someone else's."""
+    base = posixpath.join(output_dir, f"table{number}")
+    if files.exists(base + ".json"):
+        found = files.json_object(base + ".json")
+        ours = found is not None and found.get("table") == number and "rows" in found
+        return None if ours else base + ".json"
+    return next((base + ext for ext in (".md", ".png") if files.exists(base + ext)), None)
+
+
 def note_lines(data: dict[str, Any]) -> list[str]:
     """The rows' notes and the table's, as Markdown list items after a blank line
     (nothing when there are none)."""
