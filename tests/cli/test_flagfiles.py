@@ -7,6 +7,7 @@ import os
 import pytest
 
 from tinybert_tf.cli.flagfiles import FlagfileError, expand_flagfiles
+from tinybert_tf.export import ExportError, check_formats
 from tinybert_tf.pipeline.main import main, parse_command
 
 
@@ -137,6 +138,19 @@ def test_a_typed_flag_that_only_a_skipped_stage_reads_is_named_with_the_switch(
     assert f"skips that stage ({switch}), so it is ignored" in warnings[0], warnings[0]
     assert warnings[0].endswith(f"drop it, or drop {switch}."), warnings[0]
     assert config.run.stages == ("all",)
+
+
+def test_export_format_names_are_read_in_any_case_as_task_names_are(tmp_path):
+    """`--export_formats=SAVED_MODEL,Int8` is the registered saved_model,int8: the quantize
+    stage (run for int8) reads --quantize_lr, and run_config.json records one spelling."""
+    config, warnings = parse_command(["bin/distill", f"--output_dir={tmp_path / 'out'}",
+                                      "--export_formats=SAVED_MODEL,Int8, float32",
+                                      "--quantize_lr=1e-4"])
+    assert config.export.formats == ("saved_model", "int8", "float32")
+    assert warnings == []
+    assert check_formats(["HF", "hf", "Float16 "]) == ("hf", "float16")
+    with pytest.raises(ExportError, match="unknown export format 'ONNX'"):
+        check_formats(["ONNX"])
 
 
 @pytest.mark.parametrize("typed,said", [

@@ -130,13 +130,24 @@ def format_names() -> tuple[str, ...]:
     return tuple(FORMATS)
 
 
+def registered_name(name: str) -> str:
+    """`name` as its format is registered when they differ only in case or surrounding
+    spaces (`HF` -> `hf`, as task names are read); otherwise `name` stripped, for
+    `check_formats` to name as unknown."""
+    key = name.strip()
+    if key in FORMATS:
+        return key
+    return next((n for n in FORMATS if n.lower() == key.lower()), key)
+
+
 def check_formats(formats: Sequence[str], flag: str = "--export_formats") -> tuple[str, ...]:
-    """Validate format names; returns them de-duplicated, in the given order."""
+    """Validate format names (`registered_name`: any case); returns them as registered,
+    de-duplicated, in the given order."""
     if isinstance(formats, str):
         formats = [f for f in formats.split(",") if f.strip()]
     out: list[str] = []
     for name in formats:
-        name = name.strip()
+        name = registered_name(name)
         if name not in FORMATS:
             raise ExportError(f"{flag}: unknown export format {name!r}; use any of "
                               f"{', '.join(FORMATS)}.")

@@ -21,7 +21,7 @@ from typing import Any, Optional
 from tinybert_tf import fields
 from tinybert_tf.data import holdout
 from tinybert_tf.distill.terms import ALIASES, TERMS
-from tinybert_tf.export.formats import FORMATS
+from tinybert_tf.export.formats import FORMATS, registered_name
 from tinybert_tf.export.parity import DEFAULT_FORMATS
 from tinybert_tf.fields import (
     FRACTION,
@@ -527,6 +527,10 @@ class PipelineConfig:
         # `auto` chooses otherwise is refused, not silently continued in another dtype.
         parts["distill"] = dataclasses.replace(
             parts["distill"], teacher_precision=teacher_precision_decision(parts["run"]).dtype)
+        # As registered (`HF` -> `hf`): the stages test names like `"int8" in formats`,
+        # and run_config.json records one spelling.
+        parts["export"] = dataclasses.replace(parts["export"], formats=tuple(
+            registered_name(f) for f in parts["export"].formats))
         general = parts["general"]
         parts["general"] = dataclasses.replace(
             general, holdout=holdout.resolve(general.holdout, parts["task"].task))
