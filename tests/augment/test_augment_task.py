@@ -1,4 +1,5 @@
 """augment_task end to end: GLUE layout, pairs, quoting, determinism, resume, shards, errors."""
+import json
 import logging
 import os
 
@@ -269,9 +270,23 @@ def test_bin_augment(single_dir, tmp_path, kv, capsys, caplog):
     said = stderr + "".join(r.getMessage() for r in caplog.records)
     assert said.count("word-vector neighbours serve") == 1, said
     assert '"mode": "vectors-only"' in stdout and os.path.isfile(out)
-    # Its own finished output is written again; a file no bin/augment run wrote (the
-    # user's) is refused, not replaced.
-    assert _bin_augment(argv, capsys)[0] == 0
+    # Its own finished output: the same command keeps it (the work is not done again);
+    # other settings, or an output changed since, augment it again. A file no bin/augment
+    # run wrote (the user's) is refused, not replaced.
+    first, made = open(out, "rb").read(), os.stat(out).st_mtime_ns
+    rc, stdout, stderr = _bin_augment(argv, capsys)
+    assert rc == 0 and os.stat(out).st_mtime_ns == made
+    assert f"bin/augment: {out} is already augmented from this input with these settings " \
+           f"(recorded in {tmp_path / 'cli' / '.train_aug.tsv.shard'}); kept." in stderr
+    assert json.loads(stdout)["reused"] and json.loads(stdout)["written"] > 7
+    rc, stdout, stderr = _bin_augment([*argv, "--num_aug=3"], capsys)
+    assert rc == 0 and "already augmented" not in stderr
+    assert not json.loads(stdout)["reused"] and open(out, "rb").read() != first
+    with open(out, "ab") as f:
+        f.write(b"an edited row\t1\n")
+    rc, stdout, stderr = _bin_augment([*argv, "--num_aug=3"], capsys)
+    assert rc == 0 and not json.loads(stdout)["reused"]
+    assert b"an edited row" not in open(out, "rb").read()
     theirs = tmp_path / "cli" / "mine.tsv"
     theirs.write_text("my rows\n")
     rc, stdout, stderr = _bin_augment([*argv, f"--output={theirs}"], capsys)

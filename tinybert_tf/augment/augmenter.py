@@ -400,8 +400,8 @@ def augment_source(source: sources.DataSource, output_path: str, *,
                    seed: int = 42, shard: Optional[str] = None, batch_size: int = 256,
                    vector_cache_dir: Optional[str] = None, progress: bool = True,
                    vocab: Union[None, str, Sequence[str]] = None, chunk_size: int = CHUNK_SIZE,
-                   vocab_limit: int = DEFAULT_VOCAB_LIMIT, stop_after_chunks: Optional[int] = None
-                   ) -> dict[str, Any]:
+                   vocab_limit: int = DEFAULT_VOCAB_LIMIT, stop_after_chunks: Optional[int] = None,
+                   done_record: Optional[str] = None) -> dict[str, Any]:
     """Augment a data source's training rows into `output_path`, in the source's
     own format (same header and columns), so `source.augmented(output_path)`
     reads it back.
@@ -424,9 +424,12 @@ def augment_source(source: sources.DataSource, output_path: str, *,
       vocab_limit: neighbours among the first this-many vector words (0 = all).
       stop_after_chunks: stop (leaving a resumable partial output) after this many
         chunks in this call; for tests of interruption.
+      done_record: a JSON record of the finished output (bin/augment's `.NAME.shard`);
+        when it records this call's input, settings and models, and the output still
+        holds what it recorded, the output is kept (stats as recorded, `reused`).
     Returns:
       stats: examples, written (rows in the file), eligible/mlm/vector/skipped
-      words, examples_per_s, mode, shard, resumed_chunks, complete.
+      words, examples_per_s, mode, shard, resumed_chunks, complete, reused.
     """
     _validate(num_aug, replace_prob, num_candidates, seed, batch_size, chunk_size)
     shard_i, shard_n = parse_shard(shard)
@@ -447,6 +450,9 @@ def augment_source(source: sources.DataSource, output_path: str, *,
                          seed=seed, batch_size=batch_size, mode=mode,
                          mlm=_mlm_fingerprint(mlm), vectors=fingerprint(kv),
                          vocab_limit=vocab_limit, shard=[shard_i, shard_n])
+    earlier = _finished_earlier(output_path, done_record, identity)
+    if earlier is not None:
+        return earlier
     progress_path = output_path + ".progress.json"
     partial, state, resumed = _open_output(output_path, progress_path, identity, table,
                                            write_header=shard_i == 0,
@@ -460,30 +466,66 @@ def augment_source(source: sources.DataSource, output_path: str, *,
                                          range(c_begin + resumed, c_end), chunk_size,
                                          first_example, last_example, stop_after_chunks, bar)
     complete = state["chunks_done"] >= c_end - c_begin
+    result = _stats(state, mlm, examples=shard_examples,
+                    examples_per_s=processed / elapsed if elapsed > 0 and processed else 0.0,
+                    mode=mode, shard=f"{shard_i}/{shard_n}", resumed_chunks=resumed,
+                    complete=complete, output=output_path if complete else partial.path)
     if complete:
-        partial.publish(state["chunks_done"])
-        files.remove(progress_path)
-    totals = ChunkStats(**state["stats"])
-    result = {"examples": shard_examples, "written": state["rows"],
-              "examples_per_s": processed / elapsed if elapsed > 0 and processed else 0.0,
-              "mode": mode, "shard": f"{shard_i}/{shard_n}", "resumed_chunks": resumed,
-              "complete": complete, "output": output_path if complete else partial.path,
-              "eligible_words": totals.eligible, "mlm_words": totals.mlm_words,
-              "vector_words": totals.vector_words, "skipped_words": totals.skipped}
-    if mlm is not None:
-        result["mlm_forward_calls"] = mlm.forward_calls
-    _warn_if_nothing_replaced(complete, totals, word_vectors, output_path)
+        _finish(partial, state, output_path, progress_path, done_record, identity, result)
+        _warn_if_nothing_replaced(result, word_vectors, output_path)
     return result
 
 
-def _warn_if_nothing_replaced(complete: bool, totals: ChunkStats, word_vectors: Any,
+def _stats(state: dict[str, Any], mlm: Optional[MLMCandidates],
+           **facts: Any) -> dict[str, Any]:
+    """`augment_source`'s summary: `facts`, then the rows and word counts `state` holds."""
+    totals = ChunkStats(**state["stats"])
+    result = {**facts, "written": state["rows"], "eligible_words": totals.eligible,
+              "mlm_words": totals.mlm_words, "vector_words": totals.vector_words,
+              "skipped_words": totals.skipped, "reused": False}
+    if mlm is not None:
+        result["mlm_forward_calls"] = mlm.forward_calls
+    return result
+
+
+def _finish(partial: Any, state: dict[str, Any], output_path: str, progress_path: str,
+            done_record: Optional[str], identity: dict[str, Any],
+            result: dict[str, Any]) -> None:
+    """Publish the finished output, record it in `done_record` (when given), then drop
+    the progress record: at every moment one of the two vouches for the output."""
+    partial.publish(state["chunks_done"])
+    if done_record is not None:
+        shard_i, shard_n = identity["shard"]
+        write_json_atomic(done_record, {
+            "shard": "" if shard_n == 1 else f"{shard_i}/{shard_n}", "identity": identity,
+            "output": files.recorded_fingerprint(output_path), "stats": result})
+    files.remove(progress_path)
+
+
+def _finished_earlier(output_path: str, done_record: Optional[str],
+                      identity: dict[str, Any]) -> Optional[dict[str, Any]]:
+    """The stats `done_record` holds when it records `identity` and `output_path` still
+    holds the bytes it recorded (`reused` set); None otherwise (the work is done again)."""
+    record = (files.json_object(done_record) if done_record and files.exists(done_record)
+              else None)
+    if (record is None or record.get("identity") != identity
+            or not isinstance(record.get("stats"), dict)
+            or not isinstance(record.get("output"), str)
+            or not files.same_content(output_path, record["output"])):
+        return None
+    logger.info("augment: %s is finished with these settings and input (%s); kept.",
+                output_path, done_record)
+    return {**record["stats"], "examples_per_s": 0.0, "resumed_chunks": 0, "reused": True}
+
+
+def _warn_if_nothing_replaced(stats: dict[str, Any], word_vectors: Any,
                               output_path: str) -> None:
     """A warning when the finished file is the original rows: vectors of another
     language or casing replaced no word, and task distillation would take the file for
     augmented data."""
-    if not (complete and totals.eligible and totals.skipped >= totals.eligible):
+    eligible = stats["eligible_words"]
+    if not (eligible and stats["skipped_words"] >= eligible):
         return
-    eligible = totals.eligible
     logger.warning(
         "augment: no word of %d found a replacement: the word vectors (%s) hold none of the "
         "task's words, so %s holds the original rows only and task distillation sees no "

@@ -36,7 +36,7 @@ from tinybert_tf.augment.augmenter import (
     parse_shard,
 )
 from tinybert_tf.cli import tool as cli
-from tinybert_tf.files import read_json, write_json_atomic
+from tinybert_tf.files import read_json
 from tinybert_tf.models.checkpoint import (
     SHORT_NAMES,
     CheckpointError,
@@ -61,7 +61,8 @@ def _join_hint(output: str, shards: int) -> str:
 
 
 def _sidecar(output: str) -> str:
-    """Records which shard wrote a finished --output file."""
+    """Records a finished --output file: which shard wrote it, from what and with which
+    settings (`augment_source`'s `done_record`)."""
     return os.path.join(os.path.dirname(output), f".{os.path.basename(output)}.shard")
 
 
@@ -144,9 +145,11 @@ def run() -> None:
             num_aug=FLAGS.num_aug, replace_prob=FLAGS.replace_prob,
             num_candidates=FLAGS.num_candidates, seed=FLAGS.seed, shard=shard or None,
             batch_size=FLAGS.augment_batch_size, vector_cache_dir=cache,
-            vocab=vocab, vocab_limit=FLAGS.vector_vocab_limit)
-        if stats["complete"]:
-            write_json_atomic(_sidecar(output), {"shard": shard})
+            vocab=vocab, vocab_limit=FLAGS.vector_vocab_limit, done_record=_sidecar(output))
+    if stats["reused"]:
+        print(f"bin/augment: {output} is already augmented from this input with these "
+              f"settings (recorded in {_sidecar(output)}); kept. Delete it to augment again.",
+              file=sys.stderr, flush=True)
     if shard and not stats["examples"]:  # more shards than chunks of the task's examples
         print(f"bin/augment: warning: --shard={shard} holds no example: the task's training "
               f"set makes fewer chunks of {CHUNK_SIZE} examples than {shard.split('/')[1]} "
