@@ -538,6 +538,33 @@ def test_pretokenize_writes_the_metadata_last_and_cleans_up(tok, text_corpus, tm
         '{"my": "dataset"}'
 
 
+def test_pretokenize_keeps_a_finished_set_made_from_the_same_corpus(tok, tmp_path):
+    """The same call again keeps the shards (a re-run tokenised all of Wikipedia again);
+    another setting, a changed corpus file or a shard cut short writes them again."""
+    src = tmp_path / "c.txt"
+    write_text(src, make_docs(6))
+    prefix = str(tmp_path / "out" / "c")
+
+    def call(**changed):
+        kwargs = dict(num_shards=2, max_seq_len=24, num_workers=1, progress=False)
+        return pretokenize.pretokenize(str(src), tok.vocab, prefix, **{**kwargs, **changed})
+
+    first = call()
+    made = {p: os.stat(p).st_mtime_ns for p in tfrecords.set_files(prefix) + [prefix + ".json"]}
+    again = call()
+    assert not first["reused"] and again["reused"]
+    assert {**again, "reused": False} == first
+    assert {p: os.stat(p).st_mtime_ns for p in made} == made
+    assert not call(max_seq_len=32)["reused"] and call(max_seq_len=32)["reused"]
+    write_text(src, make_docs(7))
+    assert not call(max_seq_len=32)["reused"]
+    shard = tfrecords.set_files(prefix)[0]
+    with open(shard, "r+b") as f:
+        f.truncate(10)
+    meta = call(max_seq_len=32)
+    assert not meta["reused"] and os.path.getsize(shard) == meta["shards"][0]["bytes"] > 10
+
+
 def test_pretokenize_takes_a_models_short_name_as_vocab(tmp_path):
     """--vocab=minilm-l6, as --teacher takes it: it said "vocab file not found"."""
     from tinybert_tf.models.checkpoint import inspect_model, resolve
@@ -607,3 +634,12 @@ def test_bin_pretokenize_warns_of_shards_left_empty(tiny_vocab_file, tmp_path, c
         "bin/pretokenize: warning: 2 of 4 shards hold no sequence (c-0000"), ours
     assert "fewer documents than --num_shards=4" in ours[0]
     assert json.loads(captured.out)["num_sequences"] >= 2
+    # The same command again keeps the set, and says so (and the warning, still true).
+    code = run_tool("pretokenize", f"--corpus={corpus_file}", f"--vocab={tiny_vocab_file}",
+                    f"--output={out / 'c'}", "--num_shards=4", "--num_workers=1",
+                    "--max_seq_len=24")
+    again = capfd.readouterr()
+    assert code == 0 and json.loads(again.out) == {**json.loads(captured.out), "reused": True}
+    assert f"bin/pretokenize: {out / 'c'}.json records shards made from this corpus with " \
+           f"these settings, and they are all there; kept. Delete {out / 'c'}.json to " \
+           "write them again." in again.err.splitlines()

@@ -4,6 +4,8 @@ Each worker process tokenises and packs its shard of the documents
 (`corpus.packed_dataset`) and writes one shard file (`tfrecords.write_shard`,
 atomically); PREFIX.json, written last, records the vocab, sequence length,
 packing and each shard's sequences and bytes, which readers check. So:
+  - a set an earlier run made from the same corpus with the same settings, every
+    shard its recorded size, is kept as it is;
   - a run that fails or is killed leaves no PREFIX.json (an old one is removed
     first), and a set without it is recognisably incomplete;
   - a failing run removes the shards it wrote, and a corpus that yields no
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import multiprocessing as mp
 import os
 from typing import Optional, Sequence, Union
@@ -129,7 +132,9 @@ def pretokenize(corpus_source: Optional[str], vocab: Union[str, Sequence[str]], 
 
     Shards are tokenised in parallel by `num_workers` processes (0 = all
     cores; 1 = in this process), each file written atomically; a tqdm bar
-    counts sequences. Returns the metadata written to PREFIX.json. A bad
+    counts sequences. Returns the metadata written to PREFIX.json, with `reused`:
+    a set an earlier call made from the same corpus (its files' content) with the
+    same settings, every shard still its recorded size, is kept as it is. A bad
     corpus file or an empty corpus raises DataError, leaving no shard and no
     PREFIX.json of this run behind.
     """
@@ -157,6 +162,13 @@ def pretokenize(corpus_source: Optional[str], vocab: Union[str, Sequence[str]], 
         corpus.resolve_files(corpus_source)  # fail now on a bad path
     output = files.absolute(output)
     _check_not_anothers(meta_path(output))
+    made_from = {"corpus": corpus_source, "format": fmt, "max_seq_len": int(max_seq_len),
+                 "pack": pack, "lower_case": bool(lower_case),
+                 "vocab_sha1": vocab_sha1(tokens), "num_shards": num_shards,
+                 "inputs": _inputs_fingerprint(corpus_source, fmt, tfds_data_dir)}
+    earlier = _finished_earlier(output, made_from)
+    if earlier is not None:
+        return earlier
     files.makedirs(os.path.dirname(output))
     # From here on PREFIX.json describes nothing until this run writes it.
     _remove([meta_path(output)])
@@ -182,10 +194,34 @@ def pretokenize(corpus_source: Optional[str], vocab: Union[str, Sequence[str]], 
         raise DataError(f"{corpus_source}: no sequences: the corpus holds no text (empty "
                         "files, only blank lines, or a dump of redirects); nothing written.")
     _remove([f for f in set_files(output) if f not in paths])  # an older set's shards
-    meta = {"corpus": corpus_source, "format": fmt, "max_seq_len": int(max_seq_len),
-            "pack": pack, "lower_case": bool(lower_case), "vocab_size": len(tokens),
-            "vocab_sha1": vocab_sha1(tokens), "num_sequences": int(total),
+    meta = {**made_from, "vocab_size": len(tokens), "num_sequences": int(total),
             "shards": [{"file": os.path.basename(p), "num_sequences": n, "bytes": size}
                        for p, (_, n, size) in zip(paths, results)]}
     write_meta(output, meta)
-    return meta
+    return {**meta, "reused": False}
+
+
+def _inputs_fingerprint(corpus_source: str, fmt: str, tfds_data_dir: Optional[str]) -> str:
+    """What the corpus holds, in reading order: each file's `content_fingerprint`, hashed
+    together (a TFDS corpus: its name and data folder, which version it)."""
+    if fmt == "tfds":
+        return f"{corpus_source}@{tfds_data_dir or ''}"
+    digest = hashlib.sha1()
+    for path in corpus.resolve_files(corpus_source):
+        digest.update(files.content_fingerprint(path).encode() + b"\n")
+    return digest.hexdigest()
+
+
+def _finished_earlier(output: str, made_from: dict) -> Optional[dict]:
+    """PREFIX.json's metadata when an earlier run made the set from the same corpus with
+    the same settings and every shard still has its recorded size (`reused` set); None
+    otherwise (the set is written again)."""
+    meta = files.json_object(meta_path(output)) if files.isfile(meta_path(output)) else None
+    if meta is None or any(meta.get(k) != v for k, v in made_from.items()):
+        return None
+    folder = os.path.dirname(output)
+    for shard in meta.get("shards", []):
+        path = os.path.join(folder, str(shard.get("file")))
+        if not files.isfile(path) or files.stat(path).size != shard.get("bytes"):
+            return None
+    return {**meta, "reused": True}

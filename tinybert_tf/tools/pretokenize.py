@@ -41,6 +41,10 @@ def run() -> None:
                        pack=FLAGS.pack, fmt=FLAGS.corpus_format,
                        num_workers=FLAGS.num_workers, lower_case=FLAGS.lower_case,
                        tfds_data_dir=FLAGS.tfds_data_dir or None)
+    if meta["reused"]:
+        print(f"bin/pretokenize: {FLAGS.output}.json records shards made from this corpus "
+              "with these settings, and they are all there; kept. Delete "
+              f"{FLAGS.output}.json to write them again.", file=sys.stderr, flush=True)
     empty = [s["file"] for s in meta["shards"] if not s["num_sequences"]]
     if empty:  # documents are dealt round-robin: fewer documents than shards
         print(f"bin/pretokenize: warning: {len(empty)} of {len(meta['shards'])} shards hold "
