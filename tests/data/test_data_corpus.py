@@ -337,6 +337,12 @@ def test_tfds_wikipedia_mock_and_offline_error(tok, tmp_path):
         assert 0 < len(docs) <= 5 and all(isinstance(s, str) for d in docs for s in d)
         ds = corpus.general_dataset("tfds:wikipedia/20230601.en", tok, 16, 2, shuffle_buffer=0)
         assert next(iter(ds))["input_word_ids"].shape[1] == 16
+        # Pre-tokenised twice: a TFDS corpus has no files to fingerprint, so it is read
+        # again (a set of the same files is kept: the test above).
+        metas = [pretokenize.pretokenize("tfds:wikipedia/20230601.en", tok.vocab,
+                                         str(tmp_path / "w"), num_shards=1, max_seq_len=16,
+                                         num_workers=1, progress=False) for _ in range(2)]
+        assert [m["reused"] for m in metas] == [False, False] and metas[1]["num_sequences"]
     with pytest.raises(DataError, match=r"tfds:wikipedia/20230601.en split train is not "
                                          r"prepared.*tfds build"):
         corpus.general_dataset("tfds:wikipedia/20230601.en", tok, 16, 2,

@@ -4,8 +4,8 @@ Each worker process tokenises and packs its shard of the documents
 (`corpus.packed_dataset`) and writes one shard file (`tfrecords.write_shard`,
 atomically); PREFIX.json, written last, records the vocab, sequence length,
 packing and each shard's sequences and bytes, which readers check. So:
-  - a set an earlier run made from the same corpus with the same settings, every
-    shard its recorded size, is kept as it is;
+  - a set an earlier run made from the same corpus files with the same settings,
+    every shard its recorded size, is kept as it is (a TFDS corpus is read again);
   - a run that fails or is killed leaves no PREFIX.json (an old one is removed
     first), and a set without it is recognisably incomplete;
   - a failing run removes the shards it wrote, and a corpus that yields no
@@ -165,7 +165,7 @@ def pretokenize(corpus_source: Optional[str], vocab: Union[str, Sequence[str]], 
     made_from = {"corpus": corpus_source, "format": fmt, "max_seq_len": int(max_seq_len),
                  "pack": pack, "lower_case": bool(lower_case),
                  "vocab_sha1": vocab_sha1(tokens), "num_shards": num_shards,
-                 "inputs": _inputs_fingerprint(corpus_source, fmt, tfds_data_dir)}
+                 "inputs": _inputs_fingerprint(corpus_source, fmt)}
     earlier = _finished_earlier(output, made_from)
     if earlier is not None:
         return earlier
@@ -201,11 +201,12 @@ def pretokenize(corpus_source: Optional[str], vocab: Union[str, Sequence[str]], 
     return {**meta, "reused": False}
 
 
-def _inputs_fingerprint(corpus_source: str, fmt: str, tfds_data_dir: Optional[str]) -> str:
+def _inputs_fingerprint(corpus_source: str, fmt: str) -> Optional[str]:
     """What the corpus holds, in reading order: each file's `content_fingerprint`, hashed
-    together (a TFDS corpus: its name and data folder, which version it)."""
+    together. None for a TFDS corpus: without a version in its name, TFDS reads whichever
+    it finds prepared, so a set made from one is never taken as made from the same."""
     if fmt == "tfds":
-        return f"{corpus_source}@{tfds_data_dir or ''}"
+        return None
     digest = hashlib.sha1()
     for path in corpus.resolve_files(corpus_source):
         digest.update(files.content_fingerprint(path).encode() + b"\n")
@@ -217,7 +218,8 @@ def _finished_earlier(output: str, made_from: dict) -> Optional[dict]:
     the same settings and every shard still has its recorded size (`reused` set); None
     otherwise (the set is written again)."""
     meta = files.json_object(meta_path(output)) if files.isfile(meta_path(output)) else None
-    if meta is None or any(meta.get(k) != v for k, v in made_from.items()):
+    if (meta is None or made_from["inputs"] is None
+            or any(meta.get(k) != v for k, v in made_from.items())):
         return None
     folder = os.path.dirname(output)
     for shard in meta.get("shards", []):
