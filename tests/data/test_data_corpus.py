@@ -7,6 +7,7 @@ import itertools
 import json
 import os
 import re
+import subprocess
 
 import numpy as np
 import pytest
@@ -649,3 +650,43 @@ def test_bin_pretokenize_warns_of_shards_left_empty(tiny_vocab_file, tmp_path, c
     assert f"bin/pretokenize: {out / 'c'}.json records shards made from this corpus with " \
            f"these settings, and they are all there; kept. Delete {out / 'c'}.json to " \
            "write them again." in again.err.splitlines()
+
+
+def test_bin_pretokenize_locks_its_prefix_and_removes_a_killed_runs_temporaries(
+        tiny_vocab_file, tmp_path, capfd):
+    """A SIGKILLed run left its shard temporaries for good (each up to gigabytes). The
+    next run, holding the prefix's lock, removes those of dead writers of this prefix;
+    a second run while one holds the lock is refused."""
+    from tinybert_tf.pipeline.run.lock import FileLock
+    corpus_file = tmp_path / "docs.txt"
+    write_text(corpus_file, make_docs(4))
+    out = tmp_path / "out"
+    out.mkdir()
+    dead, live = subprocess.Popen(["true"]), subprocess.Popen(["sleep", "300"])
+    dead.wait()
+    planted = {f".c-00001-of-00004.tfrecord.tmp-{dead.pid}": False,  # removed
+               f".c.json.tmp-{dead.pid}": False,
+               f".c-00000-of-00002.tfrecord.tmp-{live.pid}": True,  # a live writer's
+               f".cc-00000-of-00002.tfrecord.tmp-{dead.pid}": True,  # another prefix's
+               f".c-00000-of-00002.tfrecord.tmp-x{dead.pid}": True}  # not a pid
+    for name in planted:
+        (out / name).write_bytes(b"partial")
+    argv = [f"--corpus={corpus_file}", f"--vocab={tiny_vocab_file}", f"--output={out / 'c'}",
+            "--num_shards=2", "--num_workers=1", "--max_seq_len=24"]
+    with FileLock(str(out / ".c.lock"), "a test's hold"):
+        capfd.readouterr()
+        assert run_tool("pretokenize", *argv) == 2
+        err = capfd.readouterr().err
+        assert "a test's hold" not in err and f"--output={out / 'c'}" in err
+        assert "One run at a time writes a shard prefix" in err
+    assert {n: (out / n).exists() for n in planted} == {n: True for n in planted}
+    try:
+        assert run_tool("pretokenize", *argv) == 0
+    finally:
+        live.kill()
+        live.wait()
+    err = capfd.readouterr().err
+    assert {n: (out / n).exists() for n in planted} == planted
+    assert (f"bin/pretokenize: removed 2 temporary file(s) a killed run left: "
+            f".c-00001-of-00004.tfrecord.tmp-{dead.pid}, .c.json.tmp-{dead.pid}") in err
+    assert not (out / ".c.lock").exists() and (out / "c.json").exists()

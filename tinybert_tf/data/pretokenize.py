@@ -18,16 +18,19 @@ process's memory, so a corpus or output there is written in-process.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import hashlib
 import multiprocessing as mp
 import os
+import re
 from typing import Optional, Sequence, Union
 
 from tinybert_tf import files
 from tinybert_tf.data import corpus
 from tinybert_tf.data.examples import DataError
 from tinybert_tf.data.tfrecords import (
+    SUFFIX,
     encode_batch,
     meta_path,
     set_files,
@@ -124,6 +127,39 @@ def _check_not_anothers(meta: str) -> None:
                         "choose another --output prefix, or move the file.")
 
 
+def check_prefix(output: str) -> str:
+    """--output as an absolute shard prefix; DataError for none, or for a folder (the
+    shards, PREFIX-*.tfrecord, would go beside it)."""
+    if not output:
+        raise DataError("--output is required: the shard prefix, e.g. --output=data/wiki.")
+    if output.endswith("/") or files.isdir(output):
+        raise DataError(f"--output={output}: a folder; --output is the shards' prefix: e.g. "
+                        f"--output={os.path.join(output, 'wiki')} writes wiki-00000-of-"
+                        "0000N.tfrecord ... and wiki.json in it.")
+    return files.absolute(output)
+
+
+def written_by(prefix: str) -> re.Pattern:
+    """The names of the temporaries a run writing `prefix` makes (`files.atomic_path`:
+    each shard's, whatever the shard count, and PREFIX.json's); group 1: the writer's pid."""
+    name = re.escape(os.path.basename(prefix))
+    return re.compile(rf"^\.{name}(?:-\d{{5}}-of-\d{{5}}{re.escape(SUFFIX)}|\.json)"
+                      r"\.tmp-(\d+)$")
+
+
+@dataclasses.dataclass(frozen=True)
+class Request:
+    """A checked `pretokenize` call (`check_request`): the absolute shard prefix, the
+    vocab's tokens, PREFIX.json's record of the corpus and settings (`made_from`), and
+    how to run."""
+    output: str
+    tokens: list[str]
+    made_from: dict
+    num_workers: int
+    tfds_data_dir: Optional[str]
+    progress: bool
+
+
 def pretokenize(corpus_source: Optional[str], vocab: Union[str, Sequence[str]], output: str,
                 num_shards: int = 8, max_seq_len: int = 128, pack: str = "pair",
                 fmt: str = "auto", num_workers: int = 0, lower_case: bool = True,
@@ -135,15 +171,20 @@ def pretokenize(corpus_source: Optional[str], vocab: Union[str, Sequence[str]], 
     counts sequences. Returns the metadata written to PREFIX.json, with `reused`:
     a set an earlier call made from the same corpus (its files' content) with the
     same settings, every shard still its recorded size, is kept as it is. A bad
-    corpus file or an empty corpus raises DataError, leaving no shard and no
-    PREFIX.json of this run behind.
+    argument, a bad corpus file or an empty corpus raises DataError, leaving no
+    shard and no PREFIX.json of this run behind.
     """
-    if not output:
-        raise DataError("--output is required: the shard prefix, e.g. --output=data/wiki.")
-    if output.endswith("/") or files.isdir(output):  # PREFIX-*.tfrecord would go beside it
-        raise DataError(f"--output={output}: a folder; --output is the shards' prefix: e.g. "
-                        f"--output={os.path.join(output, 'wiki')} writes wiki-00000-of-"
-                        "0000N.tfrecord ... and wiki.json in it.")
+    return write(check_request(corpus_source, vocab, output, num_shards, max_seq_len, pack,
+                               fmt, num_workers, lower_case, tfds_data_dir, progress))
+
+
+def check_request(corpus_source: Optional[str], vocab: Union[str, Sequence[str]],
+                  output: str, num_shards: int = 8, max_seq_len: int = 128,
+                  pack: str = "pair", fmt: str = "auto", num_workers: int = 0,
+                  lower_case: bool = True, tfds_data_dir: Optional[str] = None,
+                  progress: bool = True) -> Request:
+    """`pretokenize`'s arguments checked, writing nothing: DataError names the bad one."""
+    output = check_prefix(output)
     if num_shards < 1:
         raise DataError(f"--num_shards={num_shards}: need at least 1.")
     if num_workers < 0:
@@ -160,27 +201,34 @@ def pretokenize(corpus_source: Optional[str], vocab: Union[str, Sequence[str]], 
         raise DataError(f"{corpus_source}: already TFRecord shards.")
     if fmt != "tfds":
         corpus.resolve_files(corpus_source)  # fail now on a bad path
-    output = files.absolute(output)
     _check_not_anothers(meta_path(output))
     made_from = {"corpus": corpus_source, "format": fmt, "max_seq_len": int(max_seq_len),
                  "pack": pack, "lower_case": bool(lower_case),
                  "vocab_sha1": vocab_sha1(tokens), "num_shards": num_shards,
                  "inputs": _inputs_fingerprint(corpus_source, fmt)}
+    return Request(output, tokens, made_from, num_workers, tfds_data_dir, progress)
+
+
+def write(request: Request) -> dict:
+    """Write the shards and PREFIX.json of a checked call (`pretokenize`'s Returns)."""
+    output, made_from = request.output, request.made_from
     earlier = _finished_earlier(output, made_from)
     if earlier is not None:
         return earlier
     files.makedirs(os.path.dirname(output))
     # From here on PREFIX.json describes nothing until this run writes it.
     _remove([meta_path(output)])
-    in_memory = any(str(p).startswith("ram://") for p in (corpus_source, output))
-    workers = 1 if in_memory else min(num_workers or os.cpu_count() or 1, num_shards)
-    jobs = [dict(corpus=corpus_source, vocab=tokens, lower_case=lower_case,
-                 max_seq_len=max_seq_len, pack=pack, fmt=fmt, tfds_data_dir=tfds_data_dir,
+    source, num_shards = made_from["corpus"], made_from["num_shards"]
+    in_memory = any(str(p).startswith("ram://") for p in (source, output))
+    workers = 1 if in_memory else min(request.num_workers or os.cpu_count() or 1, num_shards)
+    jobs = [dict(corpus=source, vocab=request.tokens, lower_case=made_from["lower_case"],
+                 max_seq_len=made_from["max_seq_len"], pack=made_from["pack"],
+                 fmt=made_from["format"], tfds_data_dir=request.tfds_data_dir,
                  num_shards=num_shards, index=i, path=shard_path(output, i, num_shards))
             for i in range(num_shards)]
     paths = [j["path"] for j in jobs]
     bar = progress_bar(total=None, unit="seq", desc=f"pretokenize {num_shards} shards",
-                       disable=not progress)
+                       disable=not request.progress)
     try:
         results = sorted(_run_jobs(jobs, workers, bar))
     except BaseException:
@@ -191,10 +239,10 @@ def pretokenize(corpus_source: Optional[str], vocab: Union[str, Sequence[str]], 
     total = sum(n for _, n, _ in results)
     if total == 0:
         _remove(paths)
-        raise DataError(f"{corpus_source}: no sequences: the corpus holds no text (empty "
+        raise DataError(f"{source}: no sequences: the corpus holds no text (empty "
                         "files, only blank lines, or a dump of redirects); nothing written.")
     _remove([f for f in set_files(output) if f not in paths])  # an older set's shards
-    meta = {**made_from, "vocab_size": len(tokens), "num_sequences": int(total),
+    meta = {**made_from, "vocab_size": len(request.tokens), "num_sequences": int(total),
             "shards": [{"file": os.path.basename(p), "num_sequences": n, "bytes": size}
                        for p, (_, n, size) in zip(paths, results)]}
     write_meta(output, meta)

@@ -5,6 +5,8 @@
 
 Writes PREFIX-00000-of-000NN.tfrecord ... (each atomically) and, last,
 PREFIX.json; read them back with --corpus='PREFIX-*.tfrecord' in bin/distill.
+One run at a time writes a prefix (`.PREFIX.lock`); it removes the temporaries a
+killed run left, and keeps a set made from the same corpus with the same settings.
 Prints the metadata as JSON. A bad corpus file (truncated .gz/.bz2, invalid
 UTF-8, a cut XML dump) or an empty corpus: one line on stderr naming the file,
 exit 2, and no shard or PREFIX.json of this run left behind. Exit codes as every
@@ -14,12 +16,15 @@ line `bin/pretokenize: error: ...`); 1 an internal error; 130 interrupted.
 from __future__ import annotations
 
 import json
+import os
 import sys
 
+from tinybert_tf import files
 from tinybert_tf.cli import tool as cli
-from tinybert_tf.data.pretokenize import pretokenize
+from tinybert_tf.data.pretokenize import check_request, write, written_by
 from tinybert_tf.models.checkpoint import inside_model_dir_error
 from tinybert_tf.pipeline import flags as tflags
+from tinybert_tf.pipeline.run.lock import FileLock, process_alive
 
 tflags.define_pretokenize_tool_flags()
 FLAGS = tflags.FLAGS
@@ -36,11 +41,22 @@ def run() -> None:
     inside = inside_model_dir_error(FLAGS.output, "--output")
     if inside:
         raise cli.UsageError(inside)
-    meta = pretokenize(FLAGS.corpus or None, FLAGS.vocab, FLAGS.output,
-                       num_shards=FLAGS.num_shards, max_seq_len=FLAGS.max_seq_len,
-                       pack=FLAGS.pack, fmt=FLAGS.corpus_format,
-                       num_workers=FLAGS.num_workers, lower_case=FLAGS.lower_case,
-                       tfds_data_dir=FLAGS.tfds_data_dir or None)
+    request = check_request(FLAGS.corpus or None, FLAGS.vocab, FLAGS.output,
+                            num_shards=FLAGS.num_shards, max_seq_len=FLAGS.max_seq_len,
+                            pack=FLAGS.pack, fmt=FLAGS.corpus_format,
+                            num_workers=FLAGS.num_workers, lower_case=FLAGS.lower_case,
+                            tfds_data_dir=FLAGS.tfds_data_dir or None)
+    prefix = request.output
+    lock = FileLock(os.path.join(os.path.dirname(prefix), f".{os.path.basename(prefix)}.lock"),
+                    f"--output={FLAGS.output}", hint="One run at a time writes a shard "
+                    "prefix: wait for it to finish, or give another --output.")
+    with lock:
+        removed = remove_dead_writers_temporaries(prefix)
+        if removed:
+            print(f"bin/pretokenize: removed {len(removed)} temporary file(s) a killed run "
+                  f"left: {', '.join(os.path.basename(p) for p in removed)}", file=sys.stderr,
+                  flush=True)
+        meta = write(request)
     if meta["reused"]:
         print(f"bin/pretokenize: {FLAGS.output}.json records shards made from this corpus "
               "with these settings, and they are all there; kept. Delete "
@@ -53,6 +69,25 @@ def run() -> None:
               "only empty shards has nothing to train on; use fewer shards.",
               file=sys.stderr, flush=True)
     print(json.dumps({k: v for k, v in meta.items() if k != "shards"}, indent=2))
+
+
+def remove_dead_writers_temporaries(prefix: str) -> list[str]:
+    """Remove the shard and PREFIX.json temporaries of `prefix` that a killed run left (a
+    shard's can be gigabytes); returns their paths. Called with the prefix's lock held, so
+    no other bin/pretokenize writes them: on this host a temporary whose writer process
+    still runs is kept (a library call writing without the lock); elsewhere (gs://) the
+    pid says nothing, and every one is removed."""
+    folder = os.path.dirname(prefix)
+    if not files.isdir(folder):
+        return []
+    ours = written_by(prefix)
+    found = [(os.path.join(folder, name), int(m.group(1))) for name in
+             sorted(files.listdir(folder)) for m in [ours.match(name)] if m]
+    removed = [path for path, pid in found
+               if files.is_remote(path) or not process_alive(pid)]
+    for path in removed:
+        files.remove(path)
+    return removed
 
 
 def main(argv: list[str]) -> int:
