@@ -2,6 +2,7 @@
 import json
 import logging
 import os
+import subprocess
 
 import gensim
 import pytest
@@ -231,7 +232,25 @@ def test_vector_formats_and_word2vec_cache(tmp_path):
     docs = [["The cat sat on the mat.", "A dog sat on the mat too."],
             ["The cat and the dog ran.", "The mat was red, the cat was black."]] * 5
     cache = str(tmp_path / "cache")
-    first = train_word2vec(docs, cache)
+    # A killed training's sentences file (as large as the tokenised corpus) is removed by
+    # the next training there; a live one's is not.
+    dead, live = subprocess.Popen(["true"]), subprocess.Popen(["sleep", "300"])
+    dead.wait()
+    os.makedirs(cache)
+    left = {f"word2vec-0123abcd.sentences.tmp-{dead.pid}": False,
+            f"word2vec-0123abcd.sentences.tmp-{live.pid}": True,
+            f"mine.sentences.tmp-{dead.pid}": True}
+    for name in left:
+        open(os.path.join(cache, name), "w").close()
+    try:
+        first = train_word2vec(docs, cache)
+        assert {n: os.path.exists(os.path.join(cache, n)) for n in left} == left
+    finally:
+        live.kill()
+        live.wait()
+    for name in left:
+        if left[name]:
+            os.remove(os.path.join(cache, name))
     files = os.listdir(cache)
     assert len(files) == 1 and files[0].endswith(".bin")
     second = train_word2vec(docs, cache)

@@ -19,8 +19,9 @@ import tensorflow as tf
 from tinybert_tf.pipeline.main import main
 from tinybert_tf.pipeline.preflight import PreflightError
 from tinybert_tf.pipeline.preflight import folder as preflight_folder
-from tinybert_tf.pipeline.run.lock import FileLock, Holder, LockError, process_start, read_holder
+from tinybert_tf.pipeline.run.lock import FileLock, Holder, LockError, read_holder
 from tinybert_tf.pipeline.run.state import OutputDirError, RunState
+from tinybert_tf.processes import process_start
 
 from augment_helpers import tiny_vectors
 from pipeline_helpers import REPO, argv, load_tool, run, tiny_flags, write_teacher

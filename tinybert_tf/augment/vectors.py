@@ -25,6 +25,7 @@ import contextlib
 import hashlib
 import logging
 import os
+import re
 import shutil
 import tempfile
 from typing import Any, Iterable, Iterator, Optional, Sequence, Union
@@ -34,6 +35,7 @@ import numpy as np
 from tinybert_tf import files
 from tinybert_tf.augment.words import WordSplitter
 from tinybert_tf.data import corpus as corpus_lib
+from tinybert_tf.processes import process_alive
 
 logger = logging.getLogger(__name__)
 
@@ -153,6 +155,7 @@ def train_word2vec(corpus: Any, cache_dir: Optional[str] = None, seed: int = 42,
     work = (cache_dir if cache_dir and not files.is_remote(cache_dir)
             else os.environ.get("TMPDIR", "/tmp"))
     os.makedirs(work, exist_ok=True)
+    _remove_dead_writers_sentences(work)
     text = os.path.join(work, f"word2vec-{key}.sentences.tmp-{os.getpid()}")
     splitter = WordSplitter(lower_case)
     sentences = 0
@@ -192,6 +195,21 @@ def train_word2vec(corpus: Any, cache_dir: Optional[str] = None, seed: int = 42,
         finally:
             shutil.rmtree(folder, ignore_errors=True)
     return kv
+
+
+# `train_word2vec`'s sentences file; group 1: the pid of the process writing it.
+_SENTENCES = re.compile(r"^word2vec-[0-9a-f]+\.sentences\.tmp-(\d+)$")
+
+
+def _remove_dead_writers_sentences(work: str) -> None:
+    """Remove the sentences files that killed trainings left in the local folder `work`
+    (as large as the tokenised corpus; a finished or failed training removes its own)."""
+    for name in sorted(os.listdir(work)):
+        m = _SENTENCES.match(name)
+        if m and not process_alive(int(m.group(1))):
+            with contextlib.suppress(FileNotFoundError):  # another process was faster
+                os.remove(os.path.join(work, name))
+                logger.info("word vectors: removed %s, left by a killed training", name)
 
 
 def _read_cache(cached: str):

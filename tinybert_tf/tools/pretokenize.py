@@ -24,7 +24,8 @@ from tinybert_tf.cli import tool as cli
 from tinybert_tf.data.pretokenize import check_request, write, written_by
 from tinybert_tf.models.checkpoint import inside_model_dir_error
 from tinybert_tf.pipeline import flags as tflags
-from tinybert_tf.pipeline.run.lock import FileLock, process_alive
+from tinybert_tf.pipeline.run.lock import FileLock
+from tinybert_tf.processes import process_alive
 
 tflags.define_pretokenize_tool_flags()
 FLAGS = tflags.FLAGS

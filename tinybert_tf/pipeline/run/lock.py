@@ -46,6 +46,7 @@ import tensorflow as tf
 
 from tinybert_tf import files
 from tinybert_tf.pipeline.settings.configs import DEFAULT_STALE_MINUTES
+from tinybert_tf.processes import process_alive, process_start
 
 log = logging.getLogger("tinybert_tf")
 
@@ -107,35 +108,6 @@ def _age(seconds: float) -> str:
     if seconds < 7200:
         return f"{seconds / 60:.0f} min"
     return f"{seconds / 3600:.1f} h"
-
-
-def process_start(pid: int) -> Optional[int]:
-    """The start time of process `pid` in clock ticks since boot (Linux /proc), or None.
-    With the pid it identifies a process even after the pid is reused."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read().decode("ascii", "replace")
-        return int(stat.rsplit(")", 1)[1].split()[19])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def process_alive(pid: int, start: Optional[int] = None) -> bool:
-    """True when process `pid` runs on this host (and, if `start` is known, is the same
-    process, not a later one given the same pid)."""
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass  # another user's process: it exists
-    if start is not None:
-        now = process_start(pid)
-        if now is not None and now != start:
-            return False
-    return True
 
 
 def command_line() -> str:

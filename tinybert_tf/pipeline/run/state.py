@@ -42,12 +42,8 @@ import tensorflow as tf
 
 from tinybert_tf import files
 from tinybert_tf.files import read_json, write_json_atomic
-from tinybert_tf.pipeline.run.lock import (
-    DEFAULT_STALE_MINUTES,
-    FileLock,
-    process_alive,
-    read_holder,
-)
+from tinybert_tf.pipeline.run.lock import DEFAULT_STALE_MINUTES, FileLock, read_holder
+from tinybert_tf.processes import process_alive
 
 RUN_CONFIG = "run_config.json"
 STAGE_DONE = "stage_done.json"
