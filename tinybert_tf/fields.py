@@ -66,6 +66,11 @@ def within(low: float, high: float, text: str = "") -> Check:
 FRACTION = within(0, 1)
 
 
+def above_zero_fraction(note: str) -> Check:
+    """0 < v <= 1, with why 0 is refused in parentheses."""
+    return Check(lambda v: 0 < v <= 1, _note("in (0, 1]", note))
+
+
 def setting(default: Any, help: Help = None, *, flag: Optional[str] = None,
             check: Optional[Check] = None, stages: Sequence[str] = (),
             choices: Optional[Sequence[str]] = None, kind: Optional[str] = None,

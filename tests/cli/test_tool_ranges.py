@@ -18,6 +18,9 @@ CASES = [
      "--max_seq_len=-5: must be >= 0 (0 = the task's default)."),
     ("augment", ["--vector_vocab_limit=-1"], "--vector_vocab_limit=-1: must be >= 0 (0 = all)."),
     ("augment", ["--num_aug=0"], "--num_aug=0: must be >= 1."),
+    ("augment", ["--replace_prob=0"], "--replace_prob=0.0: must be in (0, 1] (0 replaces no "
+     "word, and the augmented file would hold only the original rows: for those, give "
+     "--nouse_augmented)."),
     ("augment", ["--max_seq_len=-5"],
      "--max_seq_len=-5: must be >= 0 (0 = the task's default)."),
     # --vocab is read only beside --mlm_model: alone, even a missing file was ignored.

@@ -80,6 +80,9 @@ CASES = {
                             r"^--keep_checkpoints=0: must be >= 1\.$", None),
     "zero temperature": (dict(temperature=0.0), None, r"^--temperature=0\.0: must be > 0\.$",
                          None),
+    "augmentation replacing nothing": (dict(replace_prob=0.0), None,
+                                       r"^--replace_prob=0\.0: must be in \(0, 1\] \(0 "
+                                       r"replaces no word, .*give --nouse_augmented\)\.$", None),
     "zero accumulation": (dict(grad_accum_steps=0), None,
                           r"^--grad_accum_steps=0: must be >= 1\.$", "ZeroDivision"),
     "words as layer weights": (dict(layer_weights=["a", "1"]), None,

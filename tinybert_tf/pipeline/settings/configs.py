@@ -25,6 +25,7 @@ from tinybert_tf.export.formats import FORMATS, registered_name
 from tinybert_tf.export.parity import DEFAULT_FORMATS
 from tinybert_tf.fields import (
     FRACTION,
+    above_zero_fraction,
     at_least,
     flag,
     non_negative,
@@ -370,8 +371,13 @@ class AugmentConfig:
         "both; the demo sets this.", stages=(AUG,))
     num_aug: int = setting(20, "N_a: augmented variants per example (paper: 20).",
                            check=at_least(1), stages=(AUG,))
+    # 0 is refused here, not by the library (augment_source writes the input then): a
+    # run's "augmented" data would be its original rows.
     replace_prob: float = setting(0.4, "p_t: probability to replace a word (paper: 0.4).",
-                                  check=FRACTION, stages=(AUG,))
+                                  check=above_zero_fraction(
+                                      "0 replaces no word, and the augmented file would hold "
+                                      "only the original rows: for those, give "
+                                      "--nouse_augmented"), stages=(AUG,))
     num_candidates: int = setting(15, "K: candidates per word (paper: 15).", check=at_least(1),
                                   stages=(AUG,))
     vector_vocab_limit: int = setting(
