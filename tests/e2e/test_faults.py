@@ -587,15 +587,21 @@ def test_bin_benchmark_quick_refuses_explicit_models(capsys):
     # A folder whose benchmark.json another program wrote: it was replaced.
     (["--quick", "--benchmark_output={mine}"], r"--benchmark_output=.*mine: .*mine/benchmark"
                                                r"\.json is not an earlier bin/benchmark's"),
+    # A chart of another program's, named benchmark.png, with no benchmark.json beside it.
+    (["--quick", "--benchmark_output={chart}"], r"--benchmark_output=.*chart: .*chart/"
+                                                r"benchmark\.png is not an earlier bin/"
+                                                r"benchmark's \(it has no benchmark\.json"),
 ])
 def test_bin_benchmark_refuses_bad_flags_before_timing_anything(tmp_path, capsys, args,
                                                                 pattern):
     (tmp_path / "a_file").write_text("mine")
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "benchmark.json").write_text('{"mine": 1}')
+    (tmp_path / "chart").mkdir()
+    (tmp_path / "chart" / "benchmark.png").write_bytes(b"my chart")
     tool = load_tool("benchmark")
-    tool.FLAGS(["bin/benchmark", *[a.format(file=tmp_path / "a_file", mine=tmp_path / "mine")
-                                   for a in args]])
+    tool.FLAGS(["bin/benchmark", *[a.format(file=tmp_path / "a_file", mine=tmp_path / "mine",
+                                            chart=tmp_path / "chart") for a in args]])
     try:
         assert tool.main(["bin/benchmark"]) == 2
     finally:
@@ -606,6 +612,8 @@ def test_bin_benchmark_refuses_bad_flags_before_timing_anything(tmp_path, capsys
     assert (tmp_path / "a_file").read_text() == "mine"
     assert os.listdir(tmp_path / "mine") == ["benchmark.json"]
     assert (tmp_path / "mine" / "benchmark.json").read_text() == '{"mine": 1}'
+    assert os.listdir(tmp_path / "chart") == ["benchmark.png"]
+    assert (tmp_path / "chart" / "benchmark.png").read_bytes() == b"my chart"
 
 
 def test_bin_augment_writes_a_task_in_its_own_format_only(tmp_path, capsys):

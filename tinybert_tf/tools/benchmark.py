@@ -95,6 +95,11 @@ def check_flags() -> list[int]:
         raise ConfigError(f"--benchmark_output={out}: {earlier} is not an earlier "
                           "bin/benchmark's, and this run would replace it (with "
                           "benchmark.png); choose another folder.")
+    chart = os.path.join(out, "benchmark.png")
+    if not files.isfile(earlier) and files.exists(chart):  # ours comes after the JSON
+        raise ConfigError(f"--benchmark_output={out}: {chart} is not an earlier "
+                          "bin/benchmark's (it has no benchmark.json beside it), and this run "
+                          "would replace it; choose another folder.")
     try:  # now, not after the timing: a folder that cannot be made is known at once
         files.makedirs(out)
     except files.FileAccessError as e:
