@@ -543,6 +543,24 @@ def test_pretokenize_writes_the_metadata_last_and_cleans_up(tok, text_corpus, tm
                                 num_workers=1, progress=False)
     assert os.listdir(out) == ["c.json"] and (out / "c.json").read_text() == \
         '{"my": "dataset"}'
+    # Shards of the prefix no run of ours wrote (Beam names its TFRecord files so too):
+    # they were overwritten and removed; refused, kept. A killed run's (its record beside
+    # them) are replaced, and the record goes once PREFIX.json is written.
+    (out / "c.json").unlink()
+    mine = ["c-00000-of-00002.tfrecord", "c-00001-of-00002.tfrecord"]
+    for name in mine:
+        (out / name).write_bytes(b"mine")
+    with pytest.raises(DataError, match=rf"^--output={re.escape(prefix)}: .*c-00000-of-00002"
+                       r"\.tfrecord and 1 more are TFRecord files no bin/pretokenize run wrote "
+                       r"\(no c\.json or \.c\.pretokenize beside them\).*move them\.$"):
+        pretokenize.pretokenize(pattern, tok.vocab, prefix, num_shards=3, max_seq_len=24,
+                                num_workers=1, progress=False)
+    assert sorted(os.listdir(out)) == mine
+    (out / ".c.pretokenize").write_text("{}")
+    pretokenize.pretokenize(pattern, tok.vocab, prefix, num_shards=3, max_seq_len=24,
+                            num_workers=1, progress=False)
+    assert sorted(os.listdir(out)) == [f"c-0000{i}-of-00003.tfrecord" for i in range(3)] + [
+        "c.json"]
 
 
 def test_pretokenize_keeps_a_finished_set_made_from_the_same_corpus(tok, tmp_path):

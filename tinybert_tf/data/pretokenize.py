@@ -11,7 +11,9 @@ packing and each shard's sequences and bytes, which readers check. So:
   - a failing run removes the shards it wrote, and a corpus that yields no
     sequence is an error with nothing written;
   - shards of the same prefix left by an earlier run with another
-    --num_shards are removed before PREFIX.json is written.
+    --num_shards are removed before PREFIX.json is written; shard files of the
+    prefix no run of ours wrote (no PREFIX.json, no `owner_path` record) are
+    refused before anything is written.
 Paths go through `tf.io.gfile` (gs://, ram://, ...). `ram://` lives in this
 process's memory, so a corpus or output there is written in-process.
 """
@@ -127,6 +129,26 @@ def _check_not_anothers(meta: str) -> None:
                         "choose another --output prefix, or move the file.")
 
 
+def owner_path(prefix: str) -> str:
+    """The record, beside the shards, that a run of ours is writing `prefix` (`write`): a
+    killed run's shards are ours to replace, someone else's of those names are not."""
+    return os.path.join(os.path.dirname(prefix), f".{os.path.basename(prefix)}.pretokenize")
+
+
+def _check_shards_are_ours(prefix: str) -> None:
+    """Refuse shard files of `prefix` (PREFIX-00000-of-0000N.tfrecord, Beam's and others'
+    naming too) that no run of ours wrote: this run replaces or removes every one."""
+    shards = sorted(set_files(prefix))
+    if not shards or files.isfile(meta_path(prefix)) or files.exists(owner_path(prefix)):
+        return
+    more = f" and {len(shards) - 1} more" if len(shards) > 1 else ""
+    raise DataError(f"--output={prefix}: {shards[0]}{more} are TFRecord files no "
+                    f"bin/pretokenize run wrote (no {os.path.basename(meta_path(prefix))} or "
+                    f"{os.path.basename(owner_path(prefix))} beside them), and this run "
+                    "would replace or remove them; choose another --output prefix, or move "
+                    "them.")
+
+
 def check_prefix(output: str) -> str:
     """--output as an absolute shard prefix; DataError for none, or for a folder (the
     shards, PREFIX-*.tfrecord, would go beside it)."""
@@ -202,6 +224,7 @@ def check_request(corpus_source: Optional[str], vocab: Union[str, Sequence[str]]
     if fmt != "tfds":
         corpus.resolve_files(corpus_source)  # fail now on a bad path
     _check_not_anothers(meta_path(output))
+    _check_shards_are_ours(output)
     made_from = {"corpus": corpus_source, "format": fmt, "max_seq_len": int(max_seq_len),
                  "pack": pack, "lower_case": bool(lower_case),
                  "vocab_sha1": vocab_sha1(tokens), "num_shards": num_shards,
@@ -210,14 +233,32 @@ def check_request(corpus_source: Optional[str], vocab: Union[str, Sequence[str]]
 
 
 def write(request: Request) -> dict:
-    """Write the shards and PREFIX.json of a checked call (`pretokenize`'s Returns)."""
-    output, made_from = request.output, request.made_from
-    earlier = _finished_earlier(output, made_from)
+    """Write the shards and PREFIX.json of a checked call (`pretokenize`'s Returns).
+
+    Until PREFIX.json is written, `owner_path` says the prefix's shards are ours (a
+    killed run's); it goes when PREFIX.json is there, or when a failed run leaves no
+    shard of the prefix."""
+    output = request.output
+    earlier = _finished_earlier(output, request.made_from)
     if earlier is not None:
         return earlier
     files.makedirs(os.path.dirname(output))
+    files.write_json_atomic(owner_path(output), {"written_by": "bin/pretokenize"})
     # From here on PREFIX.json describes nothing until this run writes it.
     _remove([meta_path(output)])
+    try:
+        meta = _write_set(request)
+    except BaseException:
+        if not set_files(output):
+            _remove([owner_path(output)])
+        raise
+    _remove([owner_path(output)])
+    return {**meta, "reused": False}
+
+
+def _write_set(request: Request) -> dict:
+    """The shards, then PREFIX.json (returned); an error removes this run's shards."""
+    output, made_from = request.output, request.made_from
     source, num_shards = made_from["corpus"], made_from["num_shards"]
     in_memory = any(str(p).startswith("ram://") for p in (source, output))
     workers = 1 if in_memory else min(request.num_workers or os.cpu_count() or 1, num_shards)
@@ -246,7 +287,7 @@ def write(request: Request) -> dict:
             "shards": [{"file": os.path.basename(p), "num_sequences": n, "bytes": size}
                        for p, (_, n, size) in zip(paths, results)]}
     write_meta(output, meta)
-    return {**meta, "reused": False}
+    return meta
 
 
 def _inputs_fingerprint(corpus_source: str, fmt: str) -> Optional[str]:
