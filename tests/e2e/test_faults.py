@@ -493,6 +493,29 @@ def test_every_failure_is_one_line_with_a_documented_exit_code(monkeypatch, caps
         os.remove(path)
 
 
+@pytest.mark.parametrize("tool,rerun", [
+    ("augment", "re-run the same command: it resumes where it stopped"),
+    ("export", "re-run the same command: it exports again"),
+    ("benchmark", "re-run the same command: it times every model again"),
+    ("pretokenize", "re-run the same command: it starts over (the shards this run wrote are "
+                    "removed)"),
+])
+def test_a_full_disk_or_ctrl_c_says_what_a_rerun_of_each_tool_does(monkeypatch, capsys, tool,
+                                                                   rerun):
+    """Every tool said "it resumes where it stopped"; bin/export, bin/benchmark and
+    bin/pretokenize start over."""
+    module = load_tool(tool)
+    for error, said in [(OSError(errno.ENOSPC, "No space left on device", "/o/x"),
+                         f"bin/{tool}: error: /o/x: No space left on device; the disk (or "
+                         f"quota) is full: free space or choose another folder; then {rerun}."),
+                        (KeyboardInterrupt(), f"bin/{tool}: interrupted; {rerun}.")]:
+        def fail(error=error):
+            raise error
+        monkeypatch.setattr(module, "run", fail)
+        module.main([f"bin/{tool}"])
+        assert capsys.readouterr().err.strip() == said
+
+
 def test_a_truncated_word_vector_cache_is_rebuilt(base, tmp_path, capsys):
     cache = tmp_path / "vectors"
     args = ["--task=sst-2", f"--data_dir={base.data_dir}", "--augment_fallback", "--num_aug=2",

@@ -46,7 +46,9 @@ HELP_FLAGS = {"--help": "short", "-help": "short", "-h": "short", "-?": "short",
               "-helpfull": "full"}
 FLAGS_MODULE = "tinybert_tf.pipeline.flags"
 
-_RESUME = "then re-run the same command: it resumes where it stopped"
+# What a re-run after a failure or Ctrl-C does (`guard`'s `rerun`): bin/distill and
+# bin/augment resume; the other tools say what they do instead.
+RESUMES = "re-run the same command: it resumes where it stopped"
 
 
 def repeated(values: Sequence[Any]) -> list[str]:
@@ -110,9 +112,11 @@ def run_tool(tool: str, body: Callable[[list[str]], Optional[int]], argv: Sequen
     return guard(tool, parsed_then_body)
 
 
-def guard(tool: str, body: Callable[[], Any], user_errors: tuple = ()) -> int:
+def guard(tool: str, body: Callable[[], Any], user_errors: tuple = (),
+          rerun: str = RESUMES) -> int:
     """Run body(); every error becomes one message on stderr and an exit code (module doc).
-    `user_errors`: error types of the tool that are user errors besides ValueError's."""
+    `user_errors`: error types of the tool that are user errors besides ValueError's.
+    `rerun`: what re-running the command does, said after a full disk or Ctrl-C."""
     try:
         with ctrl_c_always_stops():
             code = body()
@@ -120,15 +124,14 @@ def guard(tool: str, body: Callable[[], Any], user_errors: tuple = ()) -> int:
         # Our errors are ValueErrors that name the file/flag and the fix.
         return fail(tool, plugin_message(e) or str(e).rstrip())
     except OSError as e:
-        return fail(tool, environment_message(e))
+        return fail(tool, environment_message(e, rerun))
     except tf.errors.OpError as e:
-        message = plugin_message(e) or tf_environment_message(e)
+        message = plugin_message(e) or tf_environment_message(e, rerun)
         if message is None:
             return internal_error(tool, e)
         return fail(tool, message)
     except KeyboardInterrupt:
-        print(f"{tool}: interrupted; re-run the same command to resume from the last "
-              "checkpoint.", file=sys.stderr, flush=True)
+        print(f"{tool}: interrupted; {rerun}.", file=sys.stderr, flush=True)
         return EXIT_INTERRUPTED
     except Exception as e:
         code = exit_code_of(e)
@@ -155,14 +158,14 @@ def fail(tool: str, message: str) -> int:
     return EXIT_USER
 
 
-def environment_message(e: OSError) -> str:
+def environment_message(e: OSError, rerun: str = RESUMES) -> str:
     """An OSError from the file system as one line: the path, the reason, the fix."""
     where = f"{e.filename}: " if e.filename else ""
     reason = e.strerror or str(e)
-    return f"{where}{reason}; {os_fix(e)}; {_RESUME}."
+    return f"{where}{reason}; {os_fix(e)}; then {rerun}."
 
 
-def tf_environment_message(e: tf.errors.OpError) -> Optional[str]:
+def tf_environment_message(e: tf.errors.OpError, rerun: str = RESUMES) -> Optional[str]:
     """A TensorFlow I/O error (checkpoints, summaries) caused by the environment, as one
     line; None for other TensorFlow errors."""
     text = " ".join((e.message or str(e)).split())
@@ -172,7 +175,7 @@ def tf_environment_message(e: tf.errors.OpError) -> Optional[str]:
         if marker in text or (isinstance(e, tf.errors.PermissionDeniedError)
                               and code == errno.EACCES):
             fix = os_fix(OSError(code, marker))
-            return f"{text[:300]}; {fix}; {_RESUME}."
+            return f"{text[:300]}; {fix}; then {rerun}."
     return None
 
 

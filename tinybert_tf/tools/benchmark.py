@@ -156,7 +156,8 @@ def model_config(name: str) -> BertConfig:
 def main(argv: list[str]) -> int:
     """bin/benchmark with its flags parsed: the exit code (tinybert_tf.cli.tool)."""
     logging.set_verbosity(logging.WARNING)
-    return cli.guard("bin/benchmark", run)
+    return cli.guard("bin/benchmark", run,
+                     rerun="re-run the same command: it times every model again")
 
 
 def entry_point() -> None:

@@ -285,7 +285,8 @@ def _export(task: Task, max_seq_len: int, formats: Sequence[str],
 def main(argv: list[str]) -> int:
     """bin/export with its flags parsed: the exit code (tinybert_tf.cli.tool)."""
     logging.set_verbosity(logging.WARNING)
-    return cli.guard("bin/export", run)
+    return cli.guard("bin/export", run,
+                     rerun="re-run the same command: it exports again")
 
 
 def entry_point() -> None:

@@ -93,7 +93,9 @@ def remove_dead_writers_temporaries(prefix: str) -> list[str]:
 
 def main(argv: list[str]) -> int:
     """bin/pretokenize with its flags parsed: the exit code (tinybert_tf.cli.tool)."""
-    return cli.guard("bin/pretokenize", run)
+    return cli.guard("bin/pretokenize", run,
+                     rerun="re-run the same command: it starts over (the shards this run "
+                     "wrote are removed)")
 
 
 def entry_point() -> None:
