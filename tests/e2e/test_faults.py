@@ -472,6 +472,11 @@ def test_a_lock_that_cannot_be_created_names_the_folder_and_the_fix(tmp_path, mo
      r"error: /o/x: Read-only file system; the folder is read-only"),
     (tf.errors.UnknownError(None, None, "/o/ckpt-4.data: No space left on device"), 2,
      r"error: /o/ckpt-4\.data: No space left on device; the disk"),
+    # TensorFlow's op named before and after the path: dropped.
+    (tf.errors.UnknownError(None, None, "{{function_node __wrapped__SaveV2_dtypes_26_device_/"
+                            "job:localhost/replica:0/task:0/device:CPU:0}} /o/v.data: No space "
+                            "left on device [Op:SaveV2]"), 2,
+     r"error: /o/v\.data: No space left on device; the disk \(or quota\) is full"),
     (KeyboardInterrupt(), 130, r"interrupted; re-run the same command"),
     (TypeError("unsupported operand"), 1, r"internal error: TypeError: unsupported operand "
      r"\(the traceback is in .*distill-error-.*\.txt; please report it\)"),

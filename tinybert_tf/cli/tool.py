@@ -23,6 +23,7 @@ from __future__ import annotations
 import collections
 import errno
 import os
+import re
 import sys
 import tempfile
 import traceback
@@ -165,10 +166,15 @@ def environment_message(e: OSError, rerun: str = RESUMES) -> str:
     return f"{where}{reason}; {os_fix(e)}; then {rerun}."
 
 
+_TF_OP_NOISE = re.compile(r"\{\{function_node [^}]*\}\}\s*|\s*\[Op:\w+\]")
+
+
 def tf_environment_message(e: tf.errors.OpError, rerun: str = RESUMES) -> Optional[str]:
     """A TensorFlow I/O error (checkpoints, summaries) caused by the environment, as one
     line; None for other TensorFlow errors."""
-    text = " ".join((e.message or str(e)).split())
+    # Without the op TensorFlow names first ("{{function_node __wrapped__SaveV2_...}} ")
+    # and last (" [Op:SaveV2]"): the path and the reason are what the user acts on.
+    text = " ".join(_TF_OP_NOISE.sub("", e.message or str(e)).split())
     for marker, code in (("No space left", errno.ENOSPC), ("Disk quota", errno.EDQUOT),
                          ("Read-only file system", errno.EROFS),
                          ("Permission denied", errno.EACCES)):
