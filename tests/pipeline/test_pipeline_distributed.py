@@ -122,15 +122,16 @@ def test_two_workers_stop_together_on_sigterm_and_end_as_one_replica_with_chief_
         assert p.returncode == 75, text[-3000:]
         steps.append(text.split(f"{how} at step ")[1].split(",")[0])
     assert steps[0] == steps[1]  # both saved the same step
+    # The worker's checkpoints went to its scratch folder, not next to the chief's.
+    (saved,) = glob.glob(str(out / "task" / "*" / "ckpt" / f"ckpt-{steps[0]}.index"))
+    assert os.path.isdir(os.path.join(os.path.dirname(saved), ".workers", "worker_1"))
     rerun = _start_workers(flagfile, workers)
     for p, text in zip(rerun, [p.communicate(timeout=400)[0] for p in rerun]):
         assert p.returncode == 0, text[-3000:]
         assert f"(step {steps[0]})" in text
     _assert_same(single, load_weights(str(out / "task" / "model")), 1e-4)
-    # The worker's checkpoints went to its scratch folder, not next to the chief's.
-    chief_ckpts = os.listdir(out / "task" / "prediction" / "ckpt")
-    assert any(name.startswith("ckpt-") for name in chief_ckpts)
-    assert os.path.isdir(out / "task" / "prediction" / "ckpt" / ".workers" / "worker_1")
+    # The stage done, each process deleted its own checkpoints.
+    assert not glob.glob(str(out / "task" / "*" / "ckpt" / "**" / "ckpt-*"), recursive=True)
 
 
 def test_a_worker_that_dies_is_one_clear_error_on_the_other(setup):

@@ -38,7 +38,8 @@ def flags(tmp_path_factory, tiny_vocab):
                       use_augmented=False, task_phases=["prediction"], pred_epochs=1,
                       export_formats=["int8"], quantize_steps=STEPS, quantize_batch_size=4,
                       quantize_calibration_examples=8, quantize_lr=1e-3, latency_runs=1,
-                      export_latency_runs=1)
+                      export_latency_runs=1,
+                      keep_finished_checkpoints=True)  # a resume test starts from them
 
 
 @pytest.fixture(scope="module")

@@ -269,7 +269,8 @@ def _checkpoint_projections(phase_dir: str) -> list[np.ndarray]:
 @pytest.fixture(scope="module")
 def general_run(tmp_path_factory, tiny_vocab):
     tmp = tmp_path_factory.mktemp("general")
-    ns = tiny_flags(tmp, tiny_vocab, stages=["general"], general_max_steps=2)
+    ns = tiny_flags(tmp, tiny_vocab, stages=["general"], general_max_steps=2,
+                    keep_finished_checkpoints=True)  # the projections are read from them
     run(ns)
     return tmp, ns
 

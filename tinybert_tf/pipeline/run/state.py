@@ -34,15 +34,17 @@ import dataclasses
 import hashlib
 import json
 import os
+import posixpath
 import re
 import time
-from typing import Any, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 import tensorflow as tf
 
 from tinybert_tf import files
 from tinybert_tf.files import read_json, write_json_atomic
 from tinybert_tf.pipeline.run.lock import DEFAULT_STALE_MINUTES, FileLock, read_holder
+from tinybert_tf.pipeline.training.strategy import WORKERS_DIR
 from tinybert_tf.processes import process_alive
 
 RUN_CONFIG = "run_config.json"
@@ -242,6 +244,21 @@ class RunState:
             published.append(target)
         _remove(work)
         return published
+
+    def drop_checkpoints(self, stage: str, own: Callable[[str], str]) -> list[str]:
+        """Delete what this process wrote of the training checkpoints of `stage`'s phases
+        (STAGE/PHASE/ckpt): `own(ckpt_dir)` is its part, the folder itself on the chief
+        and a worker's scratch folder under it elsewhere (`.workers/`, which the chief
+        leaves to them: a worker may still be writing its last save). Returns them."""
+        dropped = [own(folder) for folder in files.glob(self.path(stage, "*", "ckpt"))]
+        for folder in dropped:
+            for name in files.listdir(folder) if files.isdir(folder) else []:
+                if name.rstrip("/") != WORKERS_DIR:
+                    _remove(posixpath.join(folder, name.rstrip("/")))
+            with contextlib.suppress(files.FileAccessError):
+                if files.isdir(folder) and not files.listdir(folder):
+                    _remove(folder)
+        return dropped
 
     def stage_fingerprint(self, stage: str) -> Optional[str]:
         rec = self.record(stage)

@@ -88,6 +88,11 @@ class RunOptions:
                                     check=at_least(1), group="run")
     keep_checkpoints: int = setting(2, "Checkpoints kept per phase.", check=at_least(1),
                                     group="run")
+    keep_finished_checkpoints: bool = setting(
+        False, "Keep a stage's training checkpoints (weights and optimizer state) once the "
+        "stage is done. Only a resume within the stage reads them, and a done stage is never "
+        "resumed (a changed setting redoes it from the start), so by default they are deleted "
+        "when the stage is marked done: they are most of a run's disk.", group="run")
     eval_batch_size: int = setting(64, "Batch size of evaluation.", check=positive(),
                                    group="run")
     latency_runs: int = setting(100, "Rounds of batch-1 forward passes timed for report.json, "

@@ -245,6 +245,10 @@ def is_chief(strategy: tf.distribute.Strategy) -> bool:
                                             and not has_chief)
 
 
+# Under a chief's folder, the workers' own (`worker_dir`).
+WORKERS_DIR = ".workers"
+
+
 def worker_dir(directory: str, strategy: tf.distribute.Strategy) -> str:
     """Where this process writes: `directory` on the chief, a scratch folder elsewhere.
 
@@ -254,4 +258,4 @@ def worker_dir(directory: str, strategy: tf.distribute.Strategy) -> str:
     if is_chief(strategy):
         return directory
     task = json.loads(os.environ["TF_CONFIG"])["task"]
-    return os.path.join(directory, ".workers", f"{task['type']}_{task['index']}")
+    return os.path.join(directory, WORKERS_DIR, f"{task['type']}_{task['index']}")
