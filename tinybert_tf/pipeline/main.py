@@ -53,7 +53,7 @@ from tinybert_tf.pipeline.stages import (
     stage_seed,
 )
 from tinybert_tf.pipeline.summary import artefacts_table
-from tinybert_tf.pipeline.training.strategy import make_strategy, worker_dir
+from tinybert_tf.pipeline.training.strategy import make_strategy
 from tinybert_tf.tasks.catalog import resolve_task
 
 log = logging.getLogger("tinybert_tf")
@@ -242,8 +242,8 @@ def _run_stages(ctx: Context, stages: Sequence[str],
                 lock.check()
             state.mark_done(stage, info, settings, stage_io.upstream_fingerprints(ctx, stage),
                             reads, stage_io.outputs_of(ctx, stage))
-        if not config.run.keep_finished_checkpoints:
-            state.drop_checkpoints(stage, lambda folder: worker_dir(folder, ctx.strategy))
+            if not config.run.keep_finished_checkpoints:
+                state.drop_checkpoints(stage)
         results[stage] = info
         print(f"== {stage}: finished in {info['seconds']:.0f}s", flush=True)
     if ctx.chief:

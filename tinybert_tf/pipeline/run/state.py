@@ -37,7 +37,7 @@ import os
 import posixpath
 import re
 import time
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Iterable, Optional
 
 import tensorflow as tf
 
@@ -245,19 +245,18 @@ class RunState:
         _remove(work)
         return published
 
-    def drop_checkpoints(self, stage: str, own: Callable[[str], str]) -> list[str]:
-        """Delete what this process wrote of the training checkpoints of `stage`'s phases
-        (STAGE/PHASE/ckpt): `own(ckpt_dir)` is its part, the folder itself on the chief
-        and a worker's scratch folder under it elsewhere (`.workers/`, which the chief
-        leaves to them: a worker may still be writing its last save). Returns them."""
-        dropped = [own(folder) for folder in files.glob(self.path(stage, "*", "ckpt"))]
+    def drop_checkpoints(self, stage: str) -> list[str]:
+        """Delete the chief's training checkpoints of `stage`'s phases (STAGE/PHASE/ckpt),
+        once the stage is marked done; returns the folders. The workers' scratch copies
+        under them (`.workers/`) stay: a worker cannot tell when the chief has marked the
+        stage done, and until then a resume of the stage needs them."""
+        dropped = files.glob(self.path(stage, "*", "ckpt"))
         for folder in dropped:
-            for name in files.listdir(folder) if files.isdir(folder) else []:
+            for name in files.listdir(folder):
                 if name.rstrip("/") != WORKERS_DIR:
                     _remove(posixpath.join(folder, name.rstrip("/")))
-            with contextlib.suppress(files.FileAccessError):
-                if files.isdir(folder) and not files.listdir(folder):
-                    _remove(folder)
+            if not files.listdir(folder):
+                _remove(folder)
         return dropped
 
     def stage_fingerprint(self, stage: str) -> Optional[str]:

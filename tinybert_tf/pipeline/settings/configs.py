@@ -92,7 +92,8 @@ class RunOptions:
         False, "Keep a stage's training checkpoints (weights and optimizer state) once the "
         "stage is done. Only a resume within the stage reads them, and a done stage is never "
         "resumed (a changed setting redoes it from the start), so by default they are deleted "
-        "when the stage is marked done: they are most of a run's disk.", group="run")
+        "when the stage is marked done: they are most of a run's disk (multi_worker: the "
+        "chief's; the workers' scratch copies stay).", group="run")
     eval_batch_size: int = setting(64, "Batch size of evaluation.", check=positive(),
                                    group="run")
     latency_runs: int = setting(100, "Rounds of batch-1 forward passes timed for report.json, "
