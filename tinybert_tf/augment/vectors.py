@@ -28,6 +28,7 @@ import os
 import re
 import shutil
 import tempfile
+import time
 from typing import Any, Iterable, Iterator, Optional, Sequence, Union
 
 import numpy as np
@@ -35,7 +36,7 @@ import numpy as np
 from tinybert_tf import files
 from tinybert_tf.augment.words import WordSplitter
 from tinybert_tf.data import corpus as corpus_lib
-from tinybert_tf.processes import process_alive
+from tinybert_tf.processes import left_by_a_dead_writer
 
 logger = logging.getLogger(__name__)
 
@@ -197,18 +198,19 @@ def train_word2vec(corpus: Any, cache_dir: Optional[str] = None, seed: int = 42,
     return kv
 
 
-# `train_word2vec`'s sentences file; group 1: the pid of the process writing it.
-_SENTENCES = re.compile(r"^word2vec-[0-9a-f]+\.sentences\.tmp-(\d+)$")
+# `train_word2vec`'s sentences file (`processes.TEMPORARY` knows it too).
+_SENTENCES = re.compile(r"^word2vec-[0-9a-f]+\.sentences\.tmp-\d+$")
 
 
 def _remove_dead_writers_sentences(work: str) -> None:
     """Remove the sentences files that killed trainings left in the local folder `work`
     (as large as the tokenised corpus; a finished or failed training removes its own)."""
+    now = time.time()
     for name in sorted(os.listdir(work)):
-        m = _SENTENCES.match(name)
-        if m and not process_alive(int(m.group(1))):
+        path = os.path.join(work, name)
+        if _SENTENCES.match(name) and left_by_a_dead_writer(path, now):
             with contextlib.suppress(FileNotFoundError):  # another process was faster
-                os.remove(os.path.join(work, name))
+                os.remove(path)
                 logger.info("word vectors: removed %s, left by a killed training", name)
 
 

@@ -163,10 +163,10 @@ def check_prefix(output: str) -> str:
 
 def written_by(prefix: str) -> re.Pattern:
     """The names of the temporaries a run writing `prefix` makes (`files.atomic_path`:
-    each shard's, whatever the shard count, and PREFIX.json's); group 1: the writer's pid."""
+    each shard's, whatever the shard count, and PREFIX.json's)."""
     name = re.escape(os.path.basename(prefix))
     return re.compile(rf"^\.{name}(?:-\d{{5}}-of-\d{{5}}{re.escape(SUFFIX)}|\.json)"
-                      r"\.tmp-(\d+)$")
+                      r"\.tmp-\d+$")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -221,14 +221,15 @@ def check_request(corpus_source: Optional[str], vocab: Union[str, Sequence[str]]
     fmt = corpus.detect_format(corpus_source) if fmt == "auto" else fmt
     if fmt == "tfrecord":
         raise DataError(f"{corpus_source}: already TFRecord shards.")
-    if fmt != "tfds":
-        corpus.resolve_files(corpus_source)  # fail now on a bad path
+    # The corpus files, in reading order (now: a bad path fails before anything is
+    # written); None for TFDS.
+    inputs = None if fmt == "tfds" else corpus.resolve_files(corpus_source)
     _check_not_anothers(meta_path(output))
     _check_shards_are_ours(output)
     made_from = {"corpus": corpus_source, "format": fmt, "max_seq_len": int(max_seq_len),
                  "pack": pack, "lower_case": bool(lower_case),
                  "vocab_sha1": vocab_sha1(tokens), "num_shards": num_shards,
-                 "inputs": _inputs_fingerprint(corpus_source, fmt)}
+                 "inputs": _inputs_fingerprint(inputs)}
     return Request(output, tokens, made_from, num_workers, tfds_data_dir, progress)
 
 
@@ -290,14 +291,15 @@ def _write_set(request: Request) -> dict:
     return meta
 
 
-def _inputs_fingerprint(corpus_source: str, fmt: str) -> Optional[str]:
-    """What the corpus holds, in reading order: each file's `content_fingerprint`, hashed
-    together. None for a TFDS corpus: without a version in its name, TFDS reads whichever
-    it finds prepared, so a set made from one is never taken as made from the same."""
-    if fmt == "tfds":
+def _inputs_fingerprint(paths: Optional[Sequence[str]]) -> Optional[str]:
+    """What the corpus files `paths` hold, in reading order: each file's
+    `content_fingerprint`, hashed together. None for a TFDS corpus (`paths` None): without
+    a version in its name, TFDS reads whichever it finds prepared, so a set made from one
+    is never taken as made from the same."""
+    if paths is None:
         return None
     digest = hashlib.sha1()
-    for path in corpus.resolve_files(corpus_source):
+    for path in paths:
         digest.update(files.content_fingerprint(path).encode() + b"\n")
     return digest.hexdigest()
 

@@ -25,7 +25,7 @@ from tinybert_tf.data.pretokenize import check_request, write, written_by
 from tinybert_tf.models.checkpoint import inside_model_dir_error
 from tinybert_tf.pipeline import flags as tflags
 from tinybert_tf.pipeline.run.lock import FileLock
-from tinybert_tf.processes import process_alive
+from tinybert_tf.processes import left_by_a_dead_writer
 
 tflags.define_pretokenize_tool_flags()
 FLAGS = tflags.FLAGS
@@ -52,7 +52,7 @@ def run() -> None:
                     f"--output={FLAGS.output}", hint="One run at a time writes a shard "
                     "prefix: wait for it to finish, or give another --output.")
     with lock:
-        removed = remove_dead_writers_temporaries(prefix)
+        removed = remove_dead_writers_temporaries(prefix, lock.acquired_at)
         if removed:
             print(f"bin/pretokenize: removed {len(removed)} temporary file(s) a killed run "
                   f"left: {', '.join(os.path.basename(p) for p in removed)}", file=sys.stderr,
@@ -72,20 +72,18 @@ def run() -> None:
     print(json.dumps({k: v for k, v in meta.items() if k != "shards"}, indent=2))
 
 
-def remove_dead_writers_temporaries(prefix: str) -> list[str]:
+def remove_dead_writers_temporaries(prefix: str, before: float) -> list[str]:
     """Remove the shard and PREFIX.json temporaries of `prefix` that a killed run left (a
-    shard's can be gigabytes); returns their paths. Called with the prefix's lock held, so
-    no other bin/pretokenize writes them: on this host a temporary whose writer process
-    still runs is kept (a library call writing without the lock); elsewhere (gs://) the
-    pid says nothing, and every one is removed."""
+    shard's can be gigabytes); returns their paths. Called with the prefix's lock held,
+    taken at `before`, so no other bin/pretokenize writes them: those of a live process,
+    or changed since, are a writer's at work (`processes.left_by_a_dead_writer`)."""
     folder = os.path.dirname(prefix)
     if not files.isdir(folder):
         return []
     ours = written_by(prefix)
-    found = [(os.path.join(folder, name), int(m.group(1))) for name in
-             sorted(files.listdir(folder)) for m in [ours.match(name)] if m]
-    removed = [path for path, pid in found
-               if files.is_remote(path) or not process_alive(pid)]
+    found = [os.path.join(folder, name) for name in sorted(files.listdir(folder))
+             if ours.match(name)]
+    removed = [path for path in found if left_by_a_dead_writer(path, before)]
     for path in removed:
         files.remove(path)
     return removed

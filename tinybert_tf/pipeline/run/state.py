@@ -45,7 +45,7 @@ from tinybert_tf import files
 from tinybert_tf.files import read_json, write_json_atomic
 from tinybert_tf.pipeline.run.lock import DEFAULT_STALE_MINUTES, FileLock, read_holder
 from tinybert_tf.pipeline.training.strategy import WORKERS_DIR
-from tinybert_tf.processes import process_alive
+from tinybert_tf.processes import TEMPORARY, left_by_a_dead_writer
 
 RUN_CONFIG = "run_config.json"
 STAGE_DONE = "stage_done.json"
@@ -53,13 +53,6 @@ LOCK_FILE = ".lock"
 WORK_DIR = ".work"
 PHASE_STATE = "phase_state.json"
 PHASE_DONE = "phase_done.json"
-
-# Temporaries of the package's whole-or-nothing writers: files.atomic_path
-# (".NAME.tmp-PID"), model_dir.atomic_directory (".NAME.tmp-XXXX", ".NAME.old-XXXX"),
-# serving.publish_version (".publish-PID-HEX"), the Word2Vec sentence file
-# ("NAME.sentences.tmp-PID"). Group 1: the writer's pid when the name holds one.
-_TEMPORARY = re.compile(r"^(?:\..+\.(?:tmp|old)-(?:(\d+)$|[A-Za-z0-9_]+$)"
-                        r"|\.publish-(\d+)-[0-9a-f]+$|.+\.sentences\.tmp-(\d+)$)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -382,7 +375,7 @@ class RunState:
                              "another --output_dir.")
 
     def clean_temporaries(self, before: float, entries: Iterable[str]) -> list[str]:
-        """Remove temporaries left by killed writers (see _TEMPORARY); returns their paths.
+        """Remove temporaries left by killed writers (see TEMPORARY); returns their paths.
 
         Only in what the caller's writers own: the top-level `entries` (a folder with all
         it holds) and, beside them, their own temporaries and those of the run's records
@@ -399,15 +392,15 @@ class RunState:
             return found
         for name in sorted(files.listdir(self.output_dir)):
             path = self.path(name)
-            if _TEMPORARY.match(name):
+            if TEMPORARY.match(name):
                 if temporary_of(name) in owned:
                     found.append(path)
             elif name in owned and files.isdir(path):
                 for folder, dirs, names in _walk(path):
                     found += [os.path.join(folder, n) for n in sorted(dirs) + sorted(names)
-                              if _TEMPORARY.match(n)]
-                    dirs[:] = [d for d in dirs if not _TEMPORARY.match(d)]
-        removed = [path for path in found if _left_by_a_dead_writer(path, before)]
+                              if TEMPORARY.match(n)]
+                    dirs[:] = [d for d in dirs if not TEMPORARY.match(d)]
+        removed = [path for path in found if left_by_a_dead_writer(path, before)]
         for path in removed:
             _remove(path)
         return removed
@@ -486,20 +479,6 @@ def temporary_of(name: str) -> Optional[str]:
     ".report.json.tmp-123", "general" for ".general.old-x1y2"; None for other names."""
     m = re.match(r"^\.(.+?)\.(?:tmp|old)-[A-Za-z0-9_]+$", name)
     return m.group(1) if m else None
-
-
-def _left_by_a_dead_writer(path: str, before: float) -> bool:
-    """Whether the temporary `path` (its name matches _TEMPORARY) was made before
-    `before` by no live process of this host (`clean_temporaries`)."""
-    pid = next((int(g) for g in _TEMPORARY.match(os.path.basename(path)).groups() if g),
-               None)
-    if pid is not None and (pid == os.getpid() or process_alive(pid)):
-        return False
-    with contextlib.suppress(files.FileAccessError):
-        mtime = files.stat(path).mtime_ns / 1e9
-        if mtime and mtime > before:
-            return False
-    return True
 
 
 def _walk(root: str):
